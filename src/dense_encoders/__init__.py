@@ -1,0 +1,25 @@
+"""dense-encoders: efficient dense retrieval encoders as Hugging Face Transformers models.
+
+Importing the package registers every model family with the Auto classes, so
+``AutoModel.from_pretrained(folder)`` works without ``trust_remote_code`` once
+``dense_encoders`` is imported; folders saved by our models also load with
+``trust_remote_code=True`` where the package is not installed.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForPreTraining
+
+from .models import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
+
+__version__ = "0.1.0"
+
+AutoConfig.register(CondenserConfig.model_type, CondenserConfig, exist_ok=True)
+AutoModel.register(CondenserConfig, CondenserModel, exist_ok=True)
+AutoModelForPreTraining.register(CondenserConfig, CondenserForPreTraining, exist_ok=True)
+
+__all__ = [
+    "__version__",
+    "CondenserConfig",
+    "CondenserModel",
+    "CondenserForPreTraining",
+    "CoCondenserForPreTraining",
+]

@@ -1,0 +1,224 @@
+"""Pre-training corpora: load documents into a one-column (``text``) dataset and tokenize them.
+
+Sources: ``.txt`` (one document per non-empty line), ``.jsonl``/``.json`` (one JSON object per
+line, BEIR-style ``title`` + ``text``), a directory of such files, or an existing
+``datasets.Dataset``/``IterableDataset``. :func:`tokenize_for_condenser` cuts documents into
+consecutive blocks that fit Condenser's ``max_length`` once ``[CLS]``/``[SEP]`` are added.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Any, Optional, Union
+
+__all__ = ["SUPPORTED_EXTENSIONS", "default_corpus_path", "load_corpus", "tokenize_for_condenser"]
+
+SUPPORTED_EXTENSIONS = (".txt", ".jsonl", ".json")
+_JSON_EXTENSIONS = (".jsonl", ".json")
+
+
+def default_corpus_path() -> pathlib.Path:
+    """Packaged tiny demo corpus (``dense_encoders/resources/tiny_corpus.jsonl``)."""
+    return pathlib.Path(__file__).resolve().parent.parent / "resources" / "tiny_corpus.jsonl"
+
+
+def _join_title(title: Any, text: str) -> str:
+    if isinstance(title, str) and title.strip():
+        return f"{title} {text}"
+    return text
+
+
+def _resolve_files(source: Union[str, os.PathLike]) -> list[pathlib.Path]:
+    path = pathlib.Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"corpus path {str(path)!r} does not exist")
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in SUPPORTED_EXTENSIONS)
+        if not files:
+            raise ValueError(
+                f"corpus directory {str(path)!r} contains no files with a supported extension "
+                f"{list(SUPPORTED_EXTENSIONS)}"
+            )
+        return files
+    if path.suffix.lower() not in SUPPORTED_EXTENSIONS:
+        raise ValueError(
+            f"unsupported corpus file {str(path)!r} (extension {path.suffix!r}); supported extensions: "
+            f"{list(SUPPORTED_EXTENSIONS)}, a directory of such files, or a datasets.Dataset"
+        )
+    return [path]
+
+
+def _read_txt(path: pathlib.Path) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def _read_json_lines(path: pathlib.Path, text_field: str, title_field: Optional[str]) -> list[str]:
+    texts = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: malformed JSON ({err.msg} at column {err.colno})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object per line, got {type(record).__name__}")
+            if text_field not in record:
+                raise ValueError(
+                    f"{path}:{lineno}: record has no {text_field!r} field (fields: {sorted(record)}); "
+                    "pass text_field=<the field holding the document text>"
+                )
+            text = record[text_field]
+            if not isinstance(text, str):
+                raise ValueError(f"{path}:{lineno}: field {text_field!r} must be a string, got {type(text).__name__}")
+            texts.append(_join_title(record.get(title_field) if title_field else None, text))
+    return texts
+
+
+def _text_features():
+    from datasets import Features, Value
+
+    return Features({"text": Value("string")})
+
+
+def _from_datasets_object(dataset, text_field: str, title_field: Optional[str], streaming: bool):
+    import datasets
+
+    columns = dataset.column_names  # None for an IterableDataset with unknown features
+    if columns is not None and text_field not in columns:
+        raise ValueError(
+            f"the dataset has no {text_field!r} column (columns: {list(columns)}); "
+            "pass text_field=<the column holding the document text>"
+        )
+    if streaming and isinstance(dataset, datasets.Dataset):
+        dataset = dataset.to_iterable_dataset()
+    use_title = bool(title_field) and title_field != text_field and (columns is None or title_field in columns)
+    if columns is not None:
+        dataset = dataset.select_columns([text_field, title_field] if use_title else [text_field])
+
+    def _to_text(batch):
+        texts = batch[text_field]
+        titles = batch.get(title_field) if use_title else None
+        return {"text": [_join_title(t, x) for t, x in zip(titles or [None] * len(texts), texts)]}
+
+    return dataset.map(_to_text, batched=True).select_columns(["text"])
+
+
+def _stream_files(files: list[pathlib.Path], text_field: str, title_field: Optional[str]):
+    import datasets
+
+    # one load_dataset call per run of same-kind files keeps the sorted file order
+    runs: list[tuple[str, list[str]]] = []
+    for path in files:
+        kind = "json" if path.suffix.lower() in _JSON_EXTENSIONS else "text"
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(str(path))
+        else:
+            runs.append((kind, [str(path)]))
+    parts = []
+    for kind, data_files in runs:
+        stream = datasets.load_dataset(kind, data_files=data_files, split="train", streaming=True)
+        if kind == "text":
+            stream = stream.map(lambda b: {"text": [t.strip() for t in b["text"]]}, batched=True)
+            stream = stream.filter(lambda texts: [bool(t) for t in texts], input_columns="text", batched=True)
+        else:
+
+            def _to_text(batch, _files=tuple(data_files)):
+                if text_field not in batch:
+                    raise ValueError(
+                        f"records in {list(_files)} have no {text_field!r} field (fields: {sorted(batch)}); "
+                        "pass text_field=<the field holding the document text>"
+                    )
+                titles = batch.get(title_field) if title_field else None
+                if titles is None:
+                    titles = [None] * len(batch[text_field])
+                out = []
+                for title, text in zip(titles, batch[text_field]):
+                    if not isinstance(text, str):
+                        raise ValueError(
+                            f"a record in {list(_files)} has no string {text_field!r} field (got {text!r}); "
+                            "pass text_field=<the field holding the document text>"
+                        )
+                    out.append(_join_title(title, text))
+                return {"text": out}
+
+            stream = stream.map(_to_text, batched=True)
+        parts.append(stream.select_columns(["text"]).cast(_text_features()))
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+
+
+def load_corpus(
+    source,
+    *,
+    text_field: str = "text",
+    title_field: Optional[str] = "title",
+    streaming: bool = False,
+):
+    """Load documents as a dataset with exactly one column, ``text``.
+
+    ``source``: a ``.txt`` file (one document per non-empty line, stripped), a ``.jsonl``/``.json``
+    file of one JSON object per line (``text_field``; a non-empty ``title_field`` is prepended,
+    BEIR-style ``title + " " + text``), a directory (all supported files in it, sorted by name), or
+    a ``datasets.Dataset``/``IterableDataset`` with a ``text_field`` column (title joined likewise).
+    Files are read and validated eagerly (errors name ``file:line``) unless ``streaming=True``,
+    which returns a lazy ``datasets.IterableDataset`` built with ``datasets.load_dataset``. An
+    ``IterableDataset`` source always stays iterable.
+    """
+    import datasets
+
+    if isinstance(source, (datasets.Dataset, datasets.IterableDataset)):
+        return _from_datasets_object(source, text_field, title_field, streaming)
+    if isinstance(source, (datasets.DatasetDict, datasets.IterableDatasetDict)):
+        raise ValueError(
+            f"load_corpus got a dataset dict with splits {list(source)}; pass one split, e.g. source['train']"
+        )
+    if not isinstance(source, (str, os.PathLike)):
+        raise ValueError(
+            f"unsupported corpus source of type {type(source).__name__}; pass a path to a "
+            f"{'/'.join(SUPPORTED_EXTENSIONS)} file, a directory, or a datasets.Dataset/IterableDataset"
+        )
+    files = _resolve_files(source)
+    if streaming:
+        return _stream_files(files, text_field, title_field)
+    texts: list[str] = []
+    for path in files:
+        if path.suffix.lower() in _JSON_EXTENSIONS:
+            texts.extend(_read_json_lines(path, text_field, title_field))
+        else:
+            texts.extend(_read_txt(path))
+    return datasets.Dataset.from_dict({"text": texts}, features=_text_features())
+
+
+def tokenize_for_condenser(dataset, tokenizer, max_length: int = 128, text_column: str = "text"):
+    """Tokenize documents (no special tokens) into consecutive blocks of at most ``max_length - 2`` ids.
+
+    One row (column ``input_ids``) per block; the collator adds ``[CLS]``/``[SEP]``. Blocks of a
+    document concatenate back to its tokens; empty documents yield no rows. Works on
+    ``datasets.Dataset`` and ``datasets.IterableDataset``.
+    """
+    import datasets
+
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 3:
+        raise ValueError(f"max_length must be an integer >= 3 (room for [CLS], [SEP] and one token), got {max_length!r}")
+    columns = dataset.column_names
+    if columns is not None and text_column not in columns:
+        raise ValueError(
+            f"text_column {text_column!r} is not a column of the dataset (columns: {list(columns)}); "
+            "pass text_column=<the column holding the documents>"
+        )
+    block = max_length - 2
+
+    def _blocks(texts):
+        encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+        return {"input_ids": [ids[i : i + block] for ids in encoded for i in range(0, len(ids), block)]}
+
+    kwargs: dict[str, Any] = {}
+    if isinstance(dataset, datasets.Dataset):
+        kwargs = {"desc": "tokenizing for Condenser"}
+    return dataset.select_columns([text_column]).map(
+        _blocks, input_columns=text_column, batched=True, remove_columns=[text_column], **kwargs
+    )

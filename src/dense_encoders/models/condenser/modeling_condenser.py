@@ -1,0 +1,459 @@
+"""Condenser and coCondenser (Gao & Callan, 2021): a BERT encoder pre-trained through a head.
+
+Read top to bottom: the cross-process gather and the span contrastive loss, the retrieval encoder
+(:class:`CondenserModel`), then the pre-training models (:class:`CondenserForPreTraining`,
+:class:`CoCondenserForPreTraining`).
+
+Shipped as remote code next to every checkpoint: it imports ``transformers`` and ``torch``
+absolutely, its configuration relatively, and nothing from ``dense_encoders``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from transformers import BertConfig, BertForMaskedLM
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.models.bert.modeling_bert import BertLayer, BertModel, BertOnlyMLMHead, BertPreTrainedModel
+from transformers.utils import ModelOutput, logging
+
+from .configuration_condenser import CondenserConfig
+
+logger = logging.get_logger(__name__)
+
+# Config keys that exist only for Condenser; a plain BERT export drops them.
+_CONDENSER_ONLY_KEYS = ("n_head_layers", "skip_from", "late_mlm", "auto_map", "model_type", "architectures")
+# Model types whose checkpoints have BERT's parameter layout and can be warm-started from.
+BERT_LIKE_MODEL_TYPES = ("bert", "condenser")
+
+
+# --------------------------------------------------------------------------------------------
+# Cross-process gather and the coCondenser span contrastive loss
+# --------------------------------------------------------------------------------------------
+
+
+def gather_with_local_grad(local: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Concatenate ``local`` ([n_local, ...]) from every process in GLOBAL rank order.
+
+    The local part keeps its autograd graph; the other parts are constants. Processes may hold
+    different numbers of rows (partial last batches): sizes are exchanged first and the
+    tensors padded for the collective. Returns ``(gathered, world_size)``; without an
+    initialised process group it returns ``(local, 1)``.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return local, 1
+    world_size, rank = dist.get_world_size(), dist.get_rank()  # global rank, not the node-local one
+    size = torch.tensor([local.shape[0]], device=local.device, dtype=torch.long)
+    sizes = [torch.zeros_like(size) for _ in range(world_size)]
+    dist.all_gather(sizes, size)
+    sizes = [int(s.item()) for s in sizes]
+    padded = local.detach().new_zeros((max(sizes), *local.shape[1:]))
+    padded[: local.shape[0]] = local.detach()
+    parts = [torch.empty_like(padded) for _ in range(world_size)]
+    dist.all_gather(parts, padded.contiguous())
+    parts = [part[:n] for part, n in zip(parts, sizes)]
+    parts[rank] = local
+    return torch.cat(parts, dim=0), world_size
+
+
+def span_contrastive_loss(span_embeddings: torch.Tensor, return_num_spans: bool = False):
+    r"""coCondenser's corpus-aware span contrastive loss (Gao & Callan 2022, Eq. 5).
+
+    ``span_embeddings`` is this process's [2n, hidden] block of last-layer CLS vectors ordered
+    [d1s1, d1s2, d2s1, d2s2, ...]. Spans from every process are gathered (global rank order),
+    scored by raw dot product, the self-similarity is masked out and each span's target is its
+    sibling (row ``i ^ 1``):
+
+    .. math:: \mathcal{L}^{co}_{ij} = -\log \frac{\exp(\langle h_i, h_j\rangle)}
+              {\sum_{k \ne i} \exp(\langle h_i, h_k\rangle)}
+
+    Targets are built per call, so partial batches and gradient accumulation work. Under
+    data parallelism the value is the global-batch loss while the gradient is scaled by the
+    world size, undoing DDP's gradient averaging (each process only back-propagates through
+    its own spans). With ``return_num_spans`` it returns ``(loss, rows of the score matrix)``.
+    """
+    if span_embeddings.dim() != 2:
+        raise ValueError(f"span_embeddings must be [num_spans, hidden], got shape {tuple(span_embeddings.shape)}")
+    if span_embeddings.shape[0] % 2 or span_embeddings.shape[0] == 0:
+        raise ValueError(
+            f"coCondenser needs spans in sibling pairs [d1s1, d1s2, d2s1, d2s2, ...]; this batch has "
+            f"{span_embeddings.shape[0]} spans. Build batches with dense_encoders.data.CoCondenserCollator, "
+            "which samples exactly two spans per document."
+        )
+    gathered, world_size = gather_with_local_grad(span_embeddings)
+    gathered = gathered.float()
+    scores = gathered @ gathered.T
+    scores = scores.masked_fill(torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device), float("-inf"))
+    targets = torch.arange(scores.shape[0], device=scores.device) ^ 1
+    loss = F.cross_entropy(scores, targets)
+    if world_size > 1:
+        # value: the global-batch loss; gradient: world_size x (DDP averages gradients over processes)
+        loss = loss * world_size - loss.detach() * (world_size - 1)
+    return (loss, scores.shape[0]) if return_num_spans else loss
+
+
+# --------------------------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CondenserForPreTrainingOutput(ModelOutput):
+    """Output of :class:`CondenserForPreTraining` and :class:`CoCondenserForPreTraining`.
+
+    Args:
+        loss: sum of the losses below that were computed (each with weight 1).
+        head_mlm_loss: MLM cross-entropy of the Condenser head's output (needs ``labels``).
+        late_mlm_loss: MLM cross-entropy of the backbone's last layer (``config.late_mlm``).
+        contrastive_loss: coCondenser span contrastive loss (coCondenser only).
+        contrastive_spans: number of spans the contrastive loss scored, over all processes.
+        pooler_output: ``(batch_size, hidden_size)`` last-layer CLS vectors, the retrieval embedding.
+        last_hidden_state: ``(batch_size, sequence_length, hidden_size)`` backbone output.
+        hidden_states: backbone hidden states (embedding output first), when requested.
+        attentions: backbone attention weights, when requested (eager attention only).
+    """
+
+    loss: torch.FloatTensor | None = None
+    head_mlm_loss: torch.FloatTensor | None = None
+    late_mlm_loss: torch.FloatTensor | None = None
+    contrastive_loss: torch.FloatTensor | None = None
+    contrastive_spans: int | None = None
+    pooler_output: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+
+
+class CondenserPreTrainedModel(BertPreTrainedModel):
+    """Shared base: BERT's weight init and attention back-ends (eager / sdpa / flash), Condenser config."""
+
+    config_class = CondenserConfig
+    config: CondenserConfig
+    base_model_prefix = "bert"
+    # plain BERT checkpoints carry a pooler; pre-training checkpoints carry the heads
+    _keys_to_ignore_on_load_unexpected = [r"(^|\.)pooler\.", r"^c_head\.", r"^cls\."]
+
+    def export_backbone(self, save_directory: str | os.PathLike, tokenizer=None, **save_kwargs) -> None:
+        """Write the backbone as a plain BERT checkpoint (safetensors, no remote code).
+
+        From a pre-training model the export is a ``BertForMaskedLM`` (backbone + MLM head, the
+        layout the reference code saved); from :class:`CondenserModel` it is a ``BertModel``.
+        Tools that know nothing of Condenser load it with ``AutoModel`` / ``BertModel``.
+        """
+        backbone = self.bert if hasattr(self, "bert") else self
+        config_dict = {k: v for k, v in self.config.to_dict().items() if k not in _CONDENSER_ONLY_KEYS}
+        bert_config = BertConfig(**config_dict)
+        mlm_head = getattr(self, "cls", None)
+        if mlm_head is not None:
+            bert_config.architectures = ["BertForMaskedLM"]
+            plain = BertForMaskedLM(bert_config)
+            plain.bert.load_state_dict(backbone.state_dict())
+            plain.cls.load_state_dict(mlm_head.state_dict())
+        else:
+            bert_config.architectures = ["BertModel"]
+            plain = BertModel(bert_config, add_pooling_layer=False)
+            plain.load_state_dict(backbone.state_dict())
+        plain.to(dtype=next(self.parameters()).dtype)
+        save_kwargs.pop("safe_serialization", None)
+        plain.save_pretrained(save_directory, **save_kwargs)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(save_directory)
+
+
+class CondenserModel(BertModel):
+    """The Condenser retrieval encoder: a BERT backbone, no pooler weights.
+
+    ``pooler_output`` is the last layer's CLS vector, the embedding the papers retrieve with
+    (dot product). Hidden states equal ``transformers.BertModel``'s on the same weights.
+    """
+
+    config_class = CondenserConfig
+    config: CondenserConfig
+    _keys_to_ignore_on_load_unexpected = CondenserPreTrainedModel._keys_to_ignore_on_load_unexpected
+    export_backbone = CondenserPreTrainedModel.export_backbone
+
+    def __init__(self, config: CondenserConfig, add_pooling_layer: bool = False):
+        if add_pooling_layer:
+            raise ValueError(
+                "CondenserModel has no pooler weights: its pooler_output is the last-layer CLS vector. "
+                "Leave add_pooling_layer=False."
+            )
+        super().__init__(config, add_pooling_layer=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
+        """Encode a batch; ``pooler_output`` ``(batch_size, hidden_size)`` is the last-layer CLS."""
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if reference is not None and (reference.dim() < 2 or reference.shape[1] == 0):
+            raise ValueError(
+                f"Empty input (shape {tuple(reference.shape)}): every text needs at least one token. "
+                "Tokenize with add_special_tokens=True so each row starts with [CLS]."
+            )
+        outputs = super().forward(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        result = BaseModelOutputWithPooling(
+            last_hidden_state=outputs.last_hidden_state,
+            pooler_output=outputs.last_hidden_state[:, 0],
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        if return_dict is False:
+            return result.to_tuple()
+        return result
+
+
+class CondenserForPreTraining(CondenserPreTrainedModel):
+    """Condenser pre-training (Gao & Callan 2021, Sec. 3): backbone + Condenser head + shared MLM head.
+
+    The head's ``n_head_layers`` fresh transformer layers read ``[h^{late}_{cls}; h^{early}_{1:}]``:
+    the LAST layer's CLS vector followed by the non-CLS token states of ``hidden_states[skip_from]``
+    (skip connection). Both the head output and, with ``late_mlm``, the backbone's last layer are
+    trained with MLM through ONE prediction head (tied to the input embeddings):
+    ``loss = L_mlm(head) + L_mlm(late)`` (paper Eq. 7-8). MLM logits are computed only at masked
+    positions, which gives the same loss as scoring every position.
+    """
+
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+    # One loss per micro-batch (mean over its masked tokens): Trainer scales for accumulation.
+    accepts_loss_kwargs = False
+    _keys_to_ignore_on_load_unexpected = [r"(^|\.)pooler\.", r"^cls\.seq_relationship\."]
+
+    def __init__(self, config: CondenserConfig):
+        super().__init__(config)
+        config.validate_condenser()
+        self.bert = CondenserModel(config)
+        self.cls = BertOnlyMLMHead(config)
+        self.c_head = nn.ModuleList([BertLayer(config, layer_idx=i) for i in range(config.n_head_layers)])
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+    def masked_lm_loss(self, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean MLM cross-entropy over positions with ``labels != -100`` (0 with a graph if none)."""
+        selected = labels != -100
+        if not bool(selected.any()):
+            return hidden_states.sum() * 0.0
+        logits = self.cls(hidden_states[selected])
+        return F.cross_entropy(logits.float(), labels[selected])
+
+    def condenser_head(self, backbone_outputs, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Run the head on [last-layer CLS ; hidden_states[skip_from][:, 1:]] (paper Eq. 6)."""
+        late_cls = backbone_outputs.last_hidden_state[:, :1]
+        early_tokens = backbone_outputs.hidden_states[self.config.skip_from][:, 1:]
+        states = torch.cat([late_cls, early_tokens], dim=1)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=states, attention_mask=attention_mask)
+        for layer in self.c_head:
+            states = layer(states, mask)
+        return states
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> CondenserForPreTrainingOutput | tuple:
+        """Without ``labels`` only the backbone runs (no head, no loss).
+
+        Args:
+            labels: ``(batch_size, sequence_length)`` original token ids at masked positions,
+                -100 elsewhere (e.g. from ``dense_encoders.data.WholeWordMaskingCollator``).
+        """
+        backbone = self.bert(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            output_hidden_states=True,
+            output_attentions=output_attentions,
+            return_dict=True,
+        )
+        output = CondenserForPreTrainingOutput(
+            pooler_output=backbone.pooler_output,
+            last_hidden_state=backbone.last_hidden_state,
+            hidden_states=backbone.hidden_states if output_hidden_states else None,
+            attentions=backbone.attentions,
+        )
+        if labels is not None:
+            output.head_mlm_loss = self.masked_lm_loss(self.condenser_head(backbone, attention_mask), labels)
+            output.loss = output.head_mlm_loss
+            if self.config.late_mlm:
+                output.late_mlm_loss = self.masked_lm_loss(backbone.last_hidden_state, labels)
+                output.loss = output.loss + output.late_mlm_loss
+        return output.to_tuple() if return_dict is False else output
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """``PreTrainedModel.from_pretrained``, plus a clear warning when the checkpoint has no head.
+
+        Hub copies of the reference checkpoints (Luyu/condenser, Luyu/co-condenser-*) are
+        headless: pre-training on from them trains a random head first.
+        """
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs)
+        missing = set(info.get("missing_keys", ()))
+        if any(key.startswith("c_head.") for key in missing):
+            logger.warning(
+                f"{pretrained_model_name_or_path} has no Condenser head (c_head.*): the head of this "
+                f"{cls.__name__} is FRESHLY INITIALISED. Continuing pre-training from a headless checkpoint "
+                "(such as the Hub copies of the reference models) first trains a random head, whose gradients "
+                "can corrupt the backbone; start from a checkpoint saved by CondenserForPreTraining.save_pretrained "
+                "to keep the head, or use CondenserForPreTraining.from_backbone for a deliberate warm start."
+            )
+        if any(key.startswith("cls.predictions.transform.") for key in missing):
+            logger.warning(
+                f"{pretrained_model_name_or_path} has no MLM prediction head (cls.predictions.*): it was freshly "
+                "initialised (the decoder stays tied to the input embeddings)."
+            )
+        return (model, info) if want_info else model
+
+    @classmethod
+    def from_backbone(
+        cls,
+        name_or_path: str | os.PathLike,
+        *,
+        n_head_layers: int = 2,
+        skip_from: int | None = None,
+        late_mlm: bool = True,
+        **config_overrides,
+    ):
+        """Warm-start from any BERT-architecture checkpoint (paper: "initialised from BERT").
+
+        Embeddings and encoder layers are copied exactly; the MLM head too when the checkpoint
+        has one (``BertForMaskedLM`` / ``BertForPreTraining`` layouts), otherwise it is freshly
+        initialised (logged). The Condenser head is always fresh (BERT init). ``skip_from``
+        defaults to half the depth (6 for BERT-base, as in the paper).
+        """
+        from transformers import AutoConfig
+
+        source_config = AutoConfig.from_pretrained(name_or_path)
+        if source_config.model_type not in BERT_LIKE_MODEL_TYPES:
+            raise ValueError(
+                f"{name_or_path} is a {source_config.model_type!r} checkpoint; Condenser warm-starts from "
+                f"BERT-architecture checkpoints (model_type in {BERT_LIKE_MODEL_TYPES}), whose parameter "
+                "layout it copies. Pick a BERT-family checkpoint (e.g. bert-base-uncased, all-MiniLM-L6-v2) "
+                "or build CondenserForPreTraining(CondenserConfig(...)) to train from scratch."
+            )
+        config_dict = {k: v for k, v in source_config.to_dict().items() if k not in _CONDENSER_ONLY_KEYS}
+        config_dict.pop("transformers_version", None)
+        num_layers = config_dict.get("num_hidden_layers", 12)
+        config = CondenserConfig(
+            **{
+                **config_dict,
+                "n_head_layers": n_head_layers,
+                "skip_from": skip_from if skip_from is not None else max(1, num_layers // 2),
+                "late_mlm": late_mlm,
+                **config_overrides,
+            }
+        )
+        source, info = BertForMaskedLM.from_pretrained(name_or_path, output_loading_info=True)
+        model = cls(config)
+        model.bert.load_state_dict(source.bert.state_dict())
+        if any(key.startswith("cls.predictions.transform.") for key in info.get("missing_keys", ())):
+            logger.warning(
+                f"{name_or_path} has no MLM prediction head: the shared MLM head of the Condenser was freshly "
+                "initialised (decoder tied to the copied word embeddings)."
+            )
+        else:
+            model.cls.load_state_dict(source.cls.state_dict())
+        model.tie_weights()
+        model.config.name_or_path = str(name_or_path)
+        return model
+
+
+class CoCondenserForPreTraining(CondenserForPreTraining):
+    """coCondenser (Gao & Callan 2022): Condenser + corpus-aware span contrastive loss.
+
+    Batches hold two spans per document, ordered [d1s1, d1s2, d2s1, d2s2, ...].
+    ``loss = L_mlm(head) + L_mlm(late) + L_co`` (Eq. 7), each weight 1. The contrastive loss sees
+    the spans of every process (see :func:`span_contrastive_loss`). Same parameters as
+    :class:`CondenserForPreTraining`: checkpoints of the two load into each other.
+    """
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        compute_contrastive_loss: bool = True,
+    ) -> CondenserForPreTrainingOutput | tuple:
+        """As :meth:`CondenserForPreTraining.forward`, plus the span contrastive loss.
+
+        Args:
+            compute_contrastive_loss: set False to get only the MLM losses (used by the
+                gradient cache, which computes the contrastive loss over all chunks at once).
+        """
+        output = super().forward(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            labels=labels,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+            return_dict=True,
+        )
+        if compute_contrastive_loss:
+            output.contrastive_loss, output.contrastive_spans = span_contrastive_loss(
+                output.pooler_output, return_num_spans=True
+            )
+            output.loss = output.contrastive_loss if output.loss is None else output.loss + output.contrastive_loss
+        return output.to_tuple() if return_dict is False else output
+
+
+CondenserModel.register_for_auto_class("AutoModel")
+CondenserForPreTraining.register_for_auto_class("AutoModelForPreTraining")
+CoCondenserForPreTraining.register_for_auto_class("AutoModelForPreTraining")
+
+__all__ = [
+    "CondenserPreTrainedModel",
+    "CondenserModel",
+    "CondenserForPreTraining",
+    "CoCondenserForPreTraining",
+    "CondenserForPreTrainingOutput",
+    "span_contrastive_loss",
+    "gather_with_local_grad",
+]

@@ -1,0 +1,320 @@
+"""Condenser / coCondenser pre-training on ``transformers.Trainer``.
+
+The subclass adds only what the stock Trainer lacks: logging of each loss component, the
+number of spans the contrastive loss saw, and an optional built-in gradient cache for
+coCondenser (Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under Memory
+Limited Setup"): large contrastive batches with the memory of one chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainingArguments
+
+from ..models.condenser.modeling_condenser import (
+    CoCondenserForPreTraining,
+    CondenserForPreTraining,
+    span_contrastive_loss,
+)
+from ..models.condenser.presets import CONDENSER_PRESETS, condenser_preset
+
+logger = logging.getLogger(__name__)
+ARCHITECTURES = {"condenser": CondenserForPreTraining, "cocondenser": CoCondenserForPreTraining}
+
+LOSS_COMPONENTS = ("head_mlm_loss", "late_mlm_loss", "contrastive_loss")
+
+
+@dataclass
+class PreTrainingArguments(TrainingArguments):
+    """``TrainingArguments`` plus the gradient cache switch (paper recipe defaults for the rest)."""
+
+    grad_cache_chunk_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "coCondenser only: encode each batch in chunks of this many spans without a graph, "
+            "compute the contrastive loss over the whole batch, then re-run chunk by chunk with the cached "
+            "representation gradients. Parameter gradients equal the un-chunked step's; memory is one chunk's."
+        },
+    )
+    remove_unused_columns: bool = field(default=False, metadata={"help": "Batches come from our collators."})
+    # paper recipe (Gao & Callan 2021): lr 1e-4, 10 % warm-up, weight decay 0.01
+    learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate (paper: 1e-4)."})
+    warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up: a fraction of training if < 1 (paper: 0.1)."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (paper: 0.01)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.grad_cache_chunk_size is not None and self.grad_cache_chunk_size < 1:
+            raise ValueError(
+                f"grad_cache_chunk_size={self.grad_cache_chunk_size}: use a positive number of spans per chunk, "
+                "or leave it unset to disable the gradient cache."
+            )
+
+
+class RandomState:
+    """The CPU (and current CUDA device) RNG state, to replay dropout exactly in a re-run."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+    @contextlib.contextmanager
+    def replay(self):
+        devices = [self.device] if self.cuda is not None else []
+        with torch.random.fork_rng(devices=devices):
+            torch.set_rng_state(self.cpu)
+            if self.cuda is not None:
+                torch.cuda.set_rng_state(self.cuda, self.device)
+            yield
+
+
+def split_batch(inputs: dict[str, torch.Tensor], chunk_size: int) -> list[dict[str, torch.Tensor]]:
+    """Split every tensor of a batch along its first axis into chunks of ``chunk_size`` rows."""
+    size = next(iter(inputs.values())).shape[0]
+    return [{k: v[start : start + chunk_size] for k, v in inputs.items()} for start in range(0, size, chunk_size)]
+
+
+class CondenserPreTrainer(Trainer):
+    """Trainer for :class:`CondenserForPreTraining` / :class:`CoCondenserForPreTraining`.
+
+    Logs ``head_mlm_loss``, ``late_mlm_loss``, ``contrastive_loss`` (means over the logging
+    window, averaged over processes) and ``contrastive_spans`` (rows of the score matrix the
+    contrastive loss saw: the GLOBAL batch under data parallelism).
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._component_sums: dict[str, float] = {}
+        self._component_counts: dict[str, int] = {}
+
+    # ---- logging -------------------------------------------------------------------------
+    def _record(self, name: str, value: torch.Tensor | float | None) -> None:
+        if value is None:
+            return
+        value = float(value.detach().float().item()) if torch.is_tensor(value) else float(value)
+        self._component_sums[name] = self._component_sums.get(name, 0.0) + value
+        self._component_counts[name] = self._component_counts.get(name, 0) + 1
+
+    def _record_outputs(self, outputs) -> None:
+        for name in LOSS_COMPONENTS + ("contrastive_spans",):
+            self._record(name, outputs.get(name))
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._component_sums:
+            names = sorted(self._component_sums)
+            means = torch.tensor(
+                [self._component_sums[n] / self._component_counts[n] for n in names], device=self.args.device
+            )
+            if self.args.world_size > 1:
+                means = self.accelerator.reduce(means, reduction="mean")
+            for name, value in zip(names, means.tolist()):
+                logs[name] = round(value, 4) if name != "contrastive_spans" else int(round(value))
+            self._component_sums.clear()
+            self._component_counts.clear()
+        super().log(logs, start_time)
+
+    # ---- loss ----------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(**inputs)
+        if model.training:
+            self._record_outputs(outputs)
+        loss = outputs["loss"]
+        return (loss, outputs) if return_outputs else loss
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        chunk = getattr(self.args, "grad_cache_chunk_size", None)
+        unwrapped = self.accelerator.unwrap_model(model)
+        if not chunk or "compute_contrastive_loss" not in _forward_parameters(unwrapped):
+            return super().training_step(model, inputs, num_items_in_batch)
+        model.train()
+        inputs = self._prepare_inputs(inputs)
+        if inputs["input_ids"].shape[0] <= chunk:
+            return super().training_step(model, inputs, num_items_in_batch)
+        return self._grad_cache_step(model, unwrapped, inputs, chunk)
+
+    def _grad_cache_step(self, model, unwrapped, inputs, chunk_size: int) -> torch.Tensor:
+        """One coCondenser step through the gradient cache (same gradients, one chunk of memory)."""
+        chunks = split_batch(inputs, chunk_size)
+        scale = 1.0 / self.current_gradient_accumulation_steps
+        # 1. representations without a graph, remembering each chunk's RNG state (dropout)
+        states, span_embeddings = [], []
+        with torch.no_grad(), self.accelerator.autocast():
+            for piece in chunks:
+                states.append(RandomState(piece["input_ids"].device))
+                encoded = unwrapped.bert(
+                    input_ids=piece["input_ids"],
+                    attention_mask=piece.get("attention_mask"),
+                    token_type_ids=piece.get("token_type_ids"),
+                )
+                span_embeddings.append(encoded.pooler_output)
+        # 2. contrastive loss over the whole batch, gradients w.r.t. the cached representations
+        span_embeddings = torch.cat(span_embeddings).detach().float().requires_grad_()
+        contrastive, num_spans = span_contrastive_loss(span_embeddings, return_num_spans=True)
+        (embedding_grads,) = torch.autograd.grad(contrastive, span_embeddings)
+        embedding_grads = embedding_grads.split([piece["input_ids"].shape[0] for piece in chunks])
+        # 3. re-run each chunk with the same RNG; surrogate loss carries the cached gradients
+        labels = inputs.get("labels")
+        total_masked = max(int((labels != -100).sum()), 1) if labels is not None else 1
+        head_total = late_total = 0.0
+        for index, (piece, state, grads) in enumerate(zip(chunks, states, embedding_grads)):
+            last = index == len(chunks) - 1
+            sync = contextlib.nullcontext() if last else self.accelerator.no_sync(model)
+            with sync, state.replay(), self.compute_loss_context_manager():
+                outputs = model(**piece, compute_contrastive_loss=False)
+                surrogate = (outputs.pooler_output.float() * grads).sum()
+                if labels is not None:
+                    weight = int((piece["labels"] != -100).sum()) / total_masked
+                    surrogate = surrogate + weight * outputs.head_mlm_loss
+                    head_total += weight * float(outputs.head_mlm_loss.detach())
+                    if outputs.late_mlm_loss is not None:
+                        surrogate = surrogate + weight * outputs.late_mlm_loss
+                        late_total += weight * float(outputs.late_mlm_loss.detach())
+            self.accelerator.backward(surrogate * scale)
+        components = {"contrastive_loss": contrastive.detach(), "contrastive_spans": num_spans}
+        if labels is not None:
+            components["head_mlm_loss"] = head_total
+            if unwrapped.config.late_mlm:
+                components["late_mlm_loss"] = late_total
+        self._record_outputs(components)
+        total = float(contrastive.detach()) + head_total + late_total
+        return torch.tensor(total * scale, device=self.args.device)
+
+
+def _forward_parameters(model) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(model.forward).parameters)
+
+
+@dataclass
+class PreTrainingSetup:
+    """What to pre-train on what: model source, corpus and masking (``dense-encoders pretrain``)."""
+
+    architecture: str = field(default="condenser", metadata={"help": "condenser or cocondenser."})
+    backbone: str | None = field(
+        default=None,
+        metadata={"help": "BERT-family checkpoint (folder or Hub id) to warm-start from (paper: bert-base-uncased)."},
+    )
+    init_from: str | None = field(
+        default=None, metadata={"help": "A saved Condenser/coCondenser checkpoint (with head) to continue from."}
+    )
+    preset: str = field(
+        default="tiny",
+        metadata={"help": f"Config preset when training from scratch: {', '.join(sorted(CONDENSER_PRESETS))}."},
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={"help": "Tokenizer folder or id; defaults to the backbone's, else the bundled bert-base-uncased."},
+    )
+    corpus: str | None = field(
+        default=None,
+        metadata={"help": "Text (.txt line per document), .jsonl (text/title) or folder; default: the bundled corpus."},
+    )
+    streaming: bool = field(default=False, metadata={"help": "Stream the corpus (large files; needs --max_steps)."})
+    max_seq_length: int = field(default=128, metadata={"help": "Tokens per sequence incl. [CLS]/[SEP]."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Whole-word masking rate (paper: 0.15)."})
+    n_head_layers: int = field(default=2, metadata={"help": "Condenser head layers (paper: 2)."})
+    skip_from: int | None = field(default=None, metadata={"help": "Early layer feeding the head (default: half depth)."})
+    late_mlm: bool = field(default=True, metadata={"help": "Add the backbone's own MLM loss (paper: on)."})
+    min_span_tokens: int = field(default=80, metadata={"help": "coCondenser: shortest span in tokens."})
+    max_span_tokens: int = field(default=128, metadata={"help": "coCondenser: longest span in tokens."})
+
+    def __post_init__(self):
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"architecture={self.architecture!r}: choose one of {sorted(ARCHITECTURES)}.")
+        if self.backbone and self.init_from:
+            raise ValueError("Give either --backbone (warm start from BERT) or --init_from (a Condenser checkpoint).")
+        if self.preset not in CONDENSER_PRESETS:
+            raise ValueError(f"Unknown preset {self.preset!r}; choose one of {sorted(CONDENSER_PRESETS)}.")
+
+
+def build_model(setup: PreTrainingSetup, vocab_size: int):
+    """The pre-training model named by ``setup`` (warm start, continued checkpoint, or preset)."""
+    model_class = ARCHITECTURES[setup.architecture]
+    head = dict(n_head_layers=setup.n_head_layers, late_mlm=setup.late_mlm)
+    if setup.init_from:
+        return model_class.from_pretrained(setup.init_from)
+    if setup.backbone:
+        return model_class.from_backbone(setup.backbone, skip_from=setup.skip_from, **head)
+    overrides = dict(head, vocab_size=vocab_size, max_position_embeddings=max(setup.max_seq_length, 32))
+    if setup.skip_from is not None:
+        overrides["skip_from"] = setup.skip_from
+    return model_class(condenser_preset(setup.preset, **overrides))
+
+
+def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer):
+    """Tokenized corpus (blocks for Condenser, span lists for coCondenser) and its collator."""
+    from ..data import (
+        CoCondenserCollator,
+        WholeWordMaskingCollator,
+        add_spans,
+        default_corpus_path,
+        load_corpus,
+        tokenize_for_condenser,
+    )
+
+    corpus = load_corpus(setup.corpus or default_corpus_path(), streaming=setup.streaming)
+    if setup.architecture == "cocondenser":
+        dataset = add_spans(
+            corpus, tokenizer, min_span_tokens=setup.min_span_tokens, max_span_tokens=setup.max_span_tokens
+        )
+        collator = CoCondenserCollator(tokenizer, max_length=setup.max_seq_length, mlm_probability=setup.mlm_probability)
+    else:
+        dataset = tokenize_for_condenser(corpus, tokenizer, max_length=setup.max_seq_length)
+        collator = WholeWordMaskingCollator(
+            tokenizer, max_length=setup.max_seq_length, mlm_probability=setup.mlm_probability
+        )
+    return dataset, collator
+
+
+def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
+    """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state
+    and sentence-transformers files (CLS pooling, dot product) to ``args.output_dir``."""
+    from ..sentence_transformers_files import write_sentence_transformers_files
+    from ..tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(setup.tokenizer or setup.backbone or setup.init_from)
+    model = build_model(setup, vocab_size=len(tokenizer))
+    if len(tokenizer) > model.config.vocab_size:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary is {model.config.vocab_size}: "
+            "pass the backbone's own tokenizer with --tokenizer."
+        )
+    if setup.streaming and args.max_steps <= 0:
+        raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
+    dataset, collator = build_dataset_and_collator(setup, tokenizer)
+    trainer = CondenserPreTrainer(
+        model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer
+    )
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    output_dir = Path(args.output_dir)
+    if trainer.is_world_process_zero():
+        output_dir.mkdir(parents=True, exist_ok=True)
+        final = trainer.accelerator.unwrap_model(trainer.model)
+        tokenizer.model_max_length = setup.max_seq_length
+        final.save_pretrained(output_dir)
+        tokenizer.save_pretrained(output_dir)
+        trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
+        (output_dir / "pretraining_setup.json").write_text(json.dumps(vars(setup), indent=2) + "\n")
+        write_sentence_transformers_files(output_dir, pooling="cls", similarity="dot")
+        logger.info("Saved %s to %s", type(final).__name__, output_dir)
+    return output_dir
+
+
+__all__ = [
+    "CondenserPreTrainer",
+    "PreTrainingArguments",
+    "PreTrainingSetup",
+    "RandomState",
+    "build_dataset_and_collator",
+    "build_model",
+    "pretrain",
+    "split_batch",
+]
