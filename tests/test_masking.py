@@ -301,7 +301,10 @@ def test_explicit_generator_ignores_global_rng(tok, text_ids):
         ({"mlm_probability": -0.1}, r"mlm_probability.*-0\.1"),
         ({"mask_replace_prob": 2}, r"mask_replace_prob.*got 2"),
         ({"random_replace_prob": -1}, r"random_replace_prob.*got -1"),
-        ({"mask_replace_prob": 0.8, "random_replace_prob": 0.3}, r"mask_replace_prob \+ random_replace_prob must be <= 1.*0\.8 \+ 0\.3"),
+        (
+            {"mask_replace_prob": 0.8, "random_replace_prob": 0.3},
+            r"mask_replace_prob \+ random_replace_prob must be <= 1.*0\.8 \+ 0\.3",
+        ),
         ({"pad_to_multiple_of": 0}, r"pad_to_multiple_of must be None or a positive integer, got 0"),
     ],
 )

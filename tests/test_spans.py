@@ -177,10 +177,8 @@ def test_add_spans_validation(tok):
 
 def disjoint_docs(n_docs, n_spans, span_len=20):
     """Doc d's span s holds ids 2000 + 1000*d + 100*s + [0, span_len): doc and span are readable from any id."""
-    return [
-        {"spans": [list(range(2000 + 1000 * d + 100 * s, 2000 + 1000 * d + 100 * s + span_len)) for s in range(n_spans)]}
-        for d in range(n_docs)
-    ]
+    starts = [[2000 + 1000 * d + 100 * s for s in range(n_spans)] for d in range(n_docs)]
+    return [{"spans": [list(range(start, start + span_len)) for start in doc]} for doc in starts]
 
 
 def test_cocondenser_rows_are_sibling_span_pairs(tok):
@@ -240,7 +238,8 @@ def test_cocondenser_errors(tok):
     docs[1]["spans"] = docs[1]["spans"][:1]
     with pytest.raises(
         ValueError,
-        match=r"example 1 has 1 span\(s\) but coCondenser needs 2.*add_spans\(\.\.\., drop_short=True\).*min_span_tokens",
+        match=r"example 1 has 1 span\(s\) but coCondenser needs 2.*"
+        r"add_spans\(\.\.\., drop_short=True\).*min_span_tokens",
     ):
         collator(docs)
     with pytest.raises(ValueError, match=r"example 0 has no 'spans' \(found \['input_ids'\]\).*add_spans"):

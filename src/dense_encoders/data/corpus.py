@@ -203,7 +203,9 @@ def tokenize_for_condenser(dataset, tokenizer, max_length: int = 128, text_colum
     import datasets
 
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 3:
-        raise ValueError(f"max_length must be an integer >= 3 (room for [CLS], [SEP] and one token), got {max_length!r}")
+        raise ValueError(
+            f"max_length must be an integer >= 3 (room for [CLS], [SEP] and one token), got {max_length!r}"
+        )
     columns = dataset.column_names
     if columns is not None and text_column not in columns:
         raise ValueError(

@@ -57,7 +57,8 @@ class WholeWordMaskingCollator:
     _never_mask_ids: frozenset = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_length, bool) or not isinstance(self.max_length, numbers.Integral) or self.max_length < 3:
+        max_length = self.max_length
+        if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 3:
             raise ValueError(
                 f"max_length must be an integer >= 3 (room for [CLS], [SEP] and one token), got {self.max_length!r}"
             )
@@ -85,7 +86,8 @@ class WholeWordMaskingCollator:
                 )
         self._vocab_size = len(self.tokenizer)
         special = set(int(i) for i in self.tokenizer.all_special_ids)
-        self._random_token_ids = torch.tensor([i for i in range(self._vocab_size) if i not in special], dtype=torch.long)
+        non_special = [i for i in range(self._vocab_size) if i not in special]
+        self._random_token_ids = torch.tensor(non_special, dtype=torch.long)
         if self._random_token_ids.numel() == 0:
             raise ValueError("the tokenizer vocabulary has no non-special tokens to draw random replacements from")
         # [UNK] is a real (unknown) word and may be masked; [CLS]/[SEP]/[PAD]/[MASK] never are.
@@ -97,10 +99,12 @@ class WholeWordMaskingCollator:
             if token_ids.dim() != 1:
                 raise ValueError(f"{where}: input_ids must be 1-D, got a tensor of shape {tuple(token_ids.shape)}")
             ids = token_ids.tolist()
-        elif isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence) and not hasattr(token_ids, "tolist"):
-            raise ValueError(f"{where}: input_ids must be a list of token ids, got {type(token_ids).__name__}")
+        elif hasattr(token_ids, "tolist"):  # numpy arrays
+            ids = token_ids.tolist()
+        elif isinstance(token_ids, Sequence) and not isinstance(token_ids, (str, bytes)):
+            ids = list(token_ids)
         else:
-            ids = token_ids.tolist() if hasattr(token_ids, "tolist") else list(token_ids)
+            raise ValueError(f"{where}: input_ids must be a list of token ids, got {type(token_ids).__name__}")
         try:
             ids = [operator.index(i) for i in ids]
         except TypeError:

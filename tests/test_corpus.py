@@ -1,0 +1,233 @@
+"""Tests for dense_encoders.data.corpus: load_corpus and tokenize_for_condenser."""
+
+import json
+import math
+import re
+
+import datasets
+import pytest
+import torch
+
+from dense_encoders.data import WholeWordMaskingCollator, default_corpus_path, load_corpus, tokenize_for_condenser
+from dense_encoders.tokenization import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer()
+
+
+@pytest.fixture(autouse=True)
+def _hf_cache_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+
+
+def write_jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+TXT = "first document here\n\n   \n  second document, padded  \nthird\r\n"
+TXT_DOCS = ["first document here", "second document, padded", "third"]
+RECORDS = [
+    {"_id": "1", "title": "Condenser", "text": "a pre-training architecture"},
+    {"_id": "2", "title": "", "text": "no title"},
+    {"_id": "3", "text": "missing title"},
+    {"_id": "4", "title": None, "text": "null title"},
+    {"_id": "5", "title": "Only", "text": ""},
+]
+RECORD_DOCS = ["Condenser a pre-training architecture", "no title", "missing title", "null title", "Only "]
+
+
+def rows(ds):
+    return [r["text"] for r in ds]
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def test_default_corpus_path_points_into_package():
+    path = default_corpus_path()
+    assert path.name == "tiny_corpus.jsonl"
+    assert path.parent.name == "resources" and path.parent.parent.name == "dense_encoders"
+
+
+def test_default_corpus_loads_when_present():
+    if not default_corpus_path().exists():
+        pytest.skip("packaged tiny_corpus.jsonl not written yet")
+    ds = load_corpus(default_corpus_path())
+    assert ds.column_names == ["text"] and len(ds) > 0
+    assert all(isinstance(t, str) and t.strip() for t in ds["text"])
+
+
+def test_txt_one_document_per_non_empty_line(tmp_path):
+    path = tmp_path / "docs.txt"
+    path.write_text(TXT, encoding="utf-8")
+    ds = load_corpus(path)
+    assert isinstance(ds, datasets.Dataset) and ds.column_names == ["text"]
+    assert ds["text"] == TXT_DOCS
+    assert load_corpus(str(path))["text"] == TXT_DOCS
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_jsonl_beir_title_join(tmp_path, suffix):
+    path = write_jsonl(tmp_path / f"corpus{suffix}", RECORDS)
+    ds = load_corpus(path)
+    assert ds.column_names == ["text"]
+    assert ds["text"] == RECORD_DOCS
+
+
+def test_custom_fields(tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"body": "b1", "head": "h1"}, {"body": "b2", "head": "h2", "title": "t"}])
+    assert load_corpus(path, text_field="body", title_field="head")["text"] == ["h1 b1", "h2 b2"]
+    assert load_corpus(path, text_field="body", title_field=None)["text"] == ["b1", "b2"]
+    assert load_corpus(path, text_field="body")["text"] == ["b1", "t b2"]
+
+
+def test_directory_reads_supported_files_sorted(tmp_path):
+    (tmp_path / "c.txt").write_text("from c\n", encoding="utf-8")
+    write_jsonl(tmp_path / "b.jsonl", [{"text": "from b", "title": "B"}])
+    (tmp_path / "a.txt").write_text("from a 1\nfrom a 2\n", encoding="utf-8")
+    (tmp_path / "notes.md").write_text("ignored\n", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "d.txt").write_text("not recursed\n", encoding="utf-8")
+    assert load_corpus(tmp_path)["text"] == ["from a 1", "from a 2", "B from b", "from c"]
+
+
+def test_dataset_sources(tmp_path):
+    ds = datasets.Dataset.from_dict(
+        {"text": ["t1", "t2"], "title": ["T1", ""], "other": [1, 2]}
+    )
+    out = load_corpus(ds)
+    assert isinstance(out, datasets.Dataset) and out.column_names == ["text"]
+    assert out["text"] == ["T1 t1", "t2"]
+    assert load_corpus(ds, title_field=None)["text"] == ["t1", "t2"]
+    body = datasets.Dataset.from_dict({"body": ["x", "y"], "text": ["not", "this"]})
+    assert load_corpus(body, text_field="body")["text"] == ["x", "y"]
+
+    streamed = load_corpus(ds, streaming=True)
+    assert isinstance(streamed, datasets.IterableDataset)
+    assert list(streamed) == [{"text": "T1 t1"}, {"text": "t2"}]
+    iterable = load_corpus(ds.to_iterable_dataset())
+    assert isinstance(iterable, datasets.IterableDataset)
+    assert rows(iterable) == ["T1 t1", "t2"]
+
+
+def test_streaming_equals_eager(tmp_path):
+    (tmp_path / "a.txt").write_text(TXT, encoding="utf-8")
+    write_jsonl(tmp_path / "b.jsonl", RECORDS)
+    (tmp_path / "c.txt").write_text("last one\n", encoding="utf-8")
+    for source in (tmp_path / "a.txt", tmp_path / "b.jsonl", tmp_path):
+        eager = load_corpus(source)
+        lazy = load_corpus(source, streaming=True)
+        assert isinstance(lazy, datasets.IterableDataset)
+        assert list(lazy) == list(eager) and len(eager) > 0, source
+    assert rows(load_corpus(tmp_path, streaming=True)) == TXT_DOCS + RECORD_DOCS + ["last one"]
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_malformed_json_line_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "ok"}\n\n{"text": "broken"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}:3: malformed JSON"):
+        load_corpus(path)
+
+
+def test_missing_text_field_names_file_and_line(tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"text": "ok"}, {"contents": "no text"}])
+    where = re.escape(str(path))
+    message = rf"{where}:2: record has no 'text' field \(fields: \['contents'\]\).*text_field="
+    with pytest.raises(ValueError, match=message):
+        load_corpus(path)
+    with pytest.raises(ValueError, match=r"records in .* have no 'body' field"):
+        list(load_corpus(path, text_field="body", streaming=True))
+    path.write_text('{"text": "ok"}\n["not", "an", "object"]\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{where}:2: expected a JSON object per line, got list"):
+        load_corpus(path)
+    write_jsonl(path, [{"text": 3}])
+    with pytest.raises(ValueError, match=rf"{where}:1: field 'text' must be a string, got int"):
+        load_corpus(path)
+
+
+def test_path_errors(tmp_path):
+    missing = tmp_path / "nope.jsonl"
+    with pytest.raises(FileNotFoundError, match=rf"corpus path '{re.escape(str(missing))}' does not exist"):
+        load_corpus(missing)
+    csv = tmp_path / "c.csv"
+    csv.write_text("text\nx\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"extension '\.csv'.*supported extensions: \['\.txt', '\.jsonl', '\.json'\]"):
+        load_corpus(csv)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match=r"contains no files with a supported extension"):
+        load_corpus(empty)
+    with pytest.raises(ValueError, match=r"unsupported corpus source of type int"):
+        load_corpus(3)
+
+
+def test_dataset_missing_column_lists_columns():
+    ds = datasets.Dataset.from_dict({"contents": ["a"], "id": [1]})
+    with pytest.raises(ValueError, match=r"no 'text' column \(columns: \['contents', 'id'\]\).*text_field="):
+        load_corpus(ds)
+    with pytest.raises(ValueError, match=r"dataset dict with splits \['train'\]"):
+        load_corpus(datasets.DatasetDict({"train": ds}))
+
+
+# ----------------------------------------------------------------------------- tokenize_for_condenser
+
+
+def check_blocks(tok, texts, blocks, block_size):
+    """Blocks, in order, are each document's tokens cut every block_size tokens; empty docs give none."""
+    i = 0
+    for text in texts:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        n_blocks = math.ceil(len(ids) / block_size)
+        mine = blocks[i : i + n_blocks]
+        assert [t for b in mine for t in b] == ids
+        assert all(len(b) == block_size for b in mine[:-1])
+        assert all(0 < len(b) <= block_size for b in mine)
+        i += n_blocks
+    assert i == len(blocks)
+
+
+def test_tokenize_for_condenser_blocks(tok, tmp_path):
+    texts = ["", "short doc", " ".join(["retrieval"] * 30), "antidisestablishmentarianism " * 5, "   "]
+    ds = datasets.Dataset.from_dict({"text": texts, "id": list(range(len(texts)))})
+    out = tokenize_for_condenser(ds, tok, max_length=12)
+    assert out.column_names == ["input_ids"]
+    blocks = out["input_ids"]
+    # 2 tokens -> [2]; 30 x 'retrieval' -> 3 x 10; 5 x 8 word pieces -> 4 x 10; empty docs -> nothing
+    assert [len(b) for b in blocks] == [2] + [10] * 7
+    check_blocks(tok, texts, blocks, 10)
+    # no special tokens inside blocks: the collator adds them
+    assert not {tok.cls_token_id, tok.sep_token_id} & {t for b in blocks for t in b}
+
+    lazy = tokenize_for_condenser(ds.to_iterable_dataset(), tok, max_length=12)
+    assert isinstance(lazy, datasets.IterableDataset)
+    assert [r["input_ids"] for r in lazy] == blocks
+
+
+def test_tokenize_for_condenser_on_streamed_corpus(tok, tmp_path):
+    records = [{"title": f"doc {i}", "text": "dense passage retrieval " * (i * 7)} for i in range(6)]
+    path = write_jsonl(tmp_path / "c.jsonl", records)
+    eager = tokenize_for_condenser(load_corpus(path), tok, max_length=16)
+    lazy = tokenize_for_condenser(load_corpus(path, streaming=True), tok, max_length=16)
+    assert [r["input_ids"] for r in lazy] == eager["input_ids"]
+    check_blocks(tok, load_corpus(path)["text"], eager["input_ids"], 14)
+
+    # end to end: blocks fit the collator without cropping
+    collator = WholeWordMaskingCollator(tok, max_length=16)
+    torch.manual_seed(0)
+    batch = collator(list(eager.select(range(4))))
+    assert batch["input_ids"].shape[1] <= 16
+    assert batch["attention_mask"].sum(1).tolist() == [len(b) + 2 for b in eager["input_ids"][:4]]
+
+
+def test_tokenize_for_condenser_validation(tok):
+    ds = datasets.Dataset.from_dict({"body": ["x"]})
+    with pytest.raises(ValueError, match=r"text_column 'text' is not a column.*\['body'\]"):
+        tokenize_for_condenser(ds, tok)
+    with pytest.raises(ValueError, match=r"max_length must be an integer >= 3.*got 2"):
+        tokenize_for_condenser(ds, tok, max_length=2, text_column="body")

@@ -1,0 +1,233 @@
+"""Pre-training: gradient cache, data parallelism, resuming, and the CLI end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO_ROOT, random_mlm_batch, tiny_condenser_config
+
+from dense_encoders import CoCondenserForPreTraining
+from dense_encoders.trainer import CondenserPreTrainer, PreTrainingArguments, PreTrainingSetup, RandomState, pretrain
+
+WORDS = (
+    "retrieval dense passage query encoder transformer attention layer sentence document corpus index ranking "
+    "river mountain ocean planet comet galaxy protein enzyme cell music rhythm harmony bridge tower engine "
+    "climate weather storm harvest wheat bread language grammar market price trade"
+).split()
+
+
+@pytest.fixture
+def corpus_file(tmp_path) -> Path:
+    """40 documents of 170-230 words: two or more 40-60-token spans each."""
+    rng = random.Random(0)
+    path = tmp_path / "corpus.jsonl"
+    with path.open("w") as handle:
+        for index in range(40):
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(170, 230)))
+            handle.write(json.dumps({"id": str(index), "title": f"document {index}", "text": text}) + "\n")
+    return path
+
+
+def training_args(output_dir, **overrides) -> PreTrainingArguments:
+    settings = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        max_steps=4,
+        logging_steps=1,
+        save_strategy="no",
+        use_cpu=True,
+        seed=7,
+        disable_tqdm=True,
+        report_to="none",
+    )
+    settings.update(overrides)
+    return PreTrainingArguments(**settings)
+
+
+def logged(folder: Path, key: str) -> dict[int, float]:
+    history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry[key] for entry in history if key in entry}
+
+
+# ---------------------------------------------------------------------------- gradient cache
+
+
+def parameter_gradients(model) -> dict[str, torch.Tensor]:
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 4])
+def test_grad_cache_gradients_equal_unchunked_step(tmp_path, chunk_size):
+    torch.manual_seed(0)
+    model = CoCondenserForPreTraining(tiny_condenser_config())
+    batch = random_mlm_batch(batch_size=8, seed=3)
+
+    model.zero_grad()
+    reference_output = model(**batch)
+    reference_output.loss.backward()
+    reference = parameter_gradients(model)
+
+    model.zero_grad()
+    trainer = CondenserPreTrainer(model=model, args=training_args(tmp_path, grad_cache_chunk_size=chunk_size))
+    trainer.current_gradient_accumulation_steps = 1
+    loss = trainer.training_step(trainer.model, dict(batch))
+    cached = parameter_gradients(model)
+
+    torch.testing.assert_close(loss, reference_output.loss.detach(), atol=1e-5, rtol=1e-5)
+    assert reference.keys() == cached.keys() and len(reference) > 50
+    for name in reference:
+        torch.testing.assert_close(cached[name], reference[name], atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_random_state_replays_dropout_exactly():
+    dropout = torch.nn.Dropout(0.5)
+    values = torch.ones(1000)
+    state = RandomState(values.device)
+    first = dropout(values)
+    after_first = torch.rand(3)
+    with state.replay():
+        replayed = dropout(values)
+    assert torch.equal(first, replayed)
+    assert not torch.equal(first, dropout(values))  # the replay did not rewind the global stream
+    assert after_first.shape == (3,)
+
+
+def test_grad_cache_chunk_size_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="grad_cache_chunk_size=0"):
+        training_args(tmp_path, grad_cache_chunk_size=0)
+
+
+# ---------------------------------------------------------------------------- data parallel
+
+
+def torchrun(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0", *args]
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise AssertionError(f"torchrun failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
+    return result
+
+
+@pytest.mark.slow
+def test_contrastive_loss_and_gradients_match_one_process_on_the_global_batch(tmp_path):
+    torchrun(str(REPO_ROOT / "tests" / "distributed_worker.py"), str(tmp_path / "ddp.pt"), cwd=tmp_path)
+    result = torch.load(tmp_path / "ddp.pt")
+
+    torch.manual_seed(0)
+    model = CoCondenserForPreTraining(tiny_condenser_config(late_mlm=False))
+    batch = random_mlm_batch(batch_size=8, seed=1)
+    output = model(**{k: v for k, v in batch.items() if k != "labels"})
+    output.loss.backward()
+
+    # both ranks saw all 8 spans (6 + 2) and the loss of the whole global batch
+    assert result["spans"].tolist() == [8, 8]
+    torch.testing.assert_close(result["losses"], output.loss.detach().repeat(2), atol=1e-5, rtol=1e-5)
+    # DDP-averaged gradients equal the single-process gradient of the global loss
+    for name, grad in parameter_gradients(model).items():
+        torch.testing.assert_close(result["grads"][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_torchrun_cli_trains_cocondenser_on_the_global_batch(tmp_path, corpus_file):
+    output_dir = tmp_path / "run"
+    torchrun(
+        "-m", "dense_encoders.cli", "pretrain", "cocondenser",
+        "--corpus", str(corpus_file), "--output_dir", str(output_dir), "--max_steps", "3",
+        "--per_device_train_batch_size", "3", "--logging_steps", "1", "--save_strategy", "no",
+        "--min_span_tokens", "40", "--max_span_tokens", "60", "--max_seq_length", "64",
+        "--use_cpu", "--report_to", "none",
+        cwd=tmp_path,
+    )
+    spans = logged(output_dir, "contrastive_spans")
+    assert spans == {1: 12, 2: 12, 3: 12}  # 2 processes x 3 documents x 2 spans
+    assert all(value > 0 for value in logged(output_dir, "contrastive_loss").values())
+    assert (output_dir / "model.safetensors").is_file()
+
+
+# ---------------------------------------------------------------------------- resume, CLI
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", ["condenser", "cocondenser"])
+def test_resuming_from_a_checkpoint_continues_with_the_same_losses(tmp_path, corpus_file, architecture):
+    setup = PreTrainingSetup(
+        architecture=architecture, preset="tiny", corpus=str(corpus_file), max_seq_length=64,
+        min_span_tokens=40, max_span_tokens=60,
+    )
+    full = tmp_path / "full"
+    pretrain(setup, training_args(full, max_steps=6, save_strategy="steps", save_steps=3))
+    interrupted = tmp_path / "interrupted"
+    shutil.copytree(full / "checkpoint-3", interrupted / "checkpoint-3")
+    pretrain(setup, training_args(interrupted, max_steps=6, resume_from_checkpoint=str(interrupted / "checkpoint-3")))
+
+    uninterrupted, resumed = logged(full, "loss"), logged(interrupted, "loss")
+    assert sorted(resumed) == [4, 5, 6]
+    for step in (4, 5, 6):
+        assert resumed[step] == pytest.approx(uninterrupted[step], abs=1e-4), step
+    for component in ("head_mlm_loss", "late_mlm_loss") + (("contrastive_loss",) if architecture == "cocondenser" else ()):
+        assert logged(interrupted, component)[6] == pytest.approx(logged(full, component)[6], abs=1e-4)
+
+
+def test_gradient_accumulation_and_partial_batches_train(tmp_path, corpus_file):
+    """7 documents with batch 2 and accumulation 2: steps see 4, 4, ... then a partial 3-document batch."""
+    lines = corpus_file.read_text().splitlines()[:7]
+    small = tmp_path / "seven.jsonl"
+    small.write_text("\n".join(lines) + "\n")
+    setup = PreTrainingSetup(
+        architecture="cocondenser", preset="tiny", corpus=str(small), max_seq_length=64,
+        min_span_tokens=40, max_span_tokens=60,
+    )
+    output = tmp_path / "run"
+    pretrain(setup, training_args(output, max_steps=-1, num_train_epochs=2, per_device_train_batch_size=2,
+                                  gradient_accumulation_steps=2, logging_steps=1))
+    spans = logged(output, "contrastive_spans")
+    assert spans and min(spans.values()) >= 2
+    # the last batch of each epoch holds a single document (7 = 2+2+2+1): 2 spans, averaged in
+    assert any(value < 4 for value in spans.values())
+
+
+def test_cli_pretrain_writes_a_complete_checkpoint(tmp_path, corpus_file):
+    from dense_encoders.cli import main
+
+    output = tmp_path / "cli-run"
+    code = main([
+        "pretrain", "condenser", "--corpus", str(corpus_file), "--output_dir", str(output), "--max_steps", "2",
+        "--per_device_train_batch_size", "4", "--save_strategy", "no", "--use_cpu", "--report_to", "none",
+        "--max_seq_length", "64",
+    ])
+    assert code == 0
+    names = {p.name for p in output.iterdir()}
+    assert {"model.safetensors", "config.json", "modeling_condenser.py", "configuration_condenser.py",
+            "tokenizer.json", "modules.json", "1_Pooling", "trainer_state.json"} <= names
+    assert not [n for n in names if n.endswith((".bin", ".pt", ".pth"))]
+    assert set(logged(output, "head_mlm_loss")) or set(logged(output, "loss"))
+
+
+def test_cli_reads_a_json_config(tmp_path, corpus_file):
+    from dense_encoders.cli import main
+
+    config = tmp_path / "pretrain.json"
+    config.write_text(json.dumps({
+        "corpus": str(corpus_file), "output_dir": str(tmp_path / "from-json"), "max_steps": 1,
+        "per_device_train_batch_size": 2, "save_strategy": "no", "use_cpu": True, "report_to": "none",
+        "max_seq_length": 48, "n_head_layers": 1,
+    }))
+    assert main(["pretrain", "condenser", str(config)]) == 0
+    saved = json.loads((tmp_path / "from-json" / "config.json").read_text())
+    assert saved["n_head_layers"] == 1
+
+
+def test_cli_rejects_unknown_architecture(capsys):
+    from dense_encoders.cli import main
+
+    assert main(["pretrain", "tite"]) == 2
+    assert "unknown architecture 'tite'" in capsys.readouterr().err
