@@ -196,7 +196,8 @@ def test_tokenize_for_condenser_blocks(tok, tmp_path):
     texts = ["", "short doc", " ".join(["retrieval"] * 30), "antidisestablishmentarianism " * 5, "   "]
     ds = datasets.Dataset.from_dict({"text": texts, "id": list(range(len(texts)))})
     out = tokenize_for_condenser(ds, tok, max_length=12)
-    assert out.column_names == ["input_ids"]
+    assert out.column_names == ["input_ids", "example_index"]
+    assert out["example_index"] == list(range(len(out)))
     blocks = out["input_ids"]
     # 2 tokens -> [2]; 30 x 'retrieval' -> 3 x 10; 5 x 8 word pieces -> 4 x 10; empty docs -> nothing
     assert [len(b) for b in blocks] == [2] + [10] * 7

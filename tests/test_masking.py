@@ -325,3 +325,37 @@ def test_invalid_examples(tok):
         collator([])
     with pytest.raises(ValueError, match=r"empty token list"):
         collator.mask_tokens([])
+
+
+# ---------------------------------------------------------------------------- seeded, per example
+
+
+def test_seeded_masks_depend_only_on_seed_epoch_and_example(tok):
+    from dense_encoders.data import WholeWordMaskingCollator
+
+    ids = tok("the unbelievable cathedral stood beside a quiet river in the old town " * 3,
+                    add_special_tokens=False)["input_ids"]
+    examples = [{"input_ids": ids, "example_index": i} for i in range(4)]
+    collator = WholeWordMaskingCollator(tok, max_length=24, seed=11)
+    whole = collator(examples)
+    torch.manual_seed(123)  # the global RNG must not matter
+    reordered = collator([examples[2], examples[0]])
+    assert torch.equal(reordered["labels"][0], whole["labels"][2])
+    assert torch.equal(reordered["input_ids"][1], whole["input_ids"][0])
+    # same text, different example index: different crop/mask
+    assert not torch.equal(whole["labels"][0], whole["labels"][1])
+    collator.set_epoch(1)
+    assert not torch.equal(collator(examples)["labels"], whole["labels"])
+    collator.set_epoch(0)
+    assert torch.equal(collator(examples)["labels"], whole["labels"])
+
+
+def test_without_example_index_the_global_rng_is_used(tok):
+    from dense_encoders.data import WholeWordMaskingCollator
+
+    ids = tok("a river runs through the valley and past the mill " * 2, add_special_tokens=False)["input_ids"]
+    collator = WholeWordMaskingCollator(tok, max_length=16, seed=11)
+    torch.manual_seed(5)
+    first = collator([{"input_ids": ids}])
+    torch.manual_seed(5)
+    assert torch.equal(collator([{"input_ids": ids}])["labels"], first["labels"])

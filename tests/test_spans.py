@@ -115,7 +115,7 @@ def test_add_spans_dataset(tok, caplog):
     torch.manual_seed(0)
     with caplog.at_level(logging.INFO, logger="dense_encoders.data.spans"):
         out = add_spans(ds, tok, min_span_tokens=30, max_span_tokens=40)
-    assert out.column_names == ["spans"]
+    assert out.column_names == ["spans", "example_index"]
     token_lists = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     kept = [ids for ids in token_lists if len(ids) >= 60]  # >= 2 spans of >= 30 tokens
     assert len(out) == len(kept) and len(out) < len(texts)
@@ -147,8 +147,31 @@ def test_add_spans_streaming_matches_dataset(tok, tmp_path):
         assert isinstance(lazy, datasets.IterableDataset), name
         torch.manual_seed(42)  # spans are drawn while iterating
         rows = list(lazy)
-        assert all(set(r) == {"spans"} for r in rows)
+        assert all(set(r) == {"spans", "example_index"} for r in rows)
         assert [r["spans"] for r in rows] == expected, name
+
+
+def test_seeded_add_spans_is_independent_of_global_rng_and_laziness(tok):
+    texts = make_texts(tok, 12, seed=3)
+    ds = datasets.Dataset.from_dict({"text": texts})
+    torch.manual_seed(0)
+    eager = add_spans(ds, tok, 20, 50, seed=5)
+    torch.manual_seed(1)
+    lazy = list(add_spans(ds.to_iterable_dataset(), tok, 20, 50, seed=5))
+    assert [r["spans"] for r in lazy] == eager["spans"]
+    assert eager["example_index"] == sorted(eager["example_index"])
+    assert add_spans(ds, tok, 20, 50, seed=6)["spans"] != eager["spans"]
+
+
+def test_seeded_cocondenser_batches_do_not_depend_on_batch_composition(tok):
+    rows = [{"spans": [[2000 + 10 * d + k for k in range(6)] for _ in range(4)], "example_index": d} for d in range(4)]
+    for row in rows:  # make every span of a document distinct
+        row["spans"] = [[t + 1000 * j for t in span] for j, span in enumerate(row["spans"])]
+    collator = CoCondenserCollator(tok, max_length=8, seed=3)
+    whole = collator(rows)
+    part = collator([rows[3], rows[1]])
+    assert torch.equal(part["labels"][0:2], whole["labels"][6:8])
+    assert torch.equal(part["input_ids"][2:4], whole["input_ids"][2:4])
 
 
 def test_add_spans_file_backed_dataset_is_not_cached(tok, tmp_path):

@@ -196,11 +196,14 @@ def load_corpus(
 def tokenize_for_condenser(dataset, tokenizer, max_length: int = 128, text_column: str = "text"):
     """Tokenize documents (no special tokens) into consecutive blocks of at most ``max_length - 2`` ids.
 
-    One row (column ``input_ids``) per block; the collator adds ``[CLS]``/``[SEP]``. Blocks of a
+    One row per block: ``input_ids`` and ``example_index`` (the block's position, which seeds
+    its masks when the collator has a ``seed``); the collator adds ``[CLS]``/``[SEP]``. Blocks of a
     document concatenate back to its tokens; empty documents yield no rows. Works on
     ``datasets.Dataset`` and ``datasets.IterableDataset``.
     """
     import datasets
+
+    from .masking import EXAMPLE_INDEX
 
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 3:
         raise ValueError(
@@ -221,6 +224,7 @@ def tokenize_for_condenser(dataset, tokenizer, max_length: int = 128, text_colum
     kwargs: dict[str, Any] = {}
     if isinstance(dataset, datasets.Dataset):
         kwargs = {"desc": "tokenizing for Condenser"}
-    return dataset.select_columns([text_column]).map(
+    blocks = dataset.select_columns([text_column]).map(
         _blocks, input_columns=text_column, batched=True, remove_columns=[text_column], **kwargs
     )
+    return blocks.map(lambda _, index: {EXAMPLE_INDEX: index}, input_columns="input_ids", with_indices=True)

@@ -7,8 +7,13 @@ picked in random order and skipped when they would overflow the budget, and per 
 (Gao & Callan 2021), which cropped the tokens and the mask at two *different* random
 offsets, a long example is cropped exactly once and the mask is computed on the cropped tokens.
 
-All randomness comes from torch's global RNG (unless a ``generator`` is given), so
-``transformers.Trainer``'s RNG checkpointing reproduces the masks of a resumed run.
+Randomness: with ``seed`` set and examples that carry an ``example_index`` (as the datasets of
+:func:`~dense_encoders.data.tokenize_for_condenser` and :func:`~dense_encoders.data.add_spans`
+do), each example's crop and mask come from a generator seeded by ``(seed, epoch, example_index)``.
+Masks are then a pure function of the example and the epoch: a run resumed from a checkpoint, a
+different number of processes or data-loader workers, or the Trainer's one-batch prefetch cannot
+change them (the Trainer restores its RNG only *after* prefetching the next batch, so global-RNG
+masks would differ after a resume). Otherwise torch's global RNG (or ``generator``) is used.
 """
 
 from __future__ import annotations
@@ -22,9 +27,20 @@ import torch
 
 from ..tokenization.wordpiece import word_ids
 
-__all__ = ["WholeWordMaskingCollator"]
+__all__ = ["WholeWordMaskingCollator", "example_generator", "EXAMPLE_INDEX"]
 
 IGNORE_INDEX = -100
+EXAMPLE_INDEX = "example_index"
+
+
+def example_generator(seed: int, *keys: int) -> torch.Generator:
+    """A generator seeded by ``seed`` and integer ``keys`` (e.g. epoch, example index)."""
+    value = int(seed) & 0x7FFFFFFF
+    for key in keys:
+        value = (value * 1_000_003 + int(key) + 1) % (2**61 - 1)
+    generator = torch.Generator()
+    generator.manual_seed(value)
+    return generator
 
 
 def _check_probability(name: str, value: Any) -> float:
@@ -53,6 +69,8 @@ class WholeWordMaskingCollator:
     random_replace_prob: float = 0.1
     pad_to_multiple_of: Optional[int] = None
     generator: Optional[torch.Generator] = None
+    seed: Optional[int] = None
+    epoch: int = 0
     _random_token_ids: torch.Tensor = field(init=False, repr=False)
     _never_mask_ids: frozenset = field(init=False, repr=False)
 
@@ -94,6 +112,16 @@ class WholeWordMaskingCollator:
         self._never_mask_ids = frozenset(special - {self.tokenizer.unk_token_id})
 
     # ------------------------------------------------------------------ helpers
+    def set_epoch(self, epoch: int) -> None:
+        """Give each epoch fresh masks (called by the pre-training Trainer at every epoch start)."""
+        self.epoch = int(epoch)
+
+    def generator_for(self, example: Mapping[str, Any]) -> Optional[torch.Generator]:
+        """The example's own generator (``seed`` + ``example_index``), else ``self.generator``."""
+        if self.seed is not None and isinstance(example, Mapping) and EXAMPLE_INDEX in example:
+            return example_generator(self.seed, self.epoch, int(example[EXAMPLE_INDEX]))
+        return self.generator
+
     def _as_id_list(self, token_ids: Any, where: str) -> list[int]:
         if isinstance(token_ids, torch.Tensor):
             if token_ids.dim() != 1:
@@ -117,18 +145,21 @@ class WholeWordMaskingCollator:
             )
         return ids
 
-    def mask_tokens(self, token_ids: Sequence[int] | torch.Tensor) -> tuple[list[int], list[int]]:
+    def mask_tokens(
+        self, token_ids: Sequence[int] | torch.Tensor, generator: Optional[torch.Generator] = None
+    ) -> tuple[list[int], list[int]]:
         """Crop (one random offset) and whole-word mask one example; no special tokens are added.
 
         Returns ``(input_ids, labels)`` of equal length with ``labels`` = original id at the
-        chosen positions and -100 elsewhere.
+        chosen positions and -100 elsewhere. ``generator`` defaults to ``self.generator``.
         """
+        generator = generator if generator is not None else self.generator
         ids = self._as_id_list(token_ids, "mask_tokens")
         if not ids:
             raise ValueError("mask_tokens got an empty token list; drop empty documents before masking")
         window = self.max_length - 2
         if len(ids) > window:
-            offset = int(torch.randint(0, len(ids) - window + 1, (1,), generator=self.generator))
+            offset = int(torch.randint(0, len(ids) - window + 1, (1,), generator=generator))
             ids = ids[offset : offset + window]
         n = len(ids)
 
@@ -143,7 +174,7 @@ class WholeWordMaskingCollator:
 
         budget = max(1, round(n * self.mlm_probability)) if self.mlm_probability > 0 else 0
         chosen: list[int] = []
-        for wi in torch.randperm(len(candidates), generator=self.generator).tolist():
+        for wi in torch.randperm(len(candidates), generator=generator).tolist():
             if len(chosen) >= budget:
                 break
             if len(chosen) + len(candidates[wi]) > budget:
@@ -155,9 +186,9 @@ class WholeWordMaskingCollator:
         labels = [IGNORE_INDEX] * n
         if chosen:
             k = len(chosen)
-            draw = torch.rand(k, generator=self.generator).tolist()
+            draw = torch.rand(k, generator=generator).tolist()
             random_ids = self._random_token_ids[
-                torch.randint(0, len(self._random_token_ids), (k,), generator=self.generator)
+                torch.randint(0, len(self._random_token_ids), (k,), generator=generator)
             ].tolist()
             mask_id = self.tokenizer.mask_token_id
             for j, pos in enumerate(chosen):
@@ -206,5 +237,5 @@ class WholeWordMaskingCollator:
                     f"example {i} has 0 tokens (empty input_ids); drop empty documents before collating "
                     "(tokenize_for_condenser does)"
                 )
-            rows.append(self.mask_tokens(ids))
+            rows.append(self.mask_tokens(ids, self.generator_for(example)))
         return self._build_batch(rows)

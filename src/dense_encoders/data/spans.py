@@ -4,7 +4,9 @@ coCondenser's corpus-aware contrastive loss needs, per document, two random span
 in-batch sibling of row ``i`` is row ``i ^ 1``. Documents are pre-split into random
 non-overlapping consecutive spans (:func:`split_into_spans`, :func:`add_spans`); the
 :class:`CoCondenserCollator` samples two distinct spans per document and whole-word masks each.
-All randomness uses torch's global RNG (unless a ``generator`` is given).
+Randomness follows :mod:`~dense_encoders.data.masking`: with a ``seed``, span boundaries come from
+per-document generators and span choice + masks from per-example, per-epoch generators, so
+resumed runs see exactly the batches an uninterrupted run would; otherwise torch's global RNG.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from .masking import WholeWordMaskingCollator
+from .masking import EXAMPLE_INDEX, WholeWordMaskingCollator, example_generator
 
 __all__ = ["split_into_spans", "add_spans", "CoCondenserCollator"]
 
@@ -78,8 +80,13 @@ def add_spans(
     max_span_tokens: int = 128,
     text_column: str = "text",
     drop_short: bool = True,
+    seed: Optional[int] = None,
 ):
-    """Tokenize ``text_column`` (no special tokens) into a single ``spans`` column of span lists.
+    """Tokenize ``text_column`` (no special tokens) into a ``spans`` column of span lists.
+
+    Each row also gets ``example_index`` (its document's position), which the collator's
+    ``seed`` uses; with ``seed`` given here, each document's span boundaries are drawn from its
+    own generator, so they do not depend on the order or laziness of processing.
 
     Works on ``datasets.Dataset`` (eagerly) and ``datasets.IterableDataset`` (lazily; spans are
     drawn while iterating). With ``drop_short``, documents with fewer than 2 spans -- unusable for
@@ -95,9 +102,16 @@ def add_spans(
             "pass text_column=<the column holding the documents>"
         )
 
-    def _spans(texts):
+    def _spans(texts, indices):
         encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
-        return {"spans": [split_into_spans(ids, min_span_tokens, max_span_tokens) for ids in encoded]}
+        generators = [example_generator(seed, i) if seed is not None else None for i in indices]
+        return {
+            "spans": [
+                split_into_spans(ids, min_span_tokens, max_span_tokens, generator=g)
+                for ids, g in zip(encoded, generators)
+            ],
+            EXAMPLE_INDEX: list(indices),
+        }
 
     dataset = dataset.select_columns([text_column])
     if isinstance(dataset, datasets.Dataset):
@@ -106,6 +120,7 @@ def add_spans(
         dataset = dataset.map(
             _spans,
             input_columns=text_column,
+            with_indices=True,
             batched=True,
             remove_columns=[text_column],
             load_from_cache_file=False,
@@ -114,7 +129,9 @@ def add_spans(
         )
     else:
         n_docs = None
-        dataset = dataset.map(_spans, input_columns=text_column, batched=True, remove_columns=[text_column])
+        dataset = dataset.map(
+            _spans, input_columns=text_column, with_indices=True, batched=True, remove_columns=[text_column]
+        )
     if drop_short:
         dataset = dataset.filter(lambda spans: [len(s) >= 2 for s in spans], input_columns="spans", batched=True)
         if n_docs is not None:
@@ -144,6 +161,7 @@ class CoCondenserCollator:
     random_replace_prob: float = 0.1
     pad_to_multiple_of: Optional[int] = None
     generator: Optional[torch.Generator] = None
+    seed: Optional[int] = None
     mlm_collator: WholeWordMaskingCollator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -155,7 +173,12 @@ class CoCondenserCollator:
             random_replace_prob=self.random_replace_prob,
             pad_to_multiple_of=self.pad_to_multiple_of,
             generator=self.generator,
+            seed=self.seed,
         )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Fresh span pairs and masks each epoch (called by the pre-training Trainer)."""
+        self.mlm_collator.set_epoch(epoch)
 
     def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         if len(examples) == 0:
@@ -174,8 +197,9 @@ class CoCondenserCollator:
                     f"example {i} has {len(spans)} span(s) but coCondenser needs 2 per document; build spans with "
                     "add_spans(..., drop_short=True) to drop such documents, or lower min_span_tokens"
                 )
-            for j in torch.randperm(len(spans), generator=self.generator)[:2].tolist():
+            generator = self.mlm_collator.generator_for(example)
+            for j in torch.randperm(len(spans), generator=generator)[:2].tolist():
                 if len(spans[j]) == 0:
                     raise ValueError(f"example {i}: span {j} is empty; spans must hold at least one token")
-                rows.append(self.mlm_collator.mask_tokens(spans[j]))
+                rows.append(self.mlm_collator.mask_tokens(spans[j], generator))
         return self.mlm_collator._build_batch(rows)

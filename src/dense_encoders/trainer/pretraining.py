@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from ..models.condenser.modeling_condenser import (
     CoCondenserForPreTraining,
@@ -81,6 +81,16 @@ def split_batch(inputs: dict[str, torch.Tensor], chunk_size: int) -> list[dict[s
     return [{k: v[start : start + chunk_size] for k, v in inputs.items()} for start in range(0, size, chunk_size)]
 
 
+class CollatorEpochCallback(TrainerCallback):
+    """Tell a collator with ``set_epoch`` which epoch starts, so each epoch gets fresh masks."""
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.collator.set_epoch(int(state.epoch or 0))
+
+
 class CondenserPreTrainer(Trainer):
     """Trainer for :class:`CondenserForPreTraining` / :class:`CoCondenserForPreTraining`.
 
@@ -91,6 +101,8 @@ class CondenserPreTrainer(Trainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if hasattr(self.data_collator, "set_epoch"):
+            self.add_callback(CollatorEpochCallback(self.data_collator))
         self._component_sums: dict[str, float] = {}
         self._component_counts: dict[str, int] = {}
 
@@ -249,8 +261,12 @@ def build_model(setup: PreTrainingSetup, vocab_size: int):
     return model_class(condenser_preset(setup.preset, **overrides))
 
 
-def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer):
-    """Tokenized corpus (blocks for Condenser, span lists for coCondenser) and its collator."""
+def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer, seed: int | None = None):
+    """Tokenized corpus (blocks for Condenser, span lists for coCondenser) and its collator.
+
+    With ``seed``, spans and masks are a function of (seed, epoch, example) only, so a resumed
+    run sees exactly the batches of an uninterrupted one.
+    """
     from ..data import (
         CoCondenserCollator,
         WholeWordMaskingCollator,
@@ -263,13 +279,15 @@ def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer):
     corpus = load_corpus(setup.corpus or default_corpus_path(), streaming=setup.streaming)
     if setup.architecture == "cocondenser":
         dataset = add_spans(
-            corpus, tokenizer, min_span_tokens=setup.min_span_tokens, max_span_tokens=setup.max_span_tokens
+            corpus, tokenizer, min_span_tokens=setup.min_span_tokens, max_span_tokens=setup.max_span_tokens, seed=seed
         )
-        collator = CoCondenserCollator(tokenizer, max_length=setup.max_seq_length, mlm_probability=setup.mlm_probability)
+        collator = CoCondenserCollator(
+            tokenizer, max_length=setup.max_seq_length, mlm_probability=setup.mlm_probability, seed=seed
+        )
     else:
         dataset = tokenize_for_condenser(corpus, tokenizer, max_length=setup.max_seq_length)
         collator = WholeWordMaskingCollator(
-            tokenizer, max_length=setup.max_seq_length, mlm_probability=setup.mlm_probability
+            tokenizer, max_length=setup.max_seq_length, mlm_probability=setup.mlm_probability, seed=seed
         )
     return dataset, collator
 
@@ -280,6 +298,7 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     from ..sentence_transformers_files import write_sentence_transformers_files
     from ..tokenization import load_tokenizer
 
+    set_seed(args.seed)  # the model's fresh weights (head, or all of them) too
     tokenizer = load_tokenizer(setup.tokenizer or setup.backbone or setup.init_from)
     model = build_model(setup, vocab_size=len(tokenizer))
     if len(tokenizer) > model.config.vocab_size:
@@ -289,7 +308,8 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
         )
     if setup.streaming and args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
-    dataset, collator = build_dataset_and_collator(setup, tokenizer)
+    seed = args.data_seed if args.data_seed is not None else args.seed
+    dataset, collator = build_dataset_and_collator(setup, tokenizer, seed=seed)
     trainer = CondenserPreTrainer(
         model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer
     )
