@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-import pytest
-import torch
+# Before anything imports transformers/datasets: every Hugging Face cache (remote-code modules,
+# datasets, hub) goes to a scratch folder removed after the session, and nothing goes online.
+# Worker processes the tests start (torchrun) import this file too: they reuse the parent's folder.
+_OWNS_HF_HOME = "DENSE_ENCODERS_TEST_HF_HOME" not in os.environ
+_HF_HOME = os.environ.setdefault("DENSE_ENCODERS_TEST_HF_HOME", tempfile.mkdtemp(prefix="dense-encoders-tests-hf-"))
+os.environ["HF_HOME"] = _HF_HOME
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-import dense_encoders  # noqa: F401  (registers the Auto classes)
-from dense_encoders import CondenserConfig
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import dense_encoders  # noqa: F401,E402  (registers the Auto classes)
+from dense_encoders import CondenserConfig  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _OWNS_HF_HOME:
+        shutil.rmtree(_HF_HOME, ignore_errors=True)
 
 
 def tiny_condenser_config(**overrides) -> CondenserConfig:

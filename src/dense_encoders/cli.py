@@ -77,7 +77,7 @@ def _quickstart(argv: list[str]) -> int:
         "SentenceTransformer, and encode two sentences.",
     )
     parser.add_argument("--output-dir", default="quickstart-output", help="Where to write the model (default: %(default)s).")
-    parser.add_argument("--max-steps", type=int, default=30, help="Pre-training steps (default: %(default)s).")
+    parser.add_argument("--max-steps", type=int, default=100, help="Pre-training steps (default: %(default)s).")
     parser.add_argument("--seed", type=int, default=42)
     options = parser.parse_args(argv)
     run_quickstart(output_dir=options.output_dir, max_steps=options.max_steps, seed=options.seed)

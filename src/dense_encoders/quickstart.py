@@ -13,7 +13,7 @@ SENTENCES = [
 ]
 
 
-def run_quickstart(output_dir: str | Path = "quickstart-output", max_steps: int = 30, seed: int = 42) -> dict:
+def run_quickstart(output_dir: str | Path = "quickstart-output", max_steps: int = 100, seed: int = 42) -> dict:
     """Pre-train a tiny Condenser for ``max_steps`` steps, save it, reload it two ways, encode.
 
     Returns a summary dict (also printed): losses, tokens/s, the saved folder and the
@@ -30,7 +30,7 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", max_steps: int 
         output_dir=str(output_dir),
         max_steps=max_steps,
         per_device_train_batch_size=16,
-        logging_steps=max(1, max_steps // 5),
+        logging_steps=max(1, max_steps // 10),
         save_strategy="no",
         seed=seed,
         learning_rate=5e-4,
@@ -42,7 +42,7 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", max_steps: int 
     seconds = time.perf_counter() - started
 
     # Reload as a user would: remote code through the Auto classes, and sentence-transformers.
-    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(output_dir, trust_remote_code=True)
     encoder = AutoModel.from_pretrained(output_dir, trust_remote_code=True).eval()
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -52,7 +52,8 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", max_steps: int 
     summary = {
         "saved_to": str(output_dir),
         "train_seconds": round(seconds, 1),
-        "final_loss": _last_logged(output_dir, "loss"),
+        "first_logged_loss": _logged(output_dir, "loss")[0],
+        "last_logged_loss": _logged(output_dir, "loss")[-1],
         "encoder_class": type(encoder).__name__,
         "embedding_shape": list(cls_vectors.shape),
         "dot_similarity": round(float(cls_vectors[0] @ cls_vectors[1]), 4),
@@ -65,9 +66,8 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", max_steps: int 
     return summary
 
 
-def _last_logged(folder: Path, key: str):
+def _logged(folder: Path, key: str) -> list:
     import json
 
     history = json.loads((folder / "trainer_state.json").read_text()).get("log_history", [])
-    values = [entry[key] for entry in history if key in entry]
-    return values[-1] if values else None
+    return [entry[key] for entry in history if key in entry] or [None]

@@ -293,8 +293,9 @@ def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer, seed: int | N
 
 
 def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
-    """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state
-    and sentence-transformers files (CLS pooling, dot product) to ``args.output_dir``."""
+    """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state,
+    sentence-transformers files (CLS pooling, dot product) and a model card to ``args.output_dir``."""
+    from ..hub_cards import condenser_model_card
     from ..sentence_transformers_files import write_sentence_transformers_files
     from ..tokenization import load_tokenizer
 
@@ -324,6 +325,7 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
         trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
         (output_dir / "pretraining_setup.json").write_text(json.dumps(vars(setup), indent=2) + "\n")
         write_sentence_transformers_files(output_dir, pooling="cls", similarity="dot")
+        condenser_model_card(output_dir).save(output_dir / "README.md")
         logger.info("Saved %s to %s", type(final).__name__, output_dir)
     return output_dir
 
