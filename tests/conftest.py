@@ -13,7 +13,9 @@ from pathlib import Path
 # datasets, hub) goes to a scratch folder removed after the session, and nothing goes online.
 # Worker processes the tests start (torchrun) import this file too: they reuse the parent's folder.
 _OWNS_HF_HOME = "DENSE_ENCODERS_TEST_HF_HOME" not in os.environ
-_HF_HOME = os.environ.setdefault("DENSE_ENCODERS_TEST_HF_HOME", tempfile.mkdtemp(prefix="dense-encoders-tests-hf-"))
+if _OWNS_HF_HOME:
+    os.environ["DENSE_ENCODERS_TEST_HF_HOME"] = tempfile.mkdtemp(prefix="dense-encoders-tests-hf-")
+_HF_HOME = os.environ["DENSE_ENCODERS_TEST_HF_HOME"]
 os.environ["HF_HOME"] = _HF_HOME
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"

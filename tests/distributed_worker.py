@@ -4,6 +4,7 @@ Each rank holds an UNEQUAL even slice of one global batch of spans; rank 0 write
 rank saw and the DDP-averaged gradients, for the test to compare with one process on the global batch.
 """
 
+import faulthandler
 import sys
 
 import torch
@@ -19,6 +20,7 @@ SLICES = [(0, 6), (6, 8)]  # rank 0: three documents, rank 1: one (a partial bat
 
 
 def main(output_path: str) -> None:
+    faulthandler.dump_traceback_later(120, exit=True)  # a hang becomes a visible, bounded failure
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
@@ -36,6 +38,8 @@ def main(output_path: str) -> None:
     if rank == 0:
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
         torch.save({"losses": torch.stack(losses), "spans": torch.stack(spans), "grads": grads}, output_path)
+    del ddp, output  # free DDP's reducer while the process group is alive (its destructor can stall later)
+    dist.barrier()  # tear gloo down together: a rank leaving early can stall the other's shutdown
     dist.destroy_process_group()
 
 

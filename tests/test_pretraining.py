@@ -108,7 +108,7 @@ def test_grad_cache_chunk_size_must_be_positive(tmp_path):
 # ---------------------------------------------------------------------------- data parallel
 
 
-def torchrun(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+def torchrun(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -63,8 +63,18 @@ def _pretrain(argv: list[str]) -> int:
     else:
         setup, args = parser.parse_args_into_dataclasses(["--architecture", architecture, *rest])
     output = pretrain(setup, args)
+    _end_distributed()
     print(f"Saved the pre-trained {architecture} to {output}")
     return 0
+
+
+def _end_distributed() -> None:
+    """Under torchrun: shut the process group down together, not at interpreter exit."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _quickstart(argv: list[str]) -> int:

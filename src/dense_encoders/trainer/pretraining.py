@@ -327,6 +327,7 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
         write_sentence_transformers_files(output_dir, pooling="cls", similarity="dot")
         condenser_model_card(output_dir).save(output_dir / "README.md")
         logger.info("Saved %s to %s", type(final).__name__, output_dir)
+    trainer.accelerator.wait_for_everyone()  # no process leaves before the model is on disk
     return output_dir
 
 
