@@ -232,3 +232,22 @@ def test_cli_rejects_unknown_architecture(capsys):
 
     assert main(["pretrain", "tite"]) == 2
     assert "unknown architecture 'tite'" in capsys.readouterr().err
+
+
+def test_cli_reports_bad_input_without_a_traceback(tmp_path, corpus_file, capsys):
+    from dense_encoders.cli import main
+
+    assert main(["pretrain", "condenser", "--corpus", str(corpus_file), "--streaming",
+                 "--output_dir", str(tmp_path / "x"), "--use_cpu"]) == 2
+    assert "--streaming needs --max_steps" in capsys.readouterr().err
+    assert main(["pretrain", "condenser", "--corpus", str(tmp_path / "missing.jsonl"),
+                 "--output_dir", str(tmp_path / "y"), "--max_steps", "1", "--use_cpu"]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err
+
+
+def test_streaming_corpus_trains(tmp_path, corpus_file):
+    setup = PreTrainingSetup(architecture="cocondenser", preset="tiny", corpus=str(corpus_file), streaming=True,
+                             max_seq_length=64, min_span_tokens=40, max_span_tokens=60)
+    output = tmp_path / "streamed"
+    pretrain(setup, training_args(output, max_steps=2, per_device_train_batch_size=3))
+    assert logged(output, "contrastive_spans") == {1: 6, 2: 6}

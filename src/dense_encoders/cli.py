@@ -105,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dense-encoders: unknown command {argv[0]!r}", file=sys.stderr)
             return 2
         return 0
-    return COMMANDS[argv[0]](argv[1:])
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except (ValueError, FileNotFoundError) as error:  # bad flags, paths or files: say what, not a traceback
+        print(f"dense-encoders {argv[0]}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -299,6 +299,8 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     from ..sentence_transformers_files import write_sentence_transformers_files
     from ..tokenization import load_tokenizer
 
+    if setup.streaming and args.max_steps <= 0:
+        raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
     set_seed(args.seed)  # the model's fresh weights (head, or all of them) too
     tokenizer = load_tokenizer(setup.tokenizer or setup.backbone or setup.init_from)
     model = build_model(setup, vocab_size=len(tokenizer))
@@ -307,8 +309,6 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
             f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary is {model.config.vocab_size}: "
             "pass the backbone's own tokenizer with --tokenizer."
         )
-    if setup.streaming and args.max_steps <= 0:
-        raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
     seed = args.data_seed if args.data_seed is not None else args.seed
     dataset, collator = build_dataset_and_collator(setup, tokenizer, seed=seed)
     trainer = CondenserPreTrainer(
