@@ -78,7 +78,7 @@ def test_from_backbone_copies_weights_exactly_and_heads_are_fresh(minilm_path):
     layer = model.c_head[0]
     assert torch.equal(layer.output.LayerNorm.weight, torch.ones_like(layer.output.LayerNorm.weight))
     assert float(layer.attention.self.query.bias.detach().abs().max()) == 0.0
-    assert 0.01 < float(layer.attention.self.query.weight.std()) < 0.03
+    assert 0.01 < float(layer.attention.self.query.weight.detach().std()) < 0.03
 
 
 def test_from_backbone_with_mlm_head_copies_the_head(tmp_path):
@@ -286,3 +286,36 @@ def test_cocondenser_output_sums_all_losses():
     assert output.contrastive_spans == 6
     torch.testing.assert_close(output.contrastive_loss, naive_span_contrastive_loss(output.pooler_output))
     torch.testing.assert_close(output.loss, output.head_mlm_loss + output.late_mlm_loss + output.contrastive_loss)
+
+
+# ---------------------------------------------------------------------------- attention back-ends, checkpointing
+
+
+@pytest.mark.parametrize("architecture", [CondenserForPreTraining, CoCondenserForPreTraining])
+def test_eager_and_sdpa_attention_give_the_same_losses(architecture, tmp_path):
+    torch.manual_seed(0)
+    architecture(tiny_condenser_config()).save_pretrained(tmp_path)
+    batch = random_mlm_batch(batch_size=6)
+    losses = {}
+    for implementation in ("eager", "sdpa"):
+        model = architecture.from_pretrained(tmp_path, attn_implementation=implementation).eval()
+        assert model.config._attn_implementation == implementation
+        with torch.no_grad():
+            losses[implementation] = model(**batch)
+    for name in ("head_mlm_loss", "late_mlm_loss", "loss"):
+        torch.testing.assert_close(losses["eager"][name], losses["sdpa"][name], atol=1e-5, rtol=1e-5)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    torch.manual_seed(0)
+    model = CoCondenserForPreTraining(tiny_condenser_config())
+    model.train()
+    batch = random_mlm_batch(batch_size=6)
+    model(**batch).loss.backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model(**batch).loss.backward()
+    assert len(reference) > 60
+    for name, grad in reference.items():
+        torch.testing.assert_close(model.get_parameter(name).grad, grad, atol=1e-6, rtol=1e-5, msg=name)

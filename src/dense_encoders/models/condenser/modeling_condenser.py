@@ -384,7 +384,12 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
                 **config_overrides,
             }
         )
-        source, info = BertForMaskedLM.from_pretrained(name_or_path, output_loading_info=True)
+        verbosity = logging.get_verbosity()
+        logging.set_verbosity_error()  # its generic "newly initialized" report; we log our own below
+        try:
+            source, info = BertForMaskedLM.from_pretrained(name_or_path, output_loading_info=True)
+        finally:
+            logging.set_verbosity(verbosity)
         model = cls(config)
         model.bert.load_state_dict(source.bert.state_dict())
         if any(key.startswith("cls.predictions.transform.") for key in info.get("missing_keys", ())):
