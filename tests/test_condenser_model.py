@@ -182,7 +182,7 @@ def test_no_masked_tokens_gives_zero_loss_with_graph():
     batch = random_mlm_batch()
     batch["labels"].fill_(-100)
     output = model(**batch)
-    assert float(output.loss) == 0.0
+    assert float(output.loss.detach()) == 0.0
     output.loss.backward()  # finite, differentiable
 
 
@@ -319,3 +319,10 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     assert len(reference) > 60
     for name, grad in reference.items():
         torch.testing.assert_close(model.get_parameter(name).grad, grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_settings_changed_after_construction_are_checked_by_the_model():
+    config = tiny_condenser_config()
+    config.skip_from = 4
+    with pytest.raises(ValueError, match="skip_from=4"):
+        CondenserForPreTraining(config)

@@ -9,6 +9,8 @@ Limited Setup"): large contrastive batches with the memory of one chunk.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import logging
 from dataclasses import dataclass, field
@@ -110,7 +112,8 @@ class CondenserPreTrainer(Trainer):
     def _record(self, name: str, value: torch.Tensor | float | None) -> None:
         if value is None:
             return
-        value = float(value.detach().float().item()) if torch.is_tensor(value) else float(value)
+        # tensors stay on the device until logging: no host sync per step
+        value = value.detach().float() if torch.is_tensor(value) else float(value)
         self._component_sums[name] = self._component_sums.get(name, 0.0) + value
         self._component_counts[name] = self._component_counts.get(name, 0) + 1
 
@@ -122,7 +125,7 @@ class CondenserPreTrainer(Trainer):
         if "loss" in logs and self._component_sums:
             names = sorted(self._component_sums)
             means = torch.tensor(
-                [self._component_sums[n] / self._component_counts[n] for n in names], device=self.args.device
+                [float(self._component_sums[n]) / self._component_counts[n] for n in names], device=self.args.device
             )
             if self.args.world_size > 1:
                 means = self.accelerator.reduce(means, reduction="mean")
@@ -143,7 +146,7 @@ class CondenserPreTrainer(Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         chunk = getattr(self.args, "grad_cache_chunk_size", None)
         unwrapped = self.accelerator.unwrap_model(model)
-        if not chunk or "compute_contrastive_loss" not in _forward_parameters(unwrapped):
+        if not chunk or not _has_contrastive_loss(type(unwrapped)):
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
         inputs = self._prepare_inputs(inputs)
@@ -199,10 +202,10 @@ class CondenserPreTrainer(Trainer):
         return torch.tensor(total * scale, device=self.args.device)
 
 
-def _forward_parameters(model) -> set[str]:
-    import inspect
-
-    return set(inspect.signature(model.forward).parameters)
+@functools.lru_cache(maxsize=None)
+def _has_contrastive_loss(model_class: type) -> bool:
+    """Whether the model computes coCondenser's contrastive loss (also for remote-code classes)."""
+    return "compute_contrastive_loss" in inspect.signature(model_class.forward).parameters
 
 
 @dataclass

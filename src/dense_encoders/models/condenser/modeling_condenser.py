@@ -249,7 +249,7 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
 
     def __init__(self, config: CondenserConfig):
         super().__init__(config)
-        config.validate_condenser()
+        CondenserConfig.validate_condenser(config)  # settings may have changed since construction
         self.bert = CondenserModel(config)
         self.cls = BertOnlyMLMHead(config)
         self.c_head = nn.ModuleList([BertLayer(config, layer_idx=i) for i in range(config.n_head_layers)])
