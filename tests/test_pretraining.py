@@ -137,14 +137,15 @@ def test_contrastive_loss_and_gradients_match_one_process_on_the_global_batch(tm
 
 
 @pytest.mark.slow
-def test_torchrun_cli_trains_cocondenser_on_the_global_batch(tmp_path, corpus_file):
+@pytest.mark.parametrize("grad_cache", [[], ["--grad_cache_chunk_size", "2"]], ids=["plain", "grad-cache"])
+def test_torchrun_cli_trains_cocondenser_on_the_global_batch(tmp_path, corpus_file, grad_cache):
     output_dir = tmp_path / "run"
     torchrun(
         "-m", "dense_encoders.cli", "pretrain", "cocondenser",
         "--corpus", str(corpus_file), "--output_dir", str(output_dir), "--max_steps", "3",
         "--per_device_train_batch_size", "3", "--logging_steps", "1", "--save_strategy", "no",
         "--min_span_tokens", "40", "--max_span_tokens", "60", "--max_seq_length", "64",
-        "--use_cpu", "--report_to", "none",
+        "--use_cpu", "--report_to", "none", *grad_cache,
         cwd=tmp_path,
     )
     spans = logged(output_dir, "contrastive_spans")
