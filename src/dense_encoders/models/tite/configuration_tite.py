@@ -1,0 +1,183 @@
+"""TITE configuration (Schlatt et al., SIGIR 2025: "TITE: Token-Independent Text Encoder").
+
+Shipped as remote code next to every saved checkpoint: imports only ``transformers``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from transformers import PretrainedConfig
+
+POOLING_LOCATIONS = ("pre", "intra", "post")
+POOLING_IMPLEMENTATIONS = ("auto", "triton", "torch")
+POSITION_EMBEDDING_TYPES = ("rotary", "absolute")
+
+
+def pooled_length(length: int, kernel_size: int | None, stride: int | None) -> int:
+    """Sequence length after one pooling layer (TITE Eq. 1): ceil(max(0, L - k) / s) + 1, 0 for L = 0."""
+    if kernel_size is None or length == 0:
+        return length
+    return math.ceil(max(0, length - kernel_size) / stride) + 1
+
+
+class TiteConfig(PretrainedConfig):
+    r"""Configuration of a TITE encoder: transformer layers that pool the sequence down to one vector.
+
+    Per-layer arguments take one value (used for every layer) or a list with one entry per layer.
+
+    Args:
+        vocab_size (`int`, defaults to 30522): WordPiece vocabulary size (bert-base-uncased).
+        num_hidden_layers (`int`, defaults to 12): number of transformer layers.
+        hidden_sizes (`int | list[int]`, defaults to 768): width of each layer's OUTPUT; may only grow
+            (upscaling, paper Sec. 3.2: Q/K/V project from the previous width to the layer's width,
+            the residual is zero-padded on the feature axis).
+        num_attention_heads (`int | list[int]`, defaults to 12): heads per layer; must divide its width.
+        intermediate_sizes (`int | list[int]`, defaults to 3072): feed-forward width per layer.
+        kernel_sizes (`int | None | list[int | None]`): pooling window per layer, None = no pooling.
+            Default: the paper's "late" k=2 schedule, (None x 3, 2 x 9).
+        strides (`int | None | list[int | None]`): pooling stride per layer (<= kernel size), None where
+            the kernel is None. Defaults to ``kernel_sizes``.
+        pooling_location (`str`, defaults to "intra"): "pre" (pool, then attend over the pooled
+            sequence), "intra" (pooled queries and residual, unpooled keys/values) or "post" (attend,
+            then pool the layer output), paper Fig. 2.
+        max_position_embeddings (`int`, defaults to 512): longest input; with pooling on, the schedule
+            must reduce exactly this length to one vector.
+        position_embedding_type (`str`, defaults to "rotary"): "rotary" (RoPE on queries and keys;
+            pooled queries sit at window centres) or "absolute" (learned table, e.g. for BERT warm starts).
+        rope_theta (`float`, defaults to 10000.0): RoPE base.
+        type_vocab_size (`int`, defaults to 0): token-type embeddings (0 = none; 2 for BERT warm starts).
+        hidden_act (`str`, defaults to "gelu"), hidden_dropout_prob, attention_probs_dropout_prob (0.1),
+        layer_norm_eps (1e-12), initializer_range (0.02): as in BERT (post-norm LayerNorm).
+        pooling_implementation (`str`, defaults to "auto"): "triton", "torch", or "auto" (Triton when it
+            can run, else PyTorch; a requested Triton that cannot run falls back with one log line).
+    """
+
+    model_type = "tite"
+
+    def __init__(
+        self,
+        vocab_size: int = 30522,
+        num_hidden_layers: int = 12,
+        hidden_sizes: int | list[int] = 768,
+        num_attention_heads: int | list[int] = 12,
+        intermediate_sizes: int | list[int] = 3072,
+        kernel_sizes: int | None | list[int | None] = (None, None, None, 2, 2, 2, 2, 2, 2, 2, 2, 2),
+        strides: int | None | list[int | None] | str = "same",
+        pooling_location: str = "intra",
+        max_position_embeddings: int = 512,
+        position_embedding_type: str = "rotary",
+        rope_theta: float = 10000.0,
+        type_vocab_size: int = 0,
+        hidden_act: str = "gelu",
+        hidden_dropout_prob: float = 0.1,
+        attention_probs_dropout_prob: float = 0.1,
+        layer_norm_eps: float = 1e-12,
+        initializer_range: float = 0.02,
+        pooling_implementation: str = "auto",
+        pad_token_id: int = 0,
+        **kwargs: Any,
+    ):
+        self.vocab_size = vocab_size
+        self.num_hidden_layers = num_hidden_layers
+        self.hidden_sizes = _per_layer("hidden_sizes", hidden_sizes, num_hidden_layers)
+        self.num_attention_heads = _per_layer("num_attention_heads", num_attention_heads, num_hidden_layers)
+        self.intermediate_sizes = _per_layer("intermediate_sizes", intermediate_sizes, num_hidden_layers)
+        self.kernel_sizes = _per_layer("kernel_sizes", kernel_sizes, num_hidden_layers)
+        self.strides = (
+            list(self.kernel_sizes) if strides == "same" else _per_layer("strides", strides, num_hidden_layers)
+        )
+        self.pooling_location = pooling_location
+        self.max_position_embeddings = max_position_embeddings
+        self.position_embedding_type = position_embedding_type
+        self.rope_theta = rope_theta
+        self.type_vocab_size = type_vocab_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.layer_norm_eps = layer_norm_eps
+        self.initializer_range = initializer_range
+        self.pooling_implementation = pooling_implementation
+        super().__init__(pad_token_id=pad_token_id, **kwargs)
+        self.validate_tite()
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the output vector (the last layer's width)."""
+        return self.hidden_sizes[-1]
+
+    @property
+    def embedding_size(self) -> int:
+        """Width fed into the first layer (the first layer's input)."""
+        return self.hidden_sizes[0]
+
+    def sequence_lengths(self, length: int | None = None) -> list[int]:
+        """Length entering the first layer, then after every layer, for an input of ``length`` tokens."""
+        lengths = [self.max_position_embeddings if length is None else length]
+        for kernel, stride in zip(self.kernel_sizes, self.strides):
+            lengths.append(pooled_length(lengths[-1], kernel, stride))
+        return lengths
+
+    def validate_tite(self) -> None:
+        """Raise a ValueError that names the bad value and the fix."""
+        layers = self.num_hidden_layers
+        for index, (width, heads) in enumerate(zip(self.hidden_sizes, self.num_attention_heads)):
+            if width % heads:
+                raise ValueError(
+                    f"layer {index}: hidden size {width} is not divisible by {heads} attention heads; "
+                    "choose a head count that divides the width (e.g. width / 64)."
+                )
+        for index in range(1, layers):
+            if self.hidden_sizes[index] < self.hidden_sizes[index - 1]:
+                raise ValueError(
+                    f"hidden_sizes may only grow (upscaling); layer {index} narrows "
+                    f"{self.hidden_sizes[index - 1]} -> {self.hidden_sizes[index]}. Use non-decreasing widths."
+                )
+        for index, (kernel, stride) in enumerate(zip(self.kernel_sizes, self.strides)):
+            if (kernel is None) != (stride is None):
+                raise ValueError(
+                    f"layer {index}: kernel_size={kernel} but stride={stride}; both are None (no pooling) "
+                    "or both are positive integers."
+                )
+            if kernel is not None and (kernel < 1 or stride < 1):
+                raise ValueError(f"layer {index}: kernel_size={kernel}, stride={stride} must be >= 1.")
+            if kernel is not None and stride > kernel:
+                raise ValueError(
+                    f"layer {index}: stride {stride} > kernel size {kernel} would skip tokens; "
+                    f"use stride <= {kernel}."
+                )
+        if self.pooling_location not in POOLING_LOCATIONS:
+            raise ValueError(f"pooling_location={self.pooling_location!r}: choose one of {POOLING_LOCATIONS}.")
+        if self.pooling_implementation not in POOLING_IMPLEMENTATIONS:
+            raise ValueError(
+                f"pooling_implementation={self.pooling_implementation!r}: choose one of {POOLING_IMPLEMENTATIONS}."
+            )
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ValueError(
+                f"position_embedding_type={self.position_embedding_type!r}: choose one of {POSITION_EMBEDDING_TYPES}."
+            )
+        if any(kernel is not None for kernel in self.kernel_sizes):
+            lengths = self.sequence_lengths()
+            if lengths[-1] != 1:
+                raise ValueError(
+                    f"the pooling schedule reduces max_position_embeddings={self.max_position_embeddings} to "
+                    f"{lengths[-1]} vectors (lengths per layer: {lengths}), not to one. Add pooling layers, "
+                    "raise kernel sizes / strides, or lower max_position_embeddings."
+                )
+
+
+def _per_layer(name: str, value, num_layers: int) -> list:
+    """One value for every layer, or a list with exactly one entry per layer."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != num_layers:
+            raise ValueError(
+                f"{name} has {len(value)} entries but num_hidden_layers={num_layers}; give one value or one per layer."
+            )
+        return list(value)
+    return [value] * num_layers
+
+
+TiteConfig.register_for_auto_class()
+
+__all__ = ["TiteConfig", "pooled_length", "POOLING_LOCATIONS"]
