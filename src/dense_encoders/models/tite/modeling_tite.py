@@ -1,0 +1,384 @@
+"""TITE (Schlatt et al., SIGIR 2025): transformer layers that pool a text down to one vector.
+
+Read top to bottom: packing helpers, rotary positions, embeddings, attention (with pre / intra /
+post pooling), the layer, the pre-trained base class and :class:`TiteModel`.
+
+Sequences are unpadded ONCE into a packed ``(tokens, width)`` tensor with cumulative lengths
+(``cu_seqlens``) and stay packed through every layer; lengths are recomputed after each pooling.
+Attention regroups the packed rows per sequence only inside the attention call (eager / sdpa) or
+runs on the packed rows directly (FlashAttention-2 varlen).
+
+Shipped as remote code next to every checkpoint: imports ``torch`` and ``transformers``
+absolutely, its sibling files relatively, nothing from ``dense_encoders``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.utils import logging
+
+from .configuration_tite import TiteConfig
+from .pooling_tite import pool_packed, window_centres
+
+logger = logging.get_logger(__name__)
+
+
+# --------------------------------------------------------------------------------------------
+# Packing
+# --------------------------------------------------------------------------------------------
+
+
+def cu_seqlens_from_lengths(lengths: torch.Tensor) -> torch.Tensor:
+    """[batch] lengths -> [batch + 1] cumulative lengths (int32, starting at 0)."""
+    return F.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
+
+
+def packed_positions(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every packed row: (its sequence index, its position inside the sequence)."""
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    batch_index = torch.repeat_interleave(torch.arange(lengths.numel(), device=cu_seqlens.device), lengths)
+    position = torch.arange(int(cu_seqlens[-1]), device=cu_seqlens.device) - cu_seqlens[:-1].long()[batch_index]
+    return batch_index, position
+
+
+def pad_packed(packed: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed ``(tokens, ...)`` -> padded ``(batch, max_len, ...)`` and its boolean validity mask."""
+    batch_index, position = packed_positions(cu_seqlens)
+    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+    max_len = int(lengths.max()) if lengths.numel() else 0
+    padded = packed.new_zeros((lengths.numel(), max_len, *packed.shape[1:]))
+    padded[batch_index, position] = packed
+    valid = torch.arange(max_len, device=packed.device)[None, :] < lengths[:, None]
+    return padded, valid
+
+
+def unpad_padded(padded: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`pad_packed`."""
+    batch_index, position = packed_positions(cu_seqlens)
+    return padded[batch_index, position]
+
+
+# --------------------------------------------------------------------------------------------
+# Rotary positions (RoFormer, Su et al.): fractional positions for pooled queries
+# --------------------------------------------------------------------------------------------
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """RoPE on ``x`` ``(tokens, heads, head_dim)`` at float ``positions`` ``(tokens,)``."""
+    head_dim = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=x.device, dtype=torch.float32) / head_dim))
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat((angles, angles), dim=-1)[:, None, :]
+    return (x.float() * angles.cos() + rotate_half(x.float()) * angles.sin()).to(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Embeddings
+# --------------------------------------------------------------------------------------------
+
+
+class TiteEmbeddings(nn.Module):
+    """Token (+ absolute position, + token type) embeddings, LayerNorm, dropout.
+
+    With upscaling the token table has the FINAL width and a bias-free down-projection maps it to
+    the first layer's width (paper Sec. 3.2: E' = (W^o)^T W^e), so a decoder can be tied to it.
+    """
+
+    def __init__(self, config: TiteConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.embedding_projection = (
+            nn.Linear(config.hidden_size, config.embedding_size, bias=False)
+            if config.hidden_size != config.embedding_size
+            else None
+        )
+        self.position_embeddings = (
+            nn.Embedding(config.max_position_embeddings, config.embedding_size)
+            if config.position_embedding_type == "absolute"
+            else None
+        )
+        self.token_type_embeddings = (
+            nn.Embedding(config.type_vocab_size, config.embedding_size) if config.type_vocab_size else None
+        )
+        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None):
+        embeddings = self.word_embeddings(input_ids)
+        if self.embedding_projection is not None:
+            embeddings = self.embedding_projection(embeddings)
+        if self.position_embeddings is not None:
+            embeddings = embeddings + self.position_embeddings(positions)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+# --------------------------------------------------------------------------------------------
+# Attention with pooling
+# --------------------------------------------------------------------------------------------
+
+
+def _attend_padded(query, key, value, cu_q, cu_k, implementation: str, dropout: float, training: bool):
+    """Attention over packed (tokens, heads, head_dim) rows, regrouped per sequence (eager / sdpa)."""
+    q, _ = pad_packed(query, cu_q)
+    k, key_valid = pad_packed(key, cu_k)
+    v, _ = pad_packed(value, cu_k)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (batch, heads, len, head_dim)
+    mask = key_valid[:, None, None, :]
+    if implementation == "eager":
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        probabilities = F.dropout(scores.softmax(-1), p=dropout, training=training)
+        output = probabilities @ v
+    else:
+        output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout if training else 0.0)
+    return unpad_padded(output.transpose(1, 2), cu_q)
+
+
+def _attend_flash(query, key, value, cu_q, cu_k, dropout: float, training: bool):
+    """FlashAttention-2 varlen on the packed rows (query and key lengths may differ)."""
+    from flash_attn import flash_attn_varlen_func
+
+    lengths_q, lengths_k = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
+    return flash_attn_varlen_func(
+        query, key, value, cu_q.int(), cu_k.int(), int(lengths_q.max()), int(lengths_k.max()),
+        dropout_p=dropout if training else 0.0,
+    )
+
+
+class TiteAttention(nn.Module):
+    """Self-attention of one layer, with attention-based pooling at the configured location (Fig. 2).
+
+    Q/K/V project from the previous width to this layer's width (upscaling); the residual is the
+    (pooled, for pre/intra) input zero-padded on the feature axis.
+    """
+
+    def __init__(self, config: TiteConfig, layer_index: int):
+        super().__init__()
+        self.config = config
+        self.in_width = config.hidden_sizes[layer_index - 1] if layer_index else config.embedding_size
+        self.width = config.hidden_sizes[layer_index]
+        self.heads = config.num_attention_heads[layer_index]
+        self.kernel_size = config.kernel_sizes[layer_index]
+        self.stride = config.strides[layer_index]
+        self.query = nn.Linear(self.in_width, self.width)
+        self.key = nn.Linear(self.in_width, self.width)
+        self.value = nn.Linear(self.in_width, self.width)
+        self.dense = nn.Linear(self.width, self.width)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.LayerNorm = nn.LayerNorm(self.width, eps=config.layer_norm_eps)
+
+    def pool(self, states: torch.Tensor, cu_seqlens: torch.Tensor):
+        return pool_packed(
+            states, cu_seqlens, self.kernel_size, self.stride, implementation=self.config.pooling_implementation
+        )
+
+    def forward(self, states: torch.Tensor, cu_seqlens: torch.Tensor):
+        """``states`` ``(tokens, in_width)`` -> ``(tokens', width)`` and the new ``cu_seqlens``."""
+        location = self.config.pooling_location if self.kernel_size is not None else None
+        key_states, cu_k = states, cu_seqlens
+        key_positions = packed_positions(cu_seqlens)[1].float()
+        if location in ("pre", "intra"):
+            pooled, cu_q = self.pool(states, cu_seqlens)
+            query_positions = window_centres(cu_seqlens, self.kernel_size, self.stride).float()
+            query_states = pooled
+            if location == "pre":  # attention over the pooled sequence only
+                key_states, cu_k, key_positions = pooled, cu_q, packed_positions(cu_q)[1].float()
+                query_positions = key_positions
+        else:
+            query_states, cu_q, query_positions = states, cu_seqlens, key_positions
+        residual = F.pad(query_states, (0, self.width - self.in_width))
+
+        head_dim = self.width // self.heads
+        query = self.query(query_states).view(-1, self.heads, head_dim)
+        key = self.key(key_states).view(-1, self.heads, head_dim)
+        value = self.value(key_states).view(-1, self.heads, head_dim)
+        if self.config.position_embedding_type == "rotary":
+            query = apply_rotary(query, query_positions, self.config.rope_theta)
+            key = apply_rotary(key, key_positions, self.config.rope_theta)
+        attended = self._attend(query, key, value, cu_q, cu_k).reshape(-1, self.width)
+        hidden = self.dropout(self.dense(attended)) + residual
+        if location == "post":  # after the residual connection, before the normalisation
+            hidden, cu_q = self.pool(hidden, cu_seqlens)
+        return self.LayerNorm(hidden), cu_q
+
+    def _attend(self, query, key, value, cu_q, cu_k):
+        dropout = self.config.attention_probs_dropout_prob
+        lengths_k = cu_k[1:] - cu_k[:-1]
+        if query.shape[0] and int(lengths_k.max()) == 1:
+            # softmax over a single key is 1: attention is the value projection (FlashAttention
+            # varlen breaks on max_seqlen 1, and this is cheaper for every back-end)
+            return value[torch.repeat_interleave(torch.arange(lengths_k.numel(), device=value.device),
+                                                 (cu_q[1:] - cu_q[:-1]).long())]
+        implementation = self.config._attn_implementation or "sdpa"
+        if implementation == "flash_attention_2":
+            return _attend_flash(query, key, value, cu_q, cu_k, dropout, self.training)
+        return _attend_padded(query, key, value, cu_q, cu_k, implementation, dropout, self.training)
+
+
+class TiteLayer(nn.Module):
+    """Attention (with pooling) + feed-forward, post-norm as in BERT."""
+
+    def __init__(self, config: TiteConfig, layer_index: int):
+        super().__init__()
+        width = config.hidden_sizes[layer_index]
+        self.attention = TiteAttention(config, layer_index)
+        self.intermediate = nn.Linear(width, config.intermediate_sizes[layer_index])
+        self.activation = ACT2FN[config.hidden_act]
+        self.output = nn.Linear(config.intermediate_sizes[layer_index], width)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+
+    def forward(self, states: torch.Tensor, cu_seqlens: torch.Tensor):
+        attended, cu_seqlens = self.attention(states, cu_seqlens)
+        hidden = self.dropout(self.output(self.activation(self.intermediate(attended))))
+        return self.LayerNorm(hidden + attended), cu_seqlens
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+
+
+class TitePreTrainedModel(PreTrainedModel):
+    config_class = TiteConfig
+    config: TiteConfig
+    base_model_prefix = "tite"
+    supports_gradient_checkpointing = False
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _no_split_modules = ["TiteLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """BERT initialisation: normal(0, initializer_range), zero biases, unit LayerNorm."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            module.weight.normal_(0.0, std)
+            if module.bias is not None:
+                module.bias.zero_()
+        elif isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, std)
+            if module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            module.weight.fill_(1.0)
+            module.bias.zero_()
+
+
+class TiteModel(TitePreTrainedModel):
+    """The TITE encoder: one vector per text.
+
+    ``pooler_output`` ``(batch, hidden)`` is the text's vector and ``last_hidden_state``
+    ``(batch, 1, hidden)`` the same vector as a length-1 sequence. A configuration without pooling
+    returns the padded token states instead and its first token as ``pooler_output``.
+    """
+
+    def __init__(self, config: TiteConfig):
+        super().__init__(config)
+        self.embeddings = TiteEmbeddings(config)
+        self.layers = nn.ModuleList([TiteLayer(config, index) for index in range(config.num_hidden_layers)])
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            raise ValueError(
+                f"input_ids must be (batch, length) with at least one token, got shape {tuple(input_ids.shape)}."
+            )
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        lengths = attention_mask.sum(-1)
+        if bool((lengths == 0).any()):
+            raise ValueError("A text has no tokens (an all-zero attention_mask row); drop empty texts first.")
+        longest = int(lengths.max())
+        pools = any(kernel is not None for kernel in self.config.kernel_sizes)
+        if pools and longest > self.config.max_position_embeddings:
+            raise ValueError(
+                f"A text has {longest} tokens but the pooling schedule reaches one vector only up to "
+                f"max_position_embeddings={self.config.max_position_embeddings}; truncate to that length."
+            )
+        # unpad once: real tokens are the attention_mask == 1 positions, left-aligned or not
+        valid = attention_mask.bool()
+        cu_seqlens = cu_seqlens_from_lengths(lengths)
+        positions = (torch.cumsum(valid.long(), -1) - 1)[valid]
+        types = token_type_ids[valid] if token_type_ids is not None else None
+        states = self.embeddings(input_ids[valid], positions, types)
+        for layer in self.layers:
+            states, cu_seqlens = layer(states, cu_seqlens)
+        if pools:
+            vectors = states  # every text is one vector now: (batch, hidden)
+            output = BaseModelOutputWithPooling(last_hidden_state=vectors[:, None], pooler_output=vectors)
+        else:
+            padded, _ = pad_packed(states, cu_seqlens)
+            output = BaseModelOutputWithPooling(last_hidden_state=padded, pooler_output=padded[:, 0])
+        return output.to_tuple() if return_dict is False else output
+
+
+def bert_to_tite_state_dict(bert_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rename a ``BertModel`` state dict (``bert.`` prefix optional) to :class:`TiteModel`'s names.
+
+    Layers map one to one (BERT layer i -> TITE layer i); pooler and MLM-head weights are dropped.
+    """
+    renames = (
+        ("attention.self.query.", "attention.query."),
+        ("attention.self.key.", "attention.key."),
+        ("attention.self.value.", "attention.value."),
+        ("attention.output.dense.", "attention.dense."),
+        ("attention.output.LayerNorm.", "attention.LayerNorm."),
+        ("intermediate.dense.", "intermediate."),
+        ("output.dense.", "output."),
+        ("output.LayerNorm.", "LayerNorm."),
+    )
+    mapped = {}
+    for name, tensor in bert_state.items():
+        name = name.removeprefix("bert.")
+        if name.startswith("encoder.layer."):
+            name = "layers." + name[len("encoder.layer."):]
+            for old, new in renames:
+                if old in name:
+                    name = name.replace(old, new, 1)
+                    break
+        elif not name.startswith("embeddings.") or name.endswith("position_ids") or name.endswith("token_type_ids"):
+            continue
+        mapped[name] = tensor
+    return mapped
+
+
+TiteModel.register_for_auto_class("AutoModel")
+
+__all__ = [
+    "TitePreTrainedModel",
+    "TiteModel",
+    "apply_rotary",
+    "bert_to_tite_state_dict",
+    "pad_packed",
+    "unpad_padded",
+]

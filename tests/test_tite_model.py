@@ -1,0 +1,166 @@
+"""TiteModel against independent references: BertModel, a naive per-text TITE, batch invariance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import BertConfig, BertModel
+
+from dense_encoders.models.tite.modeling_tite import TiteModel, bert_to_tite_state_dict
+from dense_encoders.models.tite.presets import TINY_PRESETS, tite_preset
+
+TINY = sorted(TINY_PRESETS)
+
+
+def tiny_model(name: str, implementation: str = "sdpa", **overrides) -> TiteModel:
+    torch.manual_seed(0)
+    config = tite_preset(name, vocab_size=50, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         pooling_implementation="torch", **overrides)
+    config._attn_implementation = implementation
+    return TiteModel(config).eval()
+
+
+def random_texts(count: int, max_len: int, seed: int = 0) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_len + 1, (count,), generator=generator).tolist()
+    lengths[0] = max_len
+    return [torch.randint(1, 50, (n,), generator=generator) for n in lengths]
+
+
+def batch_of(texts: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    width = max(len(t) for t in texts)
+    input_ids = torch.zeros(len(texts), width, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, text in enumerate(texts):
+        input_ids[row, : len(text)] = text
+        attention_mask[row, : len(text)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+# ---------------------------------------------------------------------------- without pooling = BERT
+
+
+def test_no_pooling_absolute_positions_equals_bert_on_the_same_weights():
+    bert_config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                             attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    bert = BertModel(bert_config).eval()
+    model = tiny_model("tiny-tite-no-pooling", position_embedding_type="absolute", type_vocab_size=2)
+    missing, unexpected = model.load_state_dict(bert_to_tite_state_dict(bert.state_dict()), strict=False)
+    assert not missing and not unexpected
+    batch = batch_of(random_texts(4, 16))
+    with torch.no_grad():
+        ours = model(**batch).last_hidden_state
+        theirs = bert(**batch).last_hidden_state
+    valid = batch["attention_mask"].bool()
+    torch.testing.assert_close(ours[valid], theirs[valid], atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------- naive per-text reference
+
+
+def naive_pool(states: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
+    length = states.shape[0]
+    count = math.ceil(max(0, length - kernel) / stride) + 1
+    return torch.stack([states[i * stride : min(i * stride + kernel, length)].mean(0) for i in range(count)])
+
+
+def naive_rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """x (len, heads, dim): rotate pairs (j, j + dim/2) by position * theta^(-2j/dim)."""
+    dim = x.shape[-1]
+    out = x.clone()
+    for j in range(dim // 2):
+        angle = positions * theta ** (-2 * j / dim)
+        cos, sin = angle.cos()[:, None], angle.sin()[:, None]
+        out[..., j] = x[..., j] * cos - x[..., j + dim // 2] * sin
+        out[..., j + dim // 2] = x[..., j + dim // 2] * cos + x[..., j] * sin
+    return out
+
+
+def naive_tite(model: TiteModel, ids: torch.Tensor) -> torch.Tensor:
+    """One text, no batching or packing: the paper's layer equations written out."""
+    config = model.config
+    embeddings = model.embeddings
+    states = embeddings.word_embeddings(ids)
+    if embeddings.embedding_projection is not None:
+        states = embeddings.embedding_projection(states)
+    states = embeddings.LayerNorm(states)
+    for layer in model.layers:
+        attention = layer.attention
+        kernel, stride, location = attention.kernel_size, attention.stride, config.pooling_location
+        heads, width = attention.heads, attention.width
+        keys_in = states
+        key_pos = torch.arange(states.shape[0], dtype=torch.float32)
+        if kernel is not None and location in ("pre", "intra"):
+            queries_in = naive_pool(states, kernel, stride)
+            query_pos = torch.arange(queries_in.shape[0]) * stride + (kernel - 1) / 2
+            if location == "pre":
+                keys_in, key_pos = queries_in, torch.arange(queries_in.shape[0], dtype=torch.float32)
+                query_pos = key_pos
+        else:
+            queries_in, query_pos = states, key_pos
+        q = attention.query(queries_in).view(-1, heads, width // heads)
+        k = attention.key(keys_in).view(-1, heads, width // heads)
+        v = attention.value(keys_in).view(-1, heads, width // heads)
+        if config.position_embedding_type == "rotary":
+            q, k = naive_rotary(q, query_pos.float(), config.rope_theta), naive_rotary(k, key_pos, config.rope_theta)
+        scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(width // heads)
+        attended = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(-1, width)
+        hidden = attention.dense(attended) + F.pad(queries_in, (0, width - queries_in.shape[-1]))
+        if kernel is not None and location == "post":
+            hidden = naive_pool(hidden, kernel, stride)
+        hidden = attention.LayerNorm(hidden)
+        states = layer.LayerNorm(layer.output(layer.activation(layer.intermediate(hidden))) + hidden)
+    return states
+
+
+@pytest.mark.parametrize("name", [n for n in TINY if n != "tiny-tite-no-pooling"])
+def test_matches_naive_per_text_reference(name):
+    model = tiny_model(name, implementation="eager")
+    texts = random_texts(5, model.config.max_position_embeddings, seed=1)
+    with torch.no_grad():
+        output = model(**batch_of(texts))
+        for row, text in enumerate(texts):
+            expected = naive_tite(model, text)
+            assert expected.shape == (1, model.config.hidden_size)
+            torch.testing.assert_close(output.pooler_output[row], expected[0], atol=1e-5, rtol=1e-4)
+    assert output.last_hidden_state.shape == (5, 1, model.config.hidden_size)
+
+
+# ---------------------------------------------------------------------------- batch invariance
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("name", TINY)
+def test_embeddings_do_not_depend_on_the_batch(name, implementation):
+    model = tiny_model(name, implementation=implementation)
+    texts = random_texts(6, model.config.max_position_embeddings, seed=2)
+    with torch.no_grad():
+        together = model(**batch_of(texts)).pooler_output
+        alone = torch.stack([model(**batch_of([t])).pooler_output[0] for t in texts])
+        order = [3, 0, 5, 1, 4, 2]
+        shuffled = model(**batch_of([texts[i] for i in order])).pooler_output
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
+    torch.testing.assert_close(shuffled, together[order], atol=1e-5, rtol=0)
+
+
+def test_eager_and_sdpa_agree():
+    texts = random_texts(4, 16, seed=3)
+    with torch.no_grad():
+        eager = tiny_model("tiny-tite-2-late", "eager")(**batch_of(texts)).pooler_output
+        sdpa = tiny_model("tiny-tite-2-late", "sdpa")(**batch_of(texts)).pooler_output
+    torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=0)
+
+
+def test_bad_inputs_are_rejected():
+    model = tiny_model("tiny-tite-2-late")
+    with pytest.raises(ValueError, match="at least one token"):
+        model(input_ids=torch.zeros((2, 0), dtype=torch.long))
+    with pytest.raises(ValueError, match="no tokens"):
+        model(input_ids=torch.ones((2, 3), dtype=torch.long), attention_mask=torch.tensor([[1, 1, 0], [0, 0, 0]]))
+    with pytest.raises(ValueError, match="max_position_embeddings=16; truncate"):
+        model(input_ids=torch.ones((1, 17), dtype=torch.long))
