@@ -164,3 +164,71 @@ def test_bad_inputs_are_rejected():
         model(input_ids=torch.ones((2, 3), dtype=torch.long), attention_mask=torch.tensor([[1, 1, 0], [0, 0, 0]]))
     with pytest.raises(ValueError, match="max_position_embeddings=16; truncate"):
         model(input_ids=torch.ones((1, 17), dtype=torch.long))
+
+
+# ---------------------------------------------------------------------------- saving, remote code, back-ends
+
+
+@pytest.fixture
+def saved_tite(tmp_path):
+    from dense_encoders.sentence_transformers_files import write_sentence_transformers_files
+    from dense_encoders.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    tokenizer.model_max_length = 16
+    torch.manual_seed(0)
+    model = TiteModel(tite_preset("tiny-tite-2-staggered", vocab_size=len(tokenizer))).eval()
+    folder = tmp_path / "tite"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    write_sentence_transformers_files(folder, pooling="cls", similarity="cosine")
+    texts = ["dense retrieval", "a token independent text encoder pools to one vector"]
+    with torch.no_grad():
+        expected = model(**tokenizer(texts, padding=True, truncation=True, return_tensors="pt")).pooler_output
+    return folder, texts, expected
+
+
+@pytest.mark.slow
+def test_tite_loads_as_remote_code_without_the_package(saved_tite, tmp_path):
+    from conftest import run_python_without_package
+
+    folder, texts, expected = saved_tite
+    assert {"modeling_tite.py", "configuration_tite.py", "pooling_tite.py"} <= {p.name for p in folder.iterdir()}
+    code = f"""
+import torch
+from transformers import AutoModel, AutoTokenizer
+from sentence_transformers import SentenceTransformer
+folder, texts = {str(folder)!r}, {texts!r}
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+model = AutoModel.from_pretrained(folder, trust_remote_code=True, attn_implementation="eager").eval()
+assert model.config._attn_implementation == "eager"
+with torch.no_grad():
+    eager = model(**tokenizer(texts, padding=True, truncation=True, return_tensors="pt")).pooler_output
+    model.set_attn_implementation("sdpa")
+    sdpa = model(**tokenizer(texts, padding=True, truncation=True, return_tensors="pt")).pooler_output
+st = SentenceTransformer(folder, trust_remote_code=True, device="cpu").encode(texts, convert_to_tensor=True)
+torch.save({{"eager": eager, "sdpa": sdpa, "st": st.cpu(), "module": type(model).__module__}}, {str(tmp_path / "out.pt")!r})
+"""
+    run_python_without_package(code, cwd=tmp_path)
+    result = torch.load(tmp_path / "out.pt")
+    assert "transformers_modules" in result["module"]
+    for key in ("eager", "sdpa", "st"):
+        torch.testing.assert_close(result[key], expected, atol=1e-5, rtol=0, msg=key)
+
+
+def test_flash_attention_without_flash_attn_is_a_clear_error(saved_tite):
+    try:
+        import flash_attn  # noqa: F401
+        pytest.skip("flash-attn is installed here")
+    except ImportError:
+        pass
+    folder, _, _ = saved_tite
+    with pytest.raises(ImportError, match="FlashAttention2"):
+        TiteModel.from_pretrained(folder, attn_implementation="flash_attention_2")
+
+
+def test_auto_model_without_trust_remote_code_once_imported(saved_tite):
+    from transformers import AutoModel
+
+    folder, _, _ = saved_tite
+    assert type(AutoModel.from_pretrained(folder)) is TiteModel

@@ -9,12 +9,15 @@ Importing the package registers every model family with the Auto classes, so
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining
 
 from .models import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
+from .models.tite import TiteConfig, TiteModel
 
 __version__ = "0.1.0"
 
 AutoConfig.register(CondenserConfig.model_type, CondenserConfig, exist_ok=True)
 AutoModel.register(CondenserConfig, CondenserModel, exist_ok=True)
 AutoModelForPreTraining.register(CondenserConfig, CondenserForPreTraining, exist_ok=True)
+AutoConfig.register(TiteConfig.model_type, TiteConfig, exist_ok=True)
+AutoModel.register(TiteConfig, TiteModel, exist_ok=True)
 
 __all__ = [
     "__version__",
@@ -22,4 +25,6 @@ __all__ = [
     "CondenserModel",
     "CondenserForPreTraining",
     "CoCondenserForPreTraining",
+    "TiteConfig",
+    "TiteModel",
 ]

@@ -14,7 +14,6 @@ absolutely, its sibling files relatively, nothing from ``dense_encoders``.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +21,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
 from .configuration_tite import TiteConfig
@@ -133,32 +133,13 @@ class TiteEmbeddings(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-def _attend_padded(query, key, value, cu_q, cu_k, implementation: str, dropout: float, training: bool):
-    """Attention over packed (tokens, heads, head_dim) rows, regrouped per sequence (eager / sdpa)."""
-    q, _ = pad_packed(query, cu_q)
-    k, key_valid = pad_packed(key, cu_k)
-    v, _ = pad_packed(value, cu_k)
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (batch, heads, len, head_dim)
-    mask = key_valid[:, None, None, :]
-    if implementation == "eager":
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        probabilities = F.dropout(scores.softmax(-1), p=dropout, training=training)
-        output = probabilities @ v
-    else:
-        output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout if training else 0.0)
-    return unpad_padded(output.transpose(1, 2), cu_q)
-
-
-def _attend_flash(query, key, value, cu_q, cu_k, dropout: float, training: bool):
-    """FlashAttention-2 varlen on the packed rows (query and key lengths may differ)."""
-    from flash_attn import flash_attn_varlen_func
-
-    lengths_q, lengths_k = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
-    return flash_attn_varlen_func(
-        query, key, value, cu_q.int(), cu_k.int(), int(lengths_q.max()), int(lengths_k.max()),
-        dropout_p=dropout if training else 0.0,
-    )
+def eager_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Plain softmax attention; ``query`` ``(batch, heads, len_q, dim)``, boolean ``attention_mask`` keeps keys."""
+    scores = (query @ key.transpose(-1, -2)) * (scaling if scaling is not None else query.shape[-1] ** -0.5)
+    if attention_mask is not None:
+        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+    probabilities = F.dropout(scores.softmax(-1), p=dropout, training=module.training)
+    return (probabilities @ value).transpose(1, 2), probabilities
 
 
 class TiteAttention(nn.Module):
@@ -182,6 +163,8 @@ class TiteAttention(nn.Module):
         self.dense = nn.Linear(self.width, self.width)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.LayerNorm = nn.LayerNorm(self.width, eps=config.layer_norm_eps)
+        self.is_causal = False
+        self.layer_idx = layer_index
 
     def pool(self, states: torch.Tensor, cu_seqlens: torch.Tensor):
         return pool_packed(
@@ -218,17 +201,33 @@ class TiteAttention(nn.Module):
         return self.LayerNorm(hidden), cu_q
 
     def _attend(self, query, key, value, cu_q, cu_k):
-        dropout = self.config.attention_probs_dropout_prob
-        lengths_k = cu_k[1:] - cu_k[:-1]
+        """Attention of packed ``(tokens, heads, head_dim)`` rows, dispatched through transformers'
+        attention registry by ``config._attn_implementation`` (eager / sdpa / flash_attention_2 / ...)."""
+        lengths_q, lengths_k = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
         if query.shape[0] and int(lengths_k.max()) == 1:
             # softmax over a single key is 1: attention is the value projection (FlashAttention
             # varlen breaks on max_seqlen 1, and this is cheaper for every back-end)
-            return value[torch.repeat_interleave(torch.arange(lengths_k.numel(), device=value.device),
-                                                 (cu_q[1:] - cu_q[:-1]).long())]
+            return value[torch.repeat_interleave(torch.arange(lengths_k.numel(), device=value.device), lengths_q.long())]
         implementation = self.config._attn_implementation or "sdpa"
-        if implementation == "flash_attention_2":
-            return _attend_flash(query, key, value, cu_q, cu_k, dropout, self.training)
-        return _attend_padded(query, key, value, cu_q, cu_k, implementation, dropout, self.training)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
+        scaling = query.shape[-1] ** -0.5
+        if implementation.startswith("flash_attention"):
+            # packed rows as one "batch" of varlen sequences: no padding at all
+            output, _ = attention(
+                self, query[None].transpose(1, 2), key[None].transpose(1, 2), value[None].transpose(1, 2), None,
+                dropout=dropout, scaling=scaling, cu_seq_lens_q=cu_q.int(), cu_seq_lens_k=cu_k.int(),
+                max_length_q=int(lengths_q.max()), max_length_k=int(lengths_k.max()),
+            )
+            return output[0]
+        q, _ = pad_packed(query, cu_q)
+        k, key_valid = pad_packed(key, cu_k)
+        v, _ = pad_packed(value, cu_k)
+        output, _ = attention(
+            self, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), key_valid[:, None, None, :],
+            dropout=dropout, scaling=scaling,
+        )
+        return unpad_padded(output, cu_q)
 
 
 class TiteLayer(nn.Module):

@@ -4,7 +4,9 @@ TITE Eq. 1 (pool_{k,s}): a sequence of ``L`` real tokens is pooled with kernel `
 ``s`` into ``L_out = ceil(max(0, L - k) / s) + 1`` vectors (``0`` when ``L == 0``). Window ``i``
 covers positions ``[i*s, min(i*s + k, L))`` of its own sequence and is the plain mean of exactly
 those tokens, so padding is never mixed in, a partial last window averages only its real tokens,
-and ``L < k`` collapses to one vector.
+and ``L < k`` collapses to one vector. With ``s > k`` (accepted here, refused by the TITE config)
+tokens between windows belong to none (zero gradient), and the formula can end on a window that
+starts at or past ``L``: such an empty window is defined as 0.
 
 Sequences are packed: ``hidden`` is ``[total_tokens, dim]`` and ``cu_seqlens`` (``[batch + 1]``,
 int32 or int64, ``cu_seqlens[0] == 0``) holds cumulative lengths, as for varlen flash attention.
@@ -21,13 +23,15 @@ Two implementations give the same numbers (fp32 accumulation, output in the inpu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import numbers
 import os
-from typing import NamedTuple, Tuple
+from typing import NamedTuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
 try:  # optional: everything here works without Triton, through the PyTorch implementation
     import triton
@@ -51,7 +55,7 @@ _FALLBACK_WARNED = False  # the "triton requested but cannot run" warning is log
 # --------------------------------------------------------------------------------------------------
 
 
-def _check_window(kernel_size, stride) -> Tuple[int, int]:
+def _check_window(kernel_size, stride) -> tuple[int, int]:
     for name, value in (("kernel_size", kernel_size), ("stride", stride)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}; pass e.g. {name}=2.")
@@ -66,8 +70,7 @@ def _check_cu_seqlens_structure(cu_seqlens) -> None:
         )
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
         raise ValueError(
-            f"cu_seqlens must be 1-D with batch + 1 entries (cu_seqlens[0] == 0), got shape "
-            f"{tuple(cu_seqlens.shape)}."
+            f"cu_seqlens must be 1-D with batch + 1 entries (cu_seqlens[0] == 0), got shape {tuple(cu_seqlens.shape)}."
         )
     if cu_seqlens.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"cu_seqlens must be int32 or int64, got {cu_seqlens.dtype}; cast it with .to(torch.int32).")
@@ -86,9 +89,7 @@ def pooled_lengths(lengths: torch.Tensor, kernel_size: int, stride: int) -> torc
     return torch.where(lengths > 0, n_out, torch.zeros_like(n_out)).to(lengths.dtype)
 
 
-def pooled_cu_seqlens(
-    cu_seqlens: torch.Tensor, kernel_size: int, stride: int
-) -> Tuple[torch.Tensor, torch.Tensor]:
+def pooled_cu_seqlens(cu_seqlens: torch.Tensor, kernel_size: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Cumulative lengths of the pooled sequences, TITE Eq. 1 (pool_{k,s}).
 
     Returns ``(out_cu_seqlens, out_lengths)``, both in the dtype and on the device of
@@ -107,8 +108,8 @@ def window_centres(cu_seqlens: torch.Tensor, kernel_size: int, stride: int) -> t
 
     Window ``i`` sits at ``i*s + (k-1)/2`` (float32, packed like the pooled output), the centre of
     its full ``k``-token span, for rotary positions of pooled queries. A PARTIAL last window keeps
-    that nominal centre (as the reference implementation does), not the centre of its real tokens
-    ``(i*s + min(i*s + k, L) - 1) / 2``, so positions stay on one regular grid of step ``s``.
+    this nominal centre, not the centre of its real tokens ``(i*s + min(i*s + k, L) - 1) / 2``,
+    so positions stay on one regular grid of step ``s`` whatever the sequence length.
     """
     out_cu, out_lengths = pooled_cu_seqlens(cu_seqlens, kernel_size, stride)
     total_out = int(out_cu[-1])
@@ -189,7 +190,8 @@ def _pool_torch(hidden: torch.Tensor, layout: _PackedLayout, kernel_size: int, s
     count = torch.clamp(length - first, min=1, max=kernel_size)
     acc_dtype = _accumulator_dtype(hidden.dtype)
     acc = hidden.new_zeros((total_out, hidden.shape[1]), dtype=acc_dtype)
-    for offset in range(min(kernel_size, layout.max_len)):  # k gathers of one row per window
+    # k gathers of one row per window (at least one, so that the output stays in the graph)
+    for offset in range(max(1, min(kernel_size, layout.max_len))):
         valid = (first + offset) < length
         rows = torch.where(valid, base + offset, torch.zeros_like(base))
         acc = acc + torch.where(valid[:, None], hidden.index_select(0, rows).to(acc_dtype), 0.0)
@@ -198,7 +200,7 @@ def _pool_torch(hidden: torch.Tensor, layout: _PackedLayout, kernel_size: int, s
 
 def pool_packed_torch(
     hidden: torch.Tensor, cu_seqlens: torch.Tensor, kernel_size: int, stride: int
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """TITE Eq. 1 (pool_{k,s}) in plain PyTorch: windowed means over each packed sequence.
 
     Vectorised (``k`` row gathers, no loop over sequences or windows), fp32 accumulation (fp64
@@ -345,7 +347,7 @@ def _interpret_mode() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _triton_kernels(interpret: bool):
     """``triton.jit``-wrapped (forward, backward) kernels, built once per mode on first use."""
     del interpret  # cache key only: triton.jit reads TRITON_INTERPRET itself
@@ -357,34 +359,31 @@ def _block(n: int, cap: int) -> int:
 
 
 def _launch(kernel, out, inp, layout: _PackedLayout, rows_per_seq: int, block_rows: int, **meta) -> None:
+    """Grid (dim blocks, row blocks, batch), in chunks of at most 65535 sequences."""
     dim = inp.shape[1]
     batch = layout.lengths.numel()
     if dim == 0 or rows_per_seq == 0 or batch == 0:
         return
     block_d = _block(dim, 128)
-    for batch_offset in range(0, batch, _MAX_GRID_BATCH):
-        grid = (triton.cdiv(dim, block_d), triton.cdiv(rows_per_seq, block_rows), min(_MAX_GRID_BATCH, batch - batch_offset))
-        kernel[grid](
-            inp,
-            out,
-            layout.cu_seqlens,
-            layout.out_cu_seqlens,
-            dim,
-            inp.stride(0),
-            inp.stride(1),
-            out.stride(0),
-            out.stride(1),
-            batch_offset,
-            BLOCK_D=block_d,
-            **meta,
-        )
-
-
-def _run_on_device(tensor: torch.Tensor, fn):
-    if tensor.is_cuda:
-        with torch.cuda.device(tensor.device):
-            return fn()
-    return fn()
+    # launch on the tensor's own GPU, not the current one
+    with torch.cuda.device(inp.device) if inp.is_cuda else contextlib.nullcontext():
+        for batch_offset in range(0, batch, _MAX_GRID_BATCH):
+            n_seq = min(_MAX_GRID_BATCH, batch - batch_offset)
+            grid = (triton.cdiv(dim, block_d), triton.cdiv(rows_per_seq, block_rows), n_seq)
+            kernel[grid](
+                inp,
+                out,
+                layout.cu_seqlens,
+                layout.out_cu_seqlens,
+                dim,
+                inp.stride(0),
+                inp.stride(1),
+                out.stride(0),
+                out.stride(1),
+                batch_offset,
+                BLOCK_D=block_d,
+                **meta,
+            )
 
 
 class TritonPackedPool(torch.autograd.Function):
@@ -395,19 +394,15 @@ class TritonPackedPool(torch.autograd.Function):
         fwd, _ = _triton_kernels(_interpret_mode())
         out = hidden.new_empty((layout.total_out, hidden.shape[1]))
         block_w = _block(layout.max_out, 16)
-        _run_on_device(
-            hidden,
-            lambda: _launch(
-                fwd, out, hidden, layout, layout.max_out, block_w,
-                KERNEL=kernel_size, STRIDE=stride, ACC_FP64=hidden.dtype == torch.float64, BLOCK_W=block_w,
-            ),
-        )
+        meta = {"KERNEL": kernel_size, "STRIDE": stride, "ACC_FP64": hidden.dtype == torch.float64, "BLOCK_W": block_w}
+        _launch(fwd, out, hidden, layout, layout.max_out, block_w, **meta)
         ctx.layout = layout
         ctx.kernel_size, ctx.stride = kernel_size, stride
         ctx.input_shape = hidden.shape
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
@@ -415,20 +410,15 @@ class TritonPackedPool(torch.autograd.Function):
         layout, kernel_size, stride = ctx.layout, ctx.kernel_size, ctx.stride
         grad_in = grad_out.new_empty(ctx.input_shape)  # every row is written by the kernel
         block_t = _block(layout.max_len, 32)
-        _run_on_device(
-            grad_out,
-            lambda: _launch(
-                bwd, grad_in, grad_out, layout, layout.max_len, block_t,
-                KERNEL=kernel_size, STRIDE=stride, MAX_WINDOWS=-(-kernel_size // stride),
-                ACC_FP64=grad_out.dtype == torch.float64, BLOCK_T=block_t,
-            ),
-        )
+        meta = {"KERNEL": kernel_size, "STRIDE": stride, "MAX_WINDOWS": -(-kernel_size // stride), "BLOCK_T": block_t}
+        meta["ACC_FP64"] = grad_out.dtype == torch.float64
+        _launch(bwd, grad_in, grad_out, layout, layout.max_len, block_t, **meta)
         return grad_in, None, None, None
 
 
 def pool_packed_triton(
     hidden: torch.Tensor, cu_seqlens: torch.Tensor, kernel_size: int, stride: int
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """TITE Eq. 1 (pool_{k,s}) with the Triton kernels (CUDA, or CPU with TRITON_INTERPRET=1).
 
     Same contract as :func:`pool_packed_torch`; raises RuntimeError when Triton cannot run.
@@ -465,7 +455,7 @@ def pool_packed(
     kernel_size: int,
     stride: int,
     implementation: str = "auto",
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """TITE Eq. 1 (pool_{k,s}) over packed sequences; returns ``(pooled, out_cu_seqlens)``.
 
     ``implementation``: ``"torch"``; ``"triton"`` (falls back to torch, with one warning per
