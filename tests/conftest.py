@@ -23,6 +23,10 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+# Triton kernels run on CPU tensors in the interpreter; on a GPU machine they are compiled.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import dense_encoders  # noqa: F401,E402  (registers the Auto classes)
 from dense_encoders import CondenserConfig  # noqa: E402
 

@@ -1,0 +1,246 @@
+"""TITE packed pooling (TITE Eq. 1, pool_{k,s}): formula, PyTorch and Triton against naive references."""
+
+import os
+
+# Before torch/triton/dense_encoders: Triton kernels run in its CPU interpreter (the module wraps
+# its kernels with triton.jit on first use, so this also works if it was imported earlier).
+os.environ["TRITON_INTERPRET"] = "1"
+
+import logging  # noqa: E402
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from dense_encoders.models.tite import pooling_tite as P  # noqa: E402
+from dense_encoders.models.tite.pooling_tite import (  # noqa: E402
+    pool_packed,
+    pool_packed_torch,
+    pooled_cu_seqlens,
+    pooled_lengths,
+    window_centres,
+)
+
+KS = [(k, s) for k in range(1, 5) for s in range(1, 5)]
+WIDE_KS = [(9, 9), (9, 4), (9, 1), (2, 9), (7, 3), (5, 6)]
+
+
+def cu_from(lengths, dtype=torch.int32):
+    return torch.tensor([0] + list(lengths), dtype=torch.int64).cumsum(0).to(dtype)
+
+
+def random_lengths(seed, n=6, high=11):
+    g = torch.Generator().manual_seed(seed)
+    return [0, 1] + torch.randint(0, high, (n - 2,), generator=g).tolist()
+
+
+def naive_pool(hidden, lengths, k, s):
+    """Per sequence, per window: windows start at 0, s, 2s, ... until one reaches the sequence end."""
+    rows, start = [], 0
+    for length in lengths:
+        i = 0
+        while length > 0:
+            window = hidden[start + i * s : start + min(i * s + k, length)]
+            rows.append(window.mean(0) if len(window) else hidden.new_zeros(hidden.shape[1]))
+            if i * s + k >= length:
+                break
+            i += 1
+        start += length
+    return torch.stack(rows) if rows else hidden.new_zeros((0, hidden.shape[1]))
+
+
+# ---------------------------------------------------------------- lengths, offsets, centres
+
+
+@pytest.mark.parametrize(
+    "length,k,s,expected",
+    [
+        (5, 2, 2, 3),
+        (1, 2, 2, 1),
+        (1, 4, 1, 1),
+        (0, 2, 2, 0),
+        (0, 1, 1, 0),
+        (3, 4, 2, 1),
+        (4, 4, 2, 1),
+        (6, 4, 2, 2),
+        (7, 3, 1, 5),
+        (5, 1, 3, 3),
+    ],
+)
+def test_pooled_lengths_hand_cases(length, k, s, expected):
+    assert pooled_lengths(torch.tensor([length]), k, s).tolist() == [expected]
+
+
+def test_pooled_lengths_formula_vectorised_keeps_dtype():
+    lengths = torch.arange(0, 40, dtype=torch.int32)
+    for k in range(1, 10):
+        for s in range(1, 10):
+            out = pooled_lengths(lengths, k, s)
+            assert out.dtype == torch.int32 and out.device == lengths.device
+            expected = [0 if n == 0 else math.ceil(max(0, n - k) / s) + 1 for n in range(40)]
+            assert out.tolist() == expected, (k, s)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_pooled_cu_seqlens_and_window_centres(dtype):
+    cu = cu_from([5, 0, 2, 1], dtype)
+    out_cu, out_lengths = pooled_cu_seqlens(cu, 2, 2)
+    assert out_cu.dtype == dtype and out_lengths.dtype == dtype
+    assert out_cu.tolist() == [0, 3, 3, 4, 5] and out_lengths.tolist() == [3, 0, 1, 1]
+    # i*s + (k-1)/2, also for the partial last window of the first sequence
+    assert window_centres(cu, 2, 2).tolist() == [0.5, 2.5, 4.5, 0.5, 0.5]
+    assert window_centres(cu, 3, 1).tolist() == [1.0, 2.0, 3.0, 1.0, 1.0]
+    assert window_centres(cu_from([]), 2, 2).numel() == 0
+
+
+# ---------------------------------------------------------------- PyTorch implementation
+
+
+@pytest.mark.parametrize("k,s", KS + WIDE_KS)
+def test_torch_matches_naive_reference(k, s):
+    lengths = random_lengths(seed=10 * k + s)
+    hidden = torch.randn(sum(lengths), 8, dtype=torch.float64)
+    pooled, out_cu = pool_packed_torch(hidden, cu_from(lengths, torch.int64 if s % 2 else torch.int32), k, s)
+    expected = naive_pool(hidden, lengths, k, s)
+    assert pooled.shape == expected.shape and pooled.dtype == torch.float64
+    torch.testing.assert_close(pooled, expected, rtol=0, atol=1e-12)
+    assert (
+        out_cu.tolist()
+        == [0] + torch.tensor([len(naive_pool(hidden[:n], [n], k, s)) for n in lengths]).cumsum(0).tolist()
+    )
+
+
+def test_torch_fp16_accumulates_in_fp32():
+    lengths = [9, 1, 0, 4]
+    hidden = torch.randn(sum(lengths), 8)
+    pooled, _ = pool_packed_torch(hidden.half(), cu_from(lengths), 3, 2)
+    assert pooled.dtype == torch.float16
+    torch.testing.assert_close(pooled.float(), naive_pool(hidden, lengths, 3, 2), rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("k,s", [(2, 2), (3, 1), (4, 3), (2, 3), (1, 1)])
+def test_torch_gradcheck(k, s):
+    lengths = [0, 1, 5, 3, 7]
+    hidden = torch.randn(sum(lengths), 3, dtype=torch.float64, requires_grad=True)
+    cu = cu_from(lengths)
+    assert torch.autograd.gradcheck(lambda h: pool_packed_torch(h, cu, k, s)[0], (hidden,))
+
+
+def test_torch_empty_batches():
+    for lengths in ([], [0], [0, 0, 0]):
+        hidden = torch.randn(0, 4, requires_grad=True)
+        pooled, out_cu = pool_packed_torch(hidden, cu_from(lengths), 2, 2)
+        assert pooled.shape == (0, 4) and out_cu.tolist() == [0] * (len(lengths) + 1)
+        pooled.sum().backward()
+        assert hidden.grad.shape == (0, 4)
+
+
+# ---------------------------------------------------------------- Triton implementation
+
+
+def triton_vs_torch(lengths, k, s, dim=8, dtype=torch.float32, atol=1e-5, seed=0, hidden=None):
+    torch.manual_seed(seed)
+    if hidden is None:
+        hidden = torch.randn(sum(lengths), dim).to(dtype)
+    cu = cu_from(lengths, torch.int64 if seed % 2 else torch.int32)
+    x_torch = hidden.detach().clone().requires_grad_()
+    x_triton = hidden.detach().clone().requires_grad_()
+    ref, ref_cu = pool_packed(x_torch, cu, k, s, implementation="torch")
+    out, out_cu = pool_packed(x_triton, cu, k, s, implementation="triton")
+    assert type(out.grad_fn).__name__ == "TritonPackedPoolBackward"
+    assert out.dtype == dtype and torch.equal(out_cu, ref_cu)
+    torch.testing.assert_close(out, ref, rtol=0, atol=atol)
+    upstream = torch.randn(ref.shape).to(dtype)
+    ref.backward(upstream)
+    out.backward(upstream)
+    assert x_triton.grad.dtype == dtype
+    torch.testing.assert_close(x_triton.grad, x_torch.grad, rtol=0, atol=atol)
+    return x_triton.grad
+
+
+@pytest.mark.parametrize("k,s", KS)
+def test_triton_matches_torch(k, s):
+    pytest.importorskip("triton")
+    triton_vs_torch(random_lengths(seed=k * 7 + s), k, s, seed=k + s)
+
+
+def test_triton_wide_kernels_strides_and_edge_batches():
+    pytest.importorskip("triton")
+    for i, (k, s) in enumerate(WIDE_KS):
+        triton_vs_torch(random_lengths(seed=i, high=20), k, s, seed=i)
+    for lengths in ([], [0], [0, 0], [1], [1, 1, 0, 1]):
+        triton_vs_torch(lengths, 3, 2)
+    # several window, token and dim blocks per sequence; a non-contiguous input
+    triton_vs_torch([70, 1, 33], 2, 2, dim=130)
+    triton_vs_torch([9, 0, 4], 3, 2, hidden=torch.randn(8, 13).t())
+
+
+def test_triton_gaps_get_zero_gradient():
+    pytest.importorskip("triton")
+    grad = triton_vs_torch([7], 2, 3)  # windows [0,2), [3,5), [6,7): tokens 2 and 5 are in none
+    assert grad[[2, 5]].abs().sum() == 0 and grad[[0, 1, 3, 4, 6]].abs().min() > 0
+
+
+def test_triton_fp16():
+    pytest.importorskip("triton")
+    triton_vs_torch([11, 0, 1, 6], 3, 2, dtype=torch.float16, atol=1e-3)
+
+
+# ---------------------------------------------------------------- dispatcher
+
+
+def test_auto_agrees_with_torch_and_picks_triton_only_when_it_can_run(monkeypatch):
+    lengths = [6, 0, 1, 9]
+    hidden, cu = torch.randn(sum(lengths), 8), cu_from(lengths)
+    ref, ref_cu = pool_packed(hidden, cu, 4, 2, implementation="torch")
+    out, out_cu = pool_packed(hidden, cu, 4, 2)  # "auto"
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+    assert torch.equal(out_cu, ref_cu)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    leaf = hidden.clone().requires_grad_()
+    assert type(pool_packed(leaf, cu, 4, 2)[0].grad_fn).__name__ != "TritonPackedPoolBackward"
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_triton_request_falls_back_with_one_warning(monkeypatch, caplog, installed):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(P, "triton_available", lambda: installed)
+    monkeypatch.setattr(P, "_FALLBACK_WARNED", False)
+    lengths = [5, 2]
+    hidden, cu = torch.randn(7, 4), cu_from(lengths)
+    with caplog.at_level(logging.WARNING, logger=P.__name__):
+        for _ in range(3):
+            out, _ = pool_packed(hidden, cu, 2, 2, implementation="triton")
+            torch.testing.assert_close(out, naive_pool(hidden, lengths, 2, 2))
+        pool_packed(hidden, cu, 2, 2, implementation="auto")
+    records = [r for r in caplog.records if r.name == P.__name__]
+    assert len(records) == 1 and records[0].levelno == logging.WARNING
+    message = records[0].getMessage()
+    assert "\n" not in message
+    assert ("not installed" in message) if not installed else ("TRITON_INTERPRET=1" in message and "CUDA" in message)
+
+
+@pytest.mark.parametrize(
+    "hidden,cu,k,s,impl,match",
+    [
+        (torch.randn(4, 2), cu_from([4]), 0, 1, "torch", "kernel_size"),
+        (torch.randn(4, 2), cu_from([4]), 2, 0, "torch", "stride"),
+        (torch.randn(4, 2), cu_from([4]), 2.0, 1, "torch", "kernel_size"),
+        (torch.randn(1, 4, 2), cu_from([4]), 2, 2, "torch", "2-D"),
+        (torch.randn(4, 2), cu_from([4]).view(1, 2), 2, 2, "torch", "1-D"),
+        (torch.randn(4, 2), torch.tensor([0, 3, 2, 4]), 2, 2, "torch", "non-decreasing"),
+        (torch.randn(4, 2), torch.tensor([1, 4]), 2, 2, "torch", "start at 0"),
+        (torch.randn(4, 2), cu_from([3]), 2, 2, "torch", r"hidden.shape\[0\]"),
+        (torch.randn(4, 2), torch.tensor([0.0, 4.0]), 2, 2, "torch", "int32 or int64"),
+        (torch.randn(4, 2), cu_from([4]), 2, 2, "cuda", "implementation"),
+    ],
+)
+def test_invalid_arguments(hidden, cu, k, s, impl, match):
+    with pytest.raises(ValueError, match=match):
+        pool_packed(hidden, cu, k, s, implementation=impl)
+
+
+def test_stride_larger_than_kernel_is_allowed_here():
+    out, out_cu = pool_packed(torch.ones(5, 2), cu_from([5]), 1, 3, implementation="torch")
+    # windows [0,1), [3,4), [6,7): the formula's last window starts past the end and is empty -> 0
+    assert out_cu.tolist() == [0, 3] and out[:, 0].tolist() == [1.0, 1.0, 0.0]
