@@ -232,3 +232,45 @@ def test_auto_model_without_trust_remote_code_once_imported(saved_tite):
 
     folder, _, _ = saved_tite
     assert type(AutoModel.from_pretrained(folder)) is TiteModel
+
+
+# ---------------------------------------------------------------------------- warm start from BERT
+
+
+@pytest.mark.parametrize("type_vocab_size", [2, 0])
+def test_warm_start_without_pooling_reproduces_the_backbone(minilm_path, type_vocab_size):
+    from transformers import AutoTokenizer
+
+    model = TiteModel.from_backbone(minilm_path, type_vocab_size=type_vocab_size).eval()
+    bert = BertModel.from_pretrained(minilm_path, add_pooling_layer=False).eval()
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    batch = tokenizer(["warm starts copy every layer", "a short one"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ours = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        theirs = bert(**batch).last_hidden_state
+    valid = batch["attention_mask"].bool()
+    torch.testing.assert_close(ours[valid], theirs[valid], atol=1e-5, rtol=0)
+
+
+def test_warm_start_with_pooling_copies_weights_exactly(minilm_path):
+    model = TiteModel.from_backbone(minilm_path, tite_preset("minilm-l6-3-all"))
+    bert_state = BertModel.from_pretrained(minilm_path, add_pooling_layer=False).state_dict()
+    mapped = bert_to_tite_state_dict(bert_state)
+    ours = model.state_dict()
+    for name, tensor in mapped.items():
+        if name == "embeddings.position_embeddings.weight":
+            tensor = tensor[:256]
+        assert torch.equal(ours[name], tensor), name
+    with torch.no_grad():
+        vectors = model(input_ids=torch.randint(1000, 2000, (3, 200))).pooler_output
+    assert vectors.shape == (3, 384) and torch.isfinite(vectors).all()
+
+
+def test_warm_start_rejects_mismatched_shapes_and_other_architectures(minilm_path, tmp_path):
+    with pytest.raises(ValueError, match=r"hidden_sizes: TITE \{32\} vs backbone \{384\}"):
+        TiteModel.from_backbone(minilm_path, tite_preset("tiny-tite-2-late", vocab_size=30522))
+    from transformers import RobertaConfig
+
+    RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="'roberta' checkpoint"):
+        TiteModel.from_backbone(tmp_path)

@@ -36,8 +36,10 @@ TITE_PRESETS: dict[str, dict] = {
     "tite-no-pooling": dict(BERT_BASE, kernel_sizes=None),
     # warm start from 6-layer BERT-family encoders (e.g. all-MiniLM-L6-v2) at 256 tokens:
     # k=s=3 in all six layers, 256 -> 86 -> 29 -> 10 -> 4 -> 2 -> 1
+    # (absolute positions and token types as in the backbone, so the copied layers see what they were trained on)
     "minilm-l6-3-all": dict(num_hidden_layers=6, hidden_sizes=384, num_attention_heads=12, intermediate_sizes=1536,
-                            max_position_embeddings=256, kernel_sizes=[3] * 6, pooling_location="intra"),
+                            max_position_embeddings=256, kernel_sizes=[3] * 6, pooling_location="intra",
+                            position_embedding_type="absolute", type_vocab_size=2),
 }
 
 _TINY_WIDTH = dict(hidden_sizes=32, num_attention_heads=4, intermediate_sizes=64)
