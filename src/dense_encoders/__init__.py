@@ -9,7 +9,7 @@ Importing the package registers every model family with the Auto classes, so
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining
 
 from .models import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
-from .models.tite import TiteConfig, TiteModel
+from .models.tite import TiteConfig, TiteForPreTraining, TiteModel
 
 __version__ = "0.1.0"
 
@@ -18,6 +18,7 @@ AutoModel.register(CondenserConfig, CondenserModel, exist_ok=True)
 AutoModelForPreTraining.register(CondenserConfig, CondenserForPreTraining, exist_ok=True)
 AutoConfig.register(TiteConfig.model_type, TiteConfig, exist_ok=True)
 AutoModel.register(TiteConfig, TiteModel, exist_ok=True)
+AutoModelForPreTraining.register(TiteConfig, TiteForPreTraining, exist_ok=True)
 
 __all__ = [
     "__version__",
@@ -27,4 +28,5 @@ __all__ = [
     "CoCondenserForPreTraining",
     "TiteConfig",
     "TiteModel",
+    "TiteForPreTraining",
 ]

@@ -52,6 +52,7 @@ class TiteConfig(PretrainedConfig):
         layer_norm_eps (1e-12), initializer_range (0.02): as in BERT (post-norm LayerNorm).
         pooling_implementation (`str`, defaults to "auto"): "triton", "torch", or "auto" (Triton when it
             can run, else PyTorch; a requested Triton that cannot run falls back with one log line).
+        tie_word_embeddings (`bool`, defaults to True): tie the pre-training decoders to the word table.
     """
 
     model_type = "tite"
@@ -77,6 +78,7 @@ class TiteConfig(PretrainedConfig):
         initializer_range: float = 0.02,
         pooling_implementation: str = "auto",
         pad_token_id: int = 0,
+        tie_word_embeddings: bool = True,
         **kwargs: Any,
     ):
         self.vocab_size = vocab_size
@@ -99,6 +101,7 @@ class TiteConfig(PretrainedConfig):
         self.layer_norm_eps = layer_norm_eps
         self.initializer_range = initializer_range
         self.pooling_implementation = pooling_implementation
+        self.tie_word_embeddings = tie_word_embeddings
         super().__init__(pad_token_id=pad_token_id, **kwargs)
         self.validate_tite()
 

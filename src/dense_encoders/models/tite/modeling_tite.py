@@ -14,6 +14,8 @@ absolutely, its sibling files relatively, nothing from ``dense_encoders``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +24,7 @@ from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import logging
+from transformers.utils import ModelOutput, logging
 
 from .configuration_tite import TiteConfig
 from .pooling_tite import pool_packed, window_centres
@@ -419,6 +421,167 @@ class TiteModel(TitePreTrainedModel):
         return model
 
 
+# --------------------------------------------------------------------------------------------
+# Pre-training: enhanced masked auto-encoding + bag-of-words (paper Sec. 3.3)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TiteForPreTrainingOutput(ModelOutput):
+    """Output of :class:`TiteForPreTraining`.
+
+    Args:
+        loss: ``mae_loss + bow_loss`` (unweighted, as in the paper).
+        mae_loss: enhanced masked auto-encoding cross-entropy over the non-special tokens.
+        bow_loss: bag-of-words binary cross-entropy over the vocabulary.
+        pooler_output: ``(batch, hidden)`` the text vectors.
+    """
+
+    loss: torch.FloatTensor | None = None
+    mae_loss: torch.FloatTensor | None = None
+    bow_loss: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
+
+
+class TitePredictionHead(nn.Module):
+    """Dense + activation + LayerNorm, then the vocabulary decoder tied to the (final-width) word table."""
+
+    def __init__(self, config: TiteConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.LayerNorm(self.activation(self.dense(states))))
+
+
+class TiteMaeDecoder(nn.Module):
+    """One-layer enhanced decoder (RetroMAE-style, paper Sec. 3.3).
+
+    Queries: the text vector plus the position embedding of every position. Keys/values: the text
+    vector (always visible) followed by the ORIGINAL token embeddings plus positions; each token
+    key is visible to a query with probability ``1 - decoder_mask_probability``, never its own
+    position and never padding.
+    """
+
+    def __init__(self, config: TiteConfig):
+        super().__init__()
+        width, heads = config.hidden_size, config.num_attention_heads[-1]
+        self.heads = heads
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+        self.query = nn.Linear(width, width)
+        self.key = nn.Linear(width, width)
+        self.value = nn.Linear(width, width)
+        self.dense = nn.Linear(width, width)
+        self.attention_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.intermediate = nn.Linear(width, config.intermediate_sizes[-1])
+        self.activation = ACT2FN[config.hidden_act]
+        self.output = nn.Linear(config.intermediate_sizes[-1], width)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, vectors: torch.Tensor, token_embeddings: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """``vectors`` (batch, width), ``token_embeddings`` (batch, len, width), ``visible`` (batch, len, len)."""
+        batch, length, width = token_embeddings.shape
+        positions = self.position_embeddings(torch.arange(length, device=vectors.device))[None]
+        queries_in = vectors[:, None, :] + positions
+        keys_in = torch.cat([vectors[:, None, :], token_embeddings + positions], dim=1)
+        mask = torch.cat([visible.new_ones(batch, length, 1), visible], dim=-1)[:, None]  # text vector always visible
+        head_dim = width // self.heads
+
+        def split(x):
+            return x.view(batch, -1, self.heads, head_dim).transpose(1, 2)
+
+        attended = F.scaled_dot_product_attention(
+            split(self.query(queries_in)), split(self.key(keys_in)), split(self.value(keys_in)), attn_mask=mask
+        ).transpose(1, 2).reshape(batch, length, width)
+        hidden = self.attention_norm(self.dropout(self.dense(attended)) + queries_in)
+        return self.LayerNorm(self.dropout(self.output(self.activation(self.intermediate(hidden)))) + hidden)
+
+
+class TiteForPreTraining(TitePreTrainedModel):
+    """TITE pre-training: enhanced masked auto-encoding + bag-of-words, summed (paper Sec. 3.3).
+
+    No input masking by default (the encoder reads the whole text); the decoder hides each token key
+    with probability ``decoder_mask_probability`` (0.5). Both decoders are tied to the final-width
+    word table (with upscaling, the composed embedding E' = (W^o)^T W^e). Padded keys are always
+    hidden from the decoder (the reference implementation forgot this).
+    """
+
+    _tied_weights_keys = {
+        "mae_head.decoder.weight": "tite.embeddings.word_embeddings.weight",
+        "bow_head.decoder.weight": "tite.embeddings.word_embeddings.weight",
+    }
+
+    def __init__(self, config: TiteConfig, decoder_mask_probability: float = 0.5):
+        super().__init__(config)
+        if not 0.0 <= decoder_mask_probability < 1.0:
+            raise ValueError(f"decoder_mask_probability={decoder_mask_probability} must lie in [0, 1).")
+        self.decoder_mask_probability = decoder_mask_probability
+        self.tite = TiteModel(config)
+        self.mae_decoder = TiteMaeDecoder(config)
+        self.mae_head = TitePredictionHead(config)
+        self.bow_head = TitePredictionHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.mae_head.decoder
+
+    def decoder_visibility(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Random (batch, query, key) visibility: p = 1 - decoder_mask_probability, own position and padding hidden."""
+        batch, length = attention_mask.shape
+        visible = torch.rand(batch, length, length, device=attention_mask.device) >= self.decoder_mask_probability
+        visible &= ~torch.eye(length, dtype=torch.bool, device=attention_mask.device)
+        return visible & attention_mask.bool()[:, None, :]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        special_tokens_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        decoder_visibility: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+    ) -> TiteForPreTrainingOutput | tuple:
+        """Targets are the ORIGINAL tokens: ``input_ids``, or ``labels`` where the collator masked inputs.
+
+        Args:
+            special_tokens_mask: 1 at special tokens (excluded from both losses); by default the first
+                and last real token of each text ([CLS] / [SEP]).
+            decoder_visibility: (batch, len, len) boolean keys visible per query; sampled when omitted.
+        """
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        vectors = self.tite(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).pooler_output
+        original = input_ids if labels is None else torch.where(labels != -100, labels, input_ids)
+        real = attention_mask.bool()
+        if special_tokens_mask is None:
+            lengths = attention_mask.sum(-1)
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+            special_tokens_mask = (positions == 0) | (positions == (lengths - 1)[:, None])
+        targets = real & ~special_tokens_mask.bool()
+        if decoder_visibility is None:
+            decoder_visibility = self.decoder_visibility(attention_mask)
+        else:
+            decoder_visibility = decoder_visibility.bool() & real[:, None, :]
+
+        word_table = self.tite.embeddings.word_embeddings
+        decoded = self.mae_decoder(vectors, word_table(original), decoder_visibility)
+        mae_loss = F.cross_entropy(self.mae_head(decoded[targets]).float(), original[targets])
+
+        bag = torch.zeros(input_ids.shape[0], self.config.vocab_size, device=input_ids.device)
+        # multi-hot of the target token ids ("amax": non-targets point at id 0 with value 0 and never win)
+        bag.scatter_reduce_(1, torch.where(targets, original, 0), targets.float(), reduce="amax")
+        bow_loss = F.binary_cross_entropy_with_logits(self.bow_head(vectors).float(), bag)
+        output = TiteForPreTrainingOutput(
+            loss=mae_loss + bow_loss, mae_loss=mae_loss, bow_loss=bow_loss, pooler_output=vectors
+        )
+        return output.to_tuple() if return_dict is False else output
+
+
 def bert_to_tite_state_dict(bert_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Rename a ``BertModel`` state dict (``bert.`` prefix optional) to :class:`TiteModel`'s names.
 
@@ -450,10 +613,13 @@ def bert_to_tite_state_dict(bert_state: dict[str, torch.Tensor]) -> dict[str, to
 
 
 TiteModel.register_for_auto_class("AutoModel")
+TiteForPreTraining.register_for_auto_class("AutoModelForPreTraining")
 
 __all__ = [
     "TitePreTrainedModel",
     "TiteModel",
+    "TiteForPreTraining",
+    "TiteForPreTrainingOutput",
     "apply_rotary",
     "bert_to_tite_state_dict",
     "pad_packed",
