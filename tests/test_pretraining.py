@@ -252,3 +252,44 @@ def test_streaming_corpus_trains(tmp_path, corpus_file):
     output = tmp_path / "streamed"
     pretrain(setup, training_args(output, max_steps=2, per_device_train_batch_size=3))
     assert logged(output, "contrastive_spans") == {1: 6, 2: 6}
+
+
+# ---------------------------------------------------------------------------- TITE through the same path
+
+
+def test_cli_pretrains_tite_with_its_own_losses(tmp_path, corpus_file):
+    from dense_encoders.cli import main
+
+    output = tmp_path / "tite"
+    assert main([
+        "pretrain", "tite", "--preset", "tiny-tite-3-late", "--corpus", str(corpus_file), "--output_dir", str(output),
+        "--max_steps", "2", "--per_device_train_batch_size", "3", "--logging_steps", "1", "--save_strategy", "no",
+        "--max_seq_length", "27", "--use_cpu", "--report_to", "none",
+    ]) == 0
+    assert set(logged(output, "mae_loss")) == set(logged(output, "bow_loss")) == {1, 2}
+    assert json.loads((output / "config.json").read_text())["auto_map"]["AutoModelForPreTraining"] == (
+        "modeling_tite.TiteForPreTraining")
+    assert (output / "pooling_tite.py").is_file()
+
+
+def test_presets_are_checked_per_architecture(tmp_path):
+    with pytest.raises(ValueError, match="Unknown tite preset 'tiny'"):
+        PreTrainingSetup(architecture="tite", preset="tiny")
+    with pytest.raises(ValueError, match="Unknown condenser preset 'tite-2-late'"):
+        PreTrainingSetup(architecture="condenser", preset="tite-2-late")
+    assert PreTrainingSetup(architecture="tite").mlm_probability == 0.0  # TITE: no input masking
+    assert PreTrainingSetup(architecture="condenser").mlm_probability == 0.15
+
+
+@pytest.mark.slow
+def test_torchrun_cli_trains_tite(tmp_path, corpus_file):
+    output_dir = tmp_path / "tite-ddp"
+    torchrun(
+        "-m", "dense_encoders.cli", "pretrain", "tite", "--preset", "tiny-tite-2-staggered",
+        "--corpus", str(corpus_file), "--output_dir", str(output_dir), "--max_steps", "2",
+        "--per_device_train_batch_size", "2", "--logging_steps", "1", "--save_strategy", "no",
+        "--max_seq_length", "16", "--use_cpu", "--report_to", "none",
+        cwd=tmp_path,
+    )
+    assert set(logged(output_dir, "mae_loss")) == {1, 2}
+    assert (output_dir / "model.safetensors").is_file()

@@ -25,11 +25,21 @@ from ..models.condenser.modeling_condenser import (
     span_contrastive_loss,
 )
 from ..models.condenser.presets import CONDENSER_PRESETS, condenser_preset
+from ..models.tite import TINY_PRESETS, TITE_PRESETS, TiteForPreTraining, tite_preset
 
 logger = logging.getLogger(__name__)
-ARCHITECTURES = {"condenser": CondenserForPreTraining, "cocondenser": CoCondenserForPreTraining}
+ARCHITECTURES = {
+    "condenser": CondenserForPreTraining,
+    "cocondenser": CoCondenserForPreTraining,
+    "tite": TiteForPreTraining,
+}
+PRESETS = {
+    "condenser": sorted(CONDENSER_PRESETS),
+    "cocondenser": sorted(CONDENSER_PRESETS),
+    "tite": sorted(TITE_PRESETS) + sorted(TINY_PRESETS),
+}
+DEFAULT_PRESETS = {"condenser": "tiny", "cocondenser": "tiny", "tite": "tite-2-late"}
 
-LOSS_COMPONENTS = ("head_mlm_loss", "late_mlm_loss", "contrastive_loss")
 
 
 @dataclass
@@ -118,8 +128,9 @@ class CondenserPreTrainer(Trainer):
         self._component_counts[name] = self._component_counts.get(name, 0) + 1
 
     def _record_outputs(self, outputs) -> None:
-        for name in LOSS_COMPONENTS + ("contrastive_spans",):
-            self._record(name, outputs.get(name))
+        for name in list(outputs.keys()):
+            if (name.endswith("_loss") or name == "contrastive_spans") and name != "loss":
+                self._record(name, outputs.get(name))
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._component_sums:
@@ -212,17 +223,21 @@ def _has_contrastive_loss(model_class: type) -> bool:
 class PreTrainingSetup:
     """What to pre-train on what: model source, corpus and masking (``dense-encoders pretrain``)."""
 
-    architecture: str = field(default="condenser", metadata={"help": "condenser or cocondenser."})
+    architecture: str = field(default="condenser", metadata={"help": "condenser, cocondenser or tite."})
     backbone: str | None = field(
         default=None,
         metadata={"help": "BERT-family checkpoint (folder or Hub id) to warm-start from (paper: bert-base-uncased)."},
     )
     init_from: str | None = field(
-        default=None, metadata={"help": "A saved Condenser/coCondenser checkpoint (with head) to continue from."}
+        default=None, metadata={"help": "A saved pre-training checkpoint (with its heads) to continue from."}
     )
-    preset: str = field(
-        default="tiny",
-        metadata={"help": f"Config preset when training from scratch: {', '.join(sorted(CONDENSER_PRESETS))}."},
+    preset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Config preset: condenser/cocondenser "
+            f"{', '.join(PRESETS['condenser'])} (default tiny); tite {', '.join(PRESETS['tite'])} "
+            "(default tite-2-late; with --backbone it gives the pooling schedule)."
+        },
     )
     tokenizer: str | None = field(
         default=None,
@@ -234,7 +249,10 @@ class PreTrainingSetup:
     )
     streaming: bool = field(default=False, metadata={"help": "Stream the corpus (large files; needs --max_steps)."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per sequence incl. [CLS]/[SEP]."})
-    mlm_probability: float = field(default=0.15, metadata={"help": "Whole-word masking rate (paper: 0.15)."})
+    mlm_probability: float | None = field(
+        default=None,
+        metadata={"help": "Whole-word masking rate of the input (Condenser paper: 0.15; TITE: 0, no input masking)."},
+    )
     n_head_layers: int = field(default=2, metadata={"help": "Condenser head layers (paper: 2)."})
     skip_from: int | None = field(default=None, metadata={"help": "Early layer feeding the head (default: half depth)."})
     late_mlm: bool = field(default=True, metadata={"help": "Add the backbone's own MLM loss (paper: on)."})
@@ -246,22 +264,30 @@ class PreTrainingSetup:
             raise ValueError(f"architecture={self.architecture!r}: choose one of {sorted(ARCHITECTURES)}.")
         if self.backbone and self.init_from:
             raise ValueError("Give either --backbone (warm start from BERT) or --init_from (a Condenser checkpoint).")
-        if self.preset not in CONDENSER_PRESETS:
-            raise ValueError(f"Unknown preset {self.preset!r}; choose one of {sorted(CONDENSER_PRESETS)}.")
+        if self.preset is not None and self.preset not in PRESETS[self.architecture]:
+            raise ValueError(
+                f"Unknown {self.architecture} preset {self.preset!r}; choose one of {PRESETS[self.architecture]}."
+            )
+        if self.mlm_probability is None:
+            self.mlm_probability = 0.0 if self.architecture == "tite" else 0.15
 
 
 def build_model(setup: PreTrainingSetup, vocab_size: int):
     """The pre-training model named by ``setup`` (warm start, continued checkpoint, or preset)."""
     model_class = ARCHITECTURES[setup.architecture]
-    head = dict(n_head_layers=setup.n_head_layers, late_mlm=setup.late_mlm)
     if setup.init_from:
         return model_class.from_pretrained(setup.init_from)
+    if setup.architecture == "tite":
+        if setup.backbone:
+            return model_class.from_backbone(setup.backbone, tite_preset(setup.preset) if setup.preset else None)
+        return model_class(tite_preset(setup.preset or DEFAULT_PRESETS["tite"], vocab_size=vocab_size))
+    head = dict(n_head_layers=setup.n_head_layers, late_mlm=setup.late_mlm)
     if setup.backbone:
         return model_class.from_backbone(setup.backbone, skip_from=setup.skip_from, **head)
     overrides = dict(head, vocab_size=vocab_size, max_position_embeddings=max(setup.max_seq_length, 32))
     if setup.skip_from is not None:
         overrides["skip_from"] = setup.skip_from
-    return model_class(condenser_preset(setup.preset, **overrides))
+    return model_class(condenser_preset(setup.preset or DEFAULT_PRESETS[setup.architecture], **overrides))
 
 
 def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer, seed: int | None = None):
@@ -307,6 +333,11 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     set_seed(args.seed)  # the model's fresh weights (head, or all of them) too
     tokenizer = load_tokenizer(setup.tokenizer or setup.backbone or setup.init_from)
     model = build_model(setup, vocab_size=len(tokenizer))
+    if setup.max_seq_length > model.config.max_position_embeddings:
+        raise ValueError(
+            f"--max_seq_length {setup.max_seq_length} exceeds the model's max_position_embeddings="
+            f"{model.config.max_position_embeddings}; lower --max_seq_length."
+        )
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(
             f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary is {model.config.vocab_size}: "
@@ -328,7 +359,8 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
         trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
         (output_dir / "pretraining_setup.json").write_text(json.dumps(vars(setup), indent=2) + "\n")
         write_sentence_transformers_files(output_dir, pooling="cls", similarity="dot")
-        condenser_model_card(output_dir).save(output_dir / "README.md")
+        if setup.architecture in ("condenser", "cocondenser"):  # cards for the other families: issue 7
+            condenser_model_card(output_dir).save(output_dir / "README.md")
         logger.info("Saved %s to %s", type(final).__name__, output_dir)
     trainer.accelerator.wait_for_everyone()  # no process leaves before the model is on disk
     return output_dir

@@ -529,6 +529,15 @@ class TiteForPreTraining(TitePreTrainedModel):
     def get_output_embeddings(self):
         return self.mae_head.decoder
 
+    @classmethod
+    def from_backbone(cls, name_or_path, config: TiteConfig | None = None, **config_overrides):
+        """Encoder warm-started by :meth:`TiteModel.from_backbone`; decoders and heads fresh."""
+        encoder = TiteModel.from_backbone(name_or_path, config, **config_overrides)
+        model = cls(encoder.config)
+        model.tite.load_state_dict(encoder.state_dict())
+        model.tie_weights()
+        return model
+
     def decoder_visibility(self, attention_mask: torch.Tensor) -> torch.Tensor:
         """Random (batch, query, key) visibility: p = 1 - decoder_mask_probability, own position and padding hidden."""
         batch, length = attention_mask.shape
