@@ -231,8 +231,8 @@ def test_cli_reads_a_json_config(tmp_path, corpus_file):
 def test_cli_rejects_unknown_architecture(capsys):
     from dense_encoders.cli import main
 
-    assert main(["pretrain", "tite"]) == 2
-    assert "unknown architecture 'tite'" in capsys.readouterr().err
+    assert main(["pretrain", "colbert"]) == 2
+    assert "unknown architecture 'colbert'" in capsys.readouterr().err
 
 
 def test_cli_reports_bad_input_without_a_traceback(tmp_path, corpus_file, capsys):
