@@ -54,8 +54,8 @@ FLOP bound
 
 Usage (repository root)::
 
-    python benchmarks/tite_throughput.py     # defaults: 3m45s measured on 2 idle CPU cores (13.5 min
-                                             # while other jobs shared the cores)
+    python benchmarks/tite_throughput.py     # defaults: 3-4 min on 2 idle CPU cores (2m55s, 3m45s
+                                             # measured); 12-14 min while other jobs shared them
     python benchmarks/tite_throughput.py --presets tite-2-late tite-2-staggered --rounds 5
     python benchmarks/tite_throughput.py --device cuda --num-queries 4096 --num-docs 2048 \\
         --query-batch 256 --doc-batch 64 --json tite_throughput.json
