@@ -35,21 +35,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import logging
 import math
-import os
 import platform
 import random
-import shlex
 import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import torch
+from _report import command_line, device_name, emit, quiet_libraries, render_table, synchronize
 
 try:  # allow running from a checkout without `pip install -e .`
     import dense_encoders  # noqa: F401
@@ -266,9 +262,6 @@ def build_runners(args: argparse.Namespace, output_dir: str) -> tuple[list[Runne
 # ------------------------------------------------------------------------------------------
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_steps(runner: Runner, batches: list[dict[str, torch.Tensor]]) -> tuple[float, int | None]:
@@ -394,15 +387,8 @@ def run(args: argparse.Namespace) -> dict:
 # ------------------------------------------------------------------------------------------
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
-    return f"cpu ({platform.processor() or platform.machine()})"
 
 
-def command_line() -> str:
-    prefix = f"PYTHONPATH={shlex.quote(os.environ['PYTHONPATH'])} " if os.environ.get("PYTHONPATH") else ""
-    return prefix + shlex.join(["python", *sys.argv])
 
 
 def format_table(results: dict) -> str:
@@ -434,15 +420,7 @@ def format_table(results: dict) -> str:
                 "-" if row["peak_memory_mib"] is None else f"{row['peak_memory_mib']:,.0f}",
             ]
         )
-    widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
-    right = [False] + [True] * (len(header) - 1)
-
-    def render(cells):
-        return "| " + " | ".join(s.rjust(w) if r else s.ljust(w) for s, w, r in zip(cells, widths, right)) + " |"
-
-    lines.append(render(header))
-    lines.append("|" + "|".join((("-" * (w + 1)) + ":" if r else ":" + "-" * (w + 1)) for w, r in zip(widths, right)) + "|")
-    lines.extend(render(cells) for cells in body)
+    lines += render_table(header, body)
     lines += [
         "",
         "note: BertForMaskedLM projects all B x L positions onto the vocabulary; Condenser/coCondenser project only",
@@ -458,16 +436,9 @@ def format_table(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    transformers.logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", category=UserWarning)
-    warnings.filterwarnings("ignore", category=FutureWarning)
+    quiet_libraries()
     results = run(args)
-    print(format_table(results))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    emit(format_table(results), results, args.json)
     return results
 
 

@@ -65,19 +65,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import logging
 import math
-import os
 import platform
-import shlex
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import torch
+from _report import command_line, device_name, emit, quiet_libraries, render_table, synchronize
 
 try:  # allow running from a checkout without `pip install -e .`
     import dense_encoders  # noqa: F401
@@ -307,9 +303,6 @@ def build_rows(args: argparse.Namespace, device: torch.device) -> tuple[list[Row
 # ------------------------------------------------------------------------------------------
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def autocast(device: torch.device, dtype: str):
@@ -437,16 +430,6 @@ def summarize(times: list[list[float]], texts: int) -> dict:
 # ------------------------------------------------------------------------------------------
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
-    name = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    return f"cpu ({name}, {os.cpu_count()} logical cores)"
 
 
 def cpu_pressure() -> float | None:
@@ -464,9 +447,6 @@ def cpu_pressure() -> float | None:
     return None
 
 
-def command_line() -> str:
-    prefix = f"PYTHONPATH={shlex.quote(os.environ['PYTHONPATH'])} " if os.environ.get("PYTHONPATH") else ""
-    return prefix + shlex.join(["python", *sys.argv])
 
 
 def run_config(args: argparse.Namespace, device: torch.device, rows: list[Row]) -> dict:
@@ -488,15 +468,6 @@ def run_config(args: argparse.Namespace, device: torch.device, rows: list[Row]) 
     }
 
 
-def render_table(header: list[str], body: list[list[str]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
-    right = [False] + [True] * (len(header) - 1)
-
-    def render(cells):
-        return "| " + " | ".join(s.rjust(w) if r else s.ljust(w) for s, w, r in zip(cells, widths, right)) + " |"
-
-    rule = "|" + "|".join(("-" * (w + 1)) + ":" if r else ":" + "-" * (w + 1) for w, r in zip(widths, right)) + "|"
-    return [render(header), rule, *(render(cells) for cells in body)]
 
 
 def format_report(results: dict) -> str:
@@ -563,16 +534,9 @@ def format_report(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    transformers.logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", category=UserWarning)
-    warnings.filterwarnings("ignore", category=FutureWarning)
+    quiet_libraries()
     results = run(args)
-    print(format_report(results))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    emit(format_report(results), results, args.json)
     return results
 
 
