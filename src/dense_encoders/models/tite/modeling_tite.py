@@ -50,21 +50,58 @@ def packed_positions(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return batch_index, position
 
 
+class PackedLayout:
+    """Where the packed rows of variable-length sequences sit in a padded ``(batch, max_len)`` grid.
+
+    Built once per ``cu_seqlens`` and reused for every tensor padded to it. When every sequence has
+    the same length (e.g. fixed-length queries) padding is a free ``view`` and no mask is needed.
+    """
+
+    def __init__(self, cu_seqlens: torch.Tensor):
+        lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+        self.cu_seqlens = cu_seqlens
+        self.batch_size = lengths.numel()
+        self.max_length = int(lengths.max()) if self.batch_size else 0
+        self.uniform = self.batch_size > 0 and int(lengths.min()) == self.max_length
+        if self.uniform:
+            self.batch_index = self.position = self.valid = None
+        else:
+            self.batch_index, self.position = packed_positions(cu_seqlens)
+            self.valid = torch.arange(self.max_length, device=cu_seqlens.device)[None, :] < lengths[:, None]
+
+    def positions(self) -> torch.Tensor:
+        """Position of every packed row inside its sequence."""
+        if self.uniform:
+            return torch.arange(self.max_length, device=self.cu_seqlens.device).repeat(self.batch_size)
+        return self.position
+
+    def pad(self, packed: torch.Tensor) -> torch.Tensor:
+        """``(tokens, ...)`` -> ``(batch, max_len, ...)``, zeros at padded positions."""
+        if self.uniform:
+            return packed.view(self.batch_size, self.max_length, *packed.shape[1:])
+        padded = packed.new_zeros((self.batch_size, self.max_length, *packed.shape[1:]))
+        padded[self.batch_index, self.position] = packed
+        return padded
+
+    def unpad(self, padded: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`pad`."""
+        if self.uniform:
+            return padded.reshape(-1, *padded.shape[2:])
+        return padded[self.batch_index, self.position]
+
+
 def pad_packed(packed: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed ``(tokens, ...)`` -> padded ``(batch, max_len, ...)`` and its boolean validity mask."""
-    batch_index, position = packed_positions(cu_seqlens)
-    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
-    max_len = int(lengths.max()) if lengths.numel() else 0
-    padded = packed.new_zeros((lengths.numel(), max_len, *packed.shape[1:]))
-    padded[batch_index, position] = packed
-    valid = torch.arange(max_len, device=packed.device)[None, :] < lengths[:, None]
-    return padded, valid
+    layout = PackedLayout(cu_seqlens)
+    valid = layout.valid
+    if valid is None:
+        valid = torch.ones(layout.batch_size, layout.max_length, dtype=torch.bool, device=packed.device)
+    return layout.pad(packed), valid
 
 
 def unpad_padded(padded: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`pad_packed`."""
-    batch_index, position = packed_positions(cu_seqlens)
-    return padded[batch_index, position]
+    return PackedLayout(cu_seqlens).unpad(padded)
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,18 +109,17 @@ def unpad_padded(padded: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor
 # --------------------------------------------------------------------------------------------
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat((-second, first), dim=-1)
+def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos / sin ``(tokens, 1, head_dim / 2)`` of the RoPE angles at float ``positions`` (fp32)."""
+    exponents = torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
+    angles = positions.float()[:, None] * (1.0 / theta**exponents)[None, :]
+    return angles.cos()[:, None, :], angles.sin()[:, None, :]
 
 
-def apply_rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """RoPE on ``x`` ``(tokens, heads, head_dim)`` at float ``positions`` ``(tokens,)``."""
-    head_dim = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=x.device, dtype=torch.float32) / head_dim))
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    angles = torch.cat((angles, angles), dim=-1)[:, None, :]
-    return (x.float() * angles.cos() + rotate_half(x.float()) * angles.sin()).to(x.dtype)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE (rotate-half convention) on ``x`` ``(tokens, heads, head_dim)``, computed in fp32."""
+    first, second = x.float().chunk(2, dim=-1)
+    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1).to(x.dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,59 +213,71 @@ class TiteAttention(nn.Module):
         """``states`` ``(tokens, in_width)`` -> ``(tokens', width)`` and the new ``cu_seqlens``."""
         location = self.config.pooling_location if self.kernel_size is not None else None
         key_states, cu_k = states, cu_seqlens
-        key_positions = packed_positions(cu_seqlens)[1].float()
         if location in ("pre", "intra"):
-            pooled, cu_q = self.pool(states, cu_seqlens)
-            query_positions = window_centres(cu_seqlens, self.kernel_size, self.stride).float()
-            query_states = pooled
+            query_states, cu_q = self.pool(states, cu_seqlens)
             if location == "pre":  # attention over the pooled sequence only
-                key_states, cu_k, key_positions = pooled, cu_q, packed_positions(cu_q)[1].float()
-                query_positions = key_positions
+                key_states, cu_k = query_states, cu_q
         else:
-            query_states, cu_q, query_positions = states, cu_seqlens, key_positions
-        residual = F.pad(query_states, (0, self.width - self.in_width))
+            query_states, cu_q = states, cu_seqlens
+        residual = query_states
+        if self.width != self.in_width:  # upscaling: zero-pad the residual on the feature axis
+            residual = F.pad(query_states, (0, self.width - self.in_width))
 
-        head_dim = self.width // self.heads
-        query = self.query(query_states).view(-1, self.heads, head_dim)
-        key = self.key(key_states).view(-1, self.heads, head_dim)
-        value = self.value(key_states).view(-1, self.heads, head_dim)
-        if self.config.position_embedding_type == "rotary":
-            query = apply_rotary(query, query_positions, self.config.rope_theta)
-            key = apply_rotary(key, key_positions, self.config.rope_theta)
-        attended = self._attend(query, key, value, cu_q, cu_k).reshape(-1, self.width)
-        hidden = self.dropout(self.dense(attended)) + residual
+        key_layout = PackedLayout(cu_k)
+        value = self.value(key_states).view(-1, self.heads, self.width // self.heads)
+        if key_layout.max_length == 1:
+            # softmax over a single key is 1: attention is the value projection, so Q, K and RoPE
+            # are skipped (FlashAttention varlen also breaks on max_seqlen 1). Pooling keeps a length
+            # of 1 at 1, so every query row is its sequence's only key row.
+            attended = value
+        else:
+            query_layout = key_layout if cu_q is cu_k else PackedLayout(cu_q)
+            attended = self._attend(query_states, key_states, value, query_layout, key_layout, location)
+        hidden = self.dropout(self.dense(attended.reshape(-1, self.width))) + residual
         if location == "post":  # after the residual connection, before the normalisation
             hidden, cu_q = self.pool(hidden, cu_seqlens)
         return self.LayerNorm(hidden), cu_q
 
-    def _attend(self, query, key, value, cu_q, cu_k):
-        """Attention of packed ``(tokens, heads, head_dim)`` rows, dispatched through transformers'
-        attention registry by ``config._attn_implementation`` (eager / sdpa / flash_attention_2 / ...)."""
-        lengths_q, lengths_k = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
-        if query.shape[0] and int(lengths_k.max()) == 1:
-            # softmax over a single key is 1: attention is the value projection (FlashAttention
-            # varlen breaks on max_seqlen 1, and this is cheaper for every back-end)
-            return value[torch.repeat_interleave(torch.arange(lengths_k.numel(), device=value.device), lengths_q.long())]
+    def _attend(self, query_states, key_states, value, query_layout, key_layout, location):
+        """Project Q/K (RoPE at integer key positions and window-centre query positions), then
+        attention of the packed rows, dispatched through transformers' attention registry by
+        ``config._attn_implementation`` (eager / sdpa / flash_attention_2 / ...)."""
+        head_dim = self.width // self.heads
+        query = self.query(query_states).view(-1, self.heads, head_dim)
+        key = self.key(key_states).view(-1, self.heads, head_dim)
+        if self.config.position_embedding_type == "rotary":
+            key_cos, key_sin = rotary_cos_sin(key_layout.positions(), head_dim, self.config.rope_theta)
+            if location == "intra":
+                centres = window_centres(key_layout.cu_seqlens, self.kernel_size, self.stride)
+                query_cos, query_sin = rotary_cos_sin(centres, head_dim, self.config.rope_theta)
+            else:  # same rows for queries and keys
+                query_cos, query_sin = key_cos, key_sin
+            query = apply_rotary(query, query_cos, query_sin)
+            key = apply_rotary(key, key_cos, key_sin)
         implementation = self.config._attn_implementation or "sdpa"
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
-        scaling = query.shape[-1] ** -0.5
+        scaling = head_dim**-0.5
         if implementation.startswith("flash_attention"):
             # packed rows as one "batch" of varlen sequences: no padding at all
             output, _ = attention(
                 self, query[None].transpose(1, 2), key[None].transpose(1, 2), value[None].transpose(1, 2), None,
-                dropout=dropout, scaling=scaling, cu_seq_lens_q=cu_q.int(), cu_seq_lens_k=cu_k.int(),
-                max_length_q=int(lengths_q.max()), max_length_k=int(lengths_k.max()),
+                dropout=dropout, scaling=scaling,
+                cu_seq_lens_q=query_layout.cu_seqlens.int(), cu_seq_lens_k=key_layout.cu_seqlens.int(),
+                max_length_q=query_layout.max_length, max_length_k=key_layout.max_length,
             )
             return output[0]
-        q, _ = pad_packed(query, cu_q)
-        k, key_valid = pad_packed(key, cu_k)
-        v, _ = pad_packed(value, cu_k)
+        mask = None if key_layout.valid is None else key_layout.valid[:, None, None, :]
         output, _ = attention(
-            self, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), key_valid[:, None, None, :],
-            dropout=dropout, scaling=scaling,
+            self,
+            query_layout.pad(query).transpose(1, 2),
+            key_layout.pad(key).transpose(1, 2),
+            key_layout.pad(value).transpose(1, 2),
+            mask,
+            dropout=dropout,
+            scaling=scaling,
         )
-        return unpad_padded(output, cu_q)
+        return query_layout.unpad(output)
 
 
 class TiteLayer(nn.Module):
@@ -629,7 +677,9 @@ __all__ = [
     "TiteModel",
     "TiteForPreTraining",
     "TiteForPreTrainingOutput",
+    "PackedLayout",
     "apply_rotary",
+    "rotary_cos_sin",
     "bert_to_tite_state_dict",
     "pad_packed",
     "unpad_padded",
