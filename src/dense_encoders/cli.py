@@ -2,7 +2,8 @@
 
 Subcommands:
   quickstart   pre-train a tiny Condenser on the bundled corpus, save, reload, encode (offline)
-  pretrain     Condenser / coCondenser pre-training on transformers.Trainer
+  pretrain     Condenser / coCondenser / TITE pre-training on transformers.Trainer
+  evaluate     retrieval evaluation of an encoder on a BEIR folder or a pairs file
 
 Run ``dense-encoders SUBCOMMAND --help`` for every flag.
 """
@@ -94,7 +95,79 @@ def _quickstart(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"quickstart": _quickstart, "pretrain": _pretrain}
+EVALUATE_EXAMPLES = """\
+examples:
+  # any sentence-transformers model, as its own configuration prescribes
+  dense-encoders evaluate sentence-transformers/all-MiniLM-L6-v2 data/beir-scifact --output scifact.json
+
+  # a plain transformers checkpoint: name its pooling; our models (TITE, Condenser) need none
+  dense-encoders evaluate bert-base-uncased data/beir-scifact --pooling cls --similarity dot
+
+  # prompts, separate max lengths, cached embeddings, FAISS, and a cross-encoder re-ranking the top 100
+  dense-encoders evaluate runs/tite data/msmarco --query-max-length 32 --document-max-length 512 \\
+      --query-prompt "query: " --cache-dir .embeddings --backend faiss --rerank cross-encoder/ms-marco-MiniLM-L6-v2
+"""
+
+
+def _evaluate(argv: list[str]) -> int:
+    from .evaluation import evaluate_retrieval, format_summary
+    from .evaluation.metrics import DEFAULT_MEASURES
+
+    parser = argparse.ArgumentParser(
+        prog="dense-encoders evaluate",
+        description="Encode a corpus and its queries, search (exact or FAISS), and compute "
+        f"{', '.join(DEFAULT_MEASURES)} with ir-measures; writes a results JSON.",
+        epilog=EVALUATE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel.")
+    parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) or a pairs file.")
+    parser.add_argument("--split", default="test", help="qrels split of a BEIR folder (default: %(default)s).")
+    parser.add_argument("--pooling", choices=["cls", "mean"], help="Pooling of a plain transformers checkpoint.")
+    parser.add_argument("--similarity", choices=["cosine", "dot"], help="Default: what the model declares.")
+    parser.add_argument("--query-prompt", help="Prefix of every query (default: the model's 'query' prompt).")
+    parser.add_argument("--document-prompt", help="Prefix of every document (default: the model's 'document' prompt).")
+    parser.add_argument("--query-max-length", type=int, help="Token limit of queries (default: the model's).")
+    parser.add_argument("--document-max-length", type=int, help="Token limit of documents (default: the model's).")
+    parser.add_argument("--batch-size", type=int, default=32, help="Encoding batch size (default: %(default)s).")
+    parser.add_argument("--k", type=int, default=1000, help="Documents retrieved per query (default: %(default)s).")
+    parser.add_argument("--backend", choices=["exact", "faiss"], default="exact", help="Search (default: %(default)s).")
+    parser.add_argument("--cache-dir", help="Cache embeddings here (safetensors), keyed by model, settings and texts.")
+    parser.add_argument("--rerank", metavar="CROSS_ENCODER", help="Re-score the top of the run with this cross-encoder.")
+    parser.add_argument("--rerank-top-k", type=int, default=100, help="Documents re-scored per query (default: %(default)s).")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: sentence-transformers' choice).")
+    parser.add_argument("--output", help="Write the results JSON here.")
+    parser.add_argument("--run-output", help="Write the first-stage run here (TREC format).")
+    parser.add_argument("--no-progress", action="store_true", help="No progress bars.")
+    options = parser.parse_args(argv)
+    results = evaluate_retrieval(
+        options.model,
+        options.data,
+        split=options.split,
+        k=options.k,
+        similarity=options.similarity,
+        search_backend=options.backend,
+        cross_encoder=options.rerank,
+        rerank_top_k=options.rerank_top_k,
+        output=options.output,
+        run_output=options.run_output,
+        pooling=options.pooling,
+        device=options.device,
+        batch_size=options.batch_size,
+        query_prompt=options.query_prompt,
+        document_prompt=options.document_prompt,
+        query_max_length=options.query_max_length,
+        document_max_length=options.document_max_length,
+        cache_dir=options.cache_dir,
+        show_progress_bar=not options.no_progress,
+    )
+    print(format_summary(results))
+    if options.output:
+        print(f"results: {options.output}")
+    return 0
+
+
+COMMANDS = {"quickstart": _quickstart, "pretrain": _pretrain, "evaluate": _evaluate}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,47 @@
+"""Retrieval evaluation: BEIR data, encoding with any encoder, exact/FAISS search, ir-measures metrics,
+significance tests, cross-encoder re-ranking, and a results JSON that cards and reports read."""
+
+from .data import (
+    DataFormatError,
+    RetrievalDataset,
+    load_beir,
+    load_dataset_for_evaluation,
+    load_pairs,
+    read_beir_qrels,
+    read_trec_qrels,
+    read_trec_run,
+    write_trec_run,
+)
+from .encoding import EncodedTexts, RetrievalEncoder, load_sentence_transformer
+from .harness import evaluate_retrieval, format_summary, load_results, save_results
+from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
+from .rerank import rerank
+from .search import exact_search, faiss_search, search, topk_to_run
+
+__all__ = [
+    "DEFAULT_MEASURES",
+    "DataFormatError",
+    "EncodedTexts",
+    "RetrievalDataset",
+    "RetrievalEncoder",
+    "compute_metrics",
+    "evaluate_retrieval",
+    "exact_search",
+    "faiss_search",
+    "format_summary",
+    "holm_bonferroni",
+    "load_beir",
+    "load_dataset_for_evaluation",
+    "load_pairs",
+    "load_results",
+    "load_sentence_transformer",
+    "paired_t_test",
+    "read_beir_qrels",
+    "read_trec_qrels",
+    "read_trec_run",
+    "rerank",
+    "save_results",
+    "search",
+    "topk_to_run",
+    "write_trec_run",
+]

@@ -1,0 +1,329 @@
+"""Retrieval data: BEIR folders, TREC qrels and runs, plain (query, positive) pairs.
+
+A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``,
+``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score`` with a header). Every malformed
+line raises :class:`DataFormatError` naming the file and the line number.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+Qrels = dict[str, dict[str, int]]
+Run = dict[str, dict[str, float]]
+
+
+class DataFormatError(ValueError):
+    """A malformed line in a retrieval data file; the message starts with ``file:line``."""
+
+    def __init__(self, path: str | Path, line_number: int, problem: str):
+        super().__init__(f"{path}:{line_number}: {problem}")
+        self.path = str(path)
+        self.line_number = line_number
+
+
+@dataclass
+class RetrievalDataset:
+    """Queries, a corpus and relevance judgements of one split.
+
+    ``corpus`` maps a document id to ``{"title": ..., "text": ...}``; ``queries`` maps a query id to
+    its text and holds only queries that have judgements in ``qrels`` (as BEIR's loader does).
+    """
+
+    name: str
+    split: str
+    corpus: dict[str, dict[str, str]]
+    queries: dict[str, str]
+    qrels: Qrels
+    source: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def document_ids(self) -> list[str]:
+        return list(self.corpus)
+
+    def query_ids(self) -> list[str]:
+        return list(self.queries)
+
+    def document_texts(self, ids: list[str] | None = None) -> list[str]:
+        """BEIR / MTEB convention: ``title + " " + text``, stripped; the text alone without a title."""
+        return [document_text(self.corpus[doc_id]) for doc_id in (ids if ids is not None else self.corpus)]
+
+    def query_texts(self, ids: list[str] | None = None) -> list[str]:
+        return [self.queries[query_id] for query_id in (ids if ids is not None else self.queries)]
+
+
+def document_text(document: Mapping[str, str]) -> str:
+    title, text = (document.get("title") or "").strip(), (document.get("text") or "").strip()
+    return f"{title} {text}".strip() if title else text
+
+
+# --------------------------------------------------------------------------------------------
+# Line readers
+# --------------------------------------------------------------------------------------------
+
+
+def _require_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    return path
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataFormatError(path, line_number, f"not valid JSON ({error.msg} at column {error.colno})") from None
+            if not isinstance(record, dict):
+                raise DataFormatError(path, line_number, f"expected a JSON object, got {type(record).__name__}")
+            yield line_number, record
+
+
+def _string_field(path: Path, line_number: int, record: dict, *names: str, required: bool = True) -> str | None:
+    for name in names:
+        if name in record and record[name] is not None:
+            value = record[name]
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)
+            if not isinstance(value, str):
+                raise DataFormatError(path, line_number, f"field {name!r} must be a string, got {type(value).__name__}")
+            return value
+    if required:
+        raise DataFormatError(path, line_number, f"missing field {' or '.join(repr(n) for n in names)}")
+    return None
+
+
+def read_corpus_jsonl(path: str | Path) -> dict[str, dict[str, str]]:
+    """BEIR ``corpus.jsonl``: ``{"_id", "title", "text"}`` per line (``id`` accepted for ``_id``)."""
+    path = _require_file(Path(path), "corpus file")
+    corpus: dict[str, dict[str, str]] = {}
+    for line_number, record in _json_lines(path):
+        doc_id = _string_field(path, line_number, record, "_id", "id", "docid")
+        if doc_id in corpus:
+            raise DataFormatError(path, line_number, f"duplicate document id {doc_id!r}")
+        text = _string_field(path, line_number, record, "text", "contents")
+        title = _string_field(path, line_number, record, "title", required=False) or ""
+        corpus[doc_id] = {"title": title, "text": text}
+    return corpus
+
+
+def read_queries_jsonl(path: str | Path) -> dict[str, str]:
+    """BEIR ``queries.jsonl``: ``{"_id", "text"}`` per line."""
+    path = _require_file(Path(path), "queries file")
+    queries: dict[str, str] = {}
+    for line_number, record in _json_lines(path):
+        query_id = _string_field(path, line_number, record, "_id", "id", "qid")
+        if query_id in queries:
+            raise DataFormatError(path, line_number, f"duplicate query id {query_id!r}")
+        queries[query_id] = _string_field(path, line_number, record, "text", "query")
+    return queries
+
+
+def _grade(path: Path, line_number: int, value: str) -> int:
+    try:
+        grade = float(value)
+    except ValueError:
+        raise DataFormatError(path, line_number, f"relevance {value!r} is not a number") from None
+    if grade != int(grade):
+        raise DataFormatError(path, line_number, f"relevance {value!r} is not an integer grade")
+    return int(grade)
+
+
+def read_beir_qrels(path: str | Path) -> Qrels:
+    """BEIR ``qrels/<split>.tsv``: a ``query-id  corpus-id  score`` header, then tab-separated rows."""
+    path = _require_file(Path(path), "qrels file")
+    qrels: Qrels = {}
+    with open(path, encoding="utf-8", newline="") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            columns = line.split("\t")
+            if line_number == 1 and not _is_number(columns[-1]):
+                continue  # header
+            if len(columns) != 3:
+                raise DataFormatError(
+                    path, line_number, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(columns)}"
+                )
+            query_id, doc_id, grade = columns
+            qrels.setdefault(query_id, {})[doc_id] = _grade(path, line_number, grade)
+    return qrels
+
+
+def read_trec_qrels(path: str | Path) -> Qrels:
+    """TREC qrels: ``qid iteration docid relevance`` separated by whitespace."""
+    path = _require_file(Path(path), "qrels file")
+    qrels: Qrels = {}
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            columns = line.split()
+            if len(columns) != 4:
+                raise DataFormatError(path, line_number, f"expected 4 columns (qid iter docid rel), got {len(columns)}")
+            query_id, _, doc_id, grade = columns
+            qrels.setdefault(query_id, {})[doc_id] = _grade(path, line_number, grade)
+    return qrels
+
+
+def read_trec_run(path: str | Path) -> Run:
+    """TREC run: ``qid Q0 docid rank score tag`` separated by whitespace."""
+    path = _require_file(Path(path), "run file")
+    run: Run = {}
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            columns = line.split()
+            if len(columns) != 6:
+                raise DataFormatError(
+                    path, line_number, f"expected 6 columns (qid Q0 docid rank score tag), got {len(columns)}"
+                )
+            query_id, _, doc_id, rank, score, _ = columns
+            if not _is_number(rank) or not _is_number(score):
+                raise DataFormatError(path, line_number, f"rank {rank!r} and score {score!r} must be numbers")
+            documents = run.setdefault(query_id, {})
+            if doc_id in documents:
+                raise DataFormatError(path, line_number, f"document {doc_id!r} appears twice for query {query_id!r}")
+            documents[doc_id] = float(score)
+    return run
+
+
+def write_trec_run(run: Run, path: str | Path, tag: str = "dense-encoders") -> Path:
+    """Write ``run`` as a TREC run file, each query's documents by descending score (ties: doc id)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for query_id, documents in run.items():
+            ranked = sorted(documents.items(), key=lambda item: (-item[1], item[0]))
+            for rank, (doc_id, score) in enumerate(ranked, start=1):
+                handle.write(f"{query_id} Q0 {doc_id} {rank} {score:.6f} {tag}\n")
+    return path
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Datasets
+# --------------------------------------------------------------------------------------------
+
+
+def load_beir(folder: str | Path, split: str = "test") -> RetrievalDataset:
+    """A BEIR-format folder as a :class:`RetrievalDataset` of ``split``.
+
+    Only queries judged in ``qrels/<split>.tsv`` are kept. Judged documents missing from the corpus
+    are logged (they can never be retrieved, so they only lower recall).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"BEIR folder not found: {folder}")
+    qrels_path = folder / "qrels" / f"{split}.tsv"
+    if not qrels_path.is_file():
+        available = sorted(p.stem for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
+        raise FileNotFoundError(
+            f"{qrels_path} not found: a BEIR folder needs qrels/<split>.tsv; splits here: {available or 'none'}"
+        )
+    corpus = read_corpus_jsonl(folder / "corpus.jsonl")
+    all_queries = read_queries_jsonl(folder / "queries.jsonl")
+    qrels = read_beir_qrels(qrels_path)
+    missing_queries = sorted(set(qrels) - set(all_queries))
+    if missing_queries:
+        raise ValueError(
+            f"{qrels_path} judges {len(missing_queries)} queries that queries.jsonl lacks, e.g. {missing_queries[:3]}"
+        )
+    missing_documents = {doc for judged in qrels.values() for doc in judged if doc not in corpus}
+    if missing_documents:
+        logger.warning("%s: %d judged documents are not in the corpus", qrels_path, len(missing_documents))
+    queries = {query_id: text for query_id, text in all_queries.items() if query_id in qrels}
+    return RetrievalDataset(
+        name=folder.name, split=split, corpus=corpus, queries=queries, qrels=qrels, source=str(folder.resolve())
+    )
+
+
+def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
+    """(query, positive) pairs as a retrieval task: the corpus is the set of distinct positives.
+
+    ``.tsv``: ``query<TAB>positive`` per line (no header); ``.jsonl``: ``{"query": ..., "positive": ...}``
+    (also ``anchor``/``positive`` as in sentence-transformers datasets). A query repeated with several
+    positives gets all of them judged relevant.
+    """
+    path = _require_file(Path(path), "pairs file")
+    pairs: list[tuple[int, str, str]] = []
+    if path.suffix == ".jsonl":
+        for line_number, record in _json_lines(path):
+            query = _string_field(path, line_number, record, "query", "anchor")
+            positive = _string_field(path, line_number, record, "positive", "document", "passage")
+            pairs.append((line_number, query, positive))
+    elif path.suffix in (".tsv", ".txt"):
+        with open(path, encoding="utf-8", newline="") as handle:
+            for line_number, row in enumerate(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
+                if not row or not "".join(row).strip():
+                    continue
+                if len(row) != 2:
+                    raise DataFormatError(path, line_number, f"expected 2 tab-separated columns (query, positive), got {len(row)}")
+                pairs.append((line_number, row[0], row[1]))
+    else:
+        raise ValueError(f"{path}: pairs must be a .tsv (query<TAB>positive) or .jsonl file, got {path.suffix!r}")
+    if not pairs:
+        raise ValueError(f"{path} holds no (query, positive) pairs")
+    query_ids: dict[str, str] = {}
+    doc_ids: dict[str, str] = {}
+    qrels: Qrels = {}
+    for line_number, query, positive in pairs:
+        if not query.strip() or not positive.strip():
+            raise DataFormatError(path, line_number, "empty query or positive")
+        query_id = query_ids.setdefault(query, f"q{len(query_ids)}")
+        doc_id = doc_ids.setdefault(positive, f"d{len(doc_ids)}")
+        qrels.setdefault(query_id, {})[doc_id] = 1
+    return RetrievalDataset(
+        name=name or path.stem,
+        split="pairs",
+        corpus={doc_id: {"title": "", "text": text} for text, doc_id in doc_ids.items()},
+        queries={query_id: text for text, query_id in query_ids.items()},
+        qrels=qrels,
+        source=str(path.resolve()),
+    )
+
+
+def load_dataset_for_evaluation(source: str | Path, split: str = "test") -> RetrievalDataset:
+    """A BEIR folder, or a pairs file (``.tsv`` / ``.jsonl``)."""
+    source = Path(source)
+    if source.is_dir():
+        return load_beir(source, split=split)
+    if source.is_file():
+        return load_pairs(source)
+    raise FileNotFoundError(f"{source}: expected a BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or a pairs file")
+
+
+__all__ = [
+    "DataFormatError",
+    "Qrels",
+    "RetrievalDataset",
+    "Run",
+    "document_text",
+    "load_beir",
+    "load_dataset_for_evaluation",
+    "load_pairs",
+    "read_beir_qrels",
+    "read_corpus_jsonl",
+    "read_queries_jsonl",
+    "read_trec_qrels",
+    "read_trec_run",
+    "write_trec_run",
+]

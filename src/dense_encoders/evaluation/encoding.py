@@ -1,0 +1,259 @@
+"""Encoding queries and documents with any encoder, through sentence-transformers, with a disk cache.
+
+Every model is run as a :class:`~sentence_transformers.SentenceTransformer`:
+
+* a folder or Hub id with ``modules.json`` (any sentence-transformers model, and every folder our
+  pre-training writes) is loaded as its own configuration prescribes (pooling, normalisation,
+  max length, prompts, similarity);
+* our models without sentence-transformers files (``tite``, ``condenser``) use their vector
+  (``pooler_output`` / [CLS]) and dot product;
+* any other ``AutoModel`` checkpoint needs an explicit ``pooling="cls"`` or ``"mean"``: guessing is
+  how users of CLS-trained encoders silently got mean pooling.
+
+sentence-transformers' ``encode`` sorts texts by length before batching, so batches carry little
+padding (and TITE unpads anyway). Embeddings are cached as safetensors files keyed by the model's
+weights and pipeline, the side, prompt, max length and the exact texts, so a rerun does not re-encode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+POOLING_MODES = ("cls", "mean")
+OUR_MODEL_TYPES = ("tite", "condenser")
+SUPPORTED_SIMILARITIES = ("cosine", "dot")
+
+
+def _has_sentence_transformers_files(name_or_path: str) -> bool:
+    if Path(name_or_path).is_dir():
+        return (Path(name_or_path) / "modules.json").is_file()
+    from transformers.utils import cached_file
+
+    found = cached_file(
+        name_or_path,
+        "modules.json",
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+    )
+    return found is not None
+
+
+def load_sentence_transformer(
+    model,
+    *,
+    pooling: str | None = None,
+    device: str | None = None,
+    trust_remote_code: bool = True,
+):
+    """``model`` (a SentenceTransformer, a folder or a Hub id) as a SentenceTransformer; see the module doc."""
+    from sentence_transformers import SentenceTransformer
+
+    if pooling is not None and pooling not in POOLING_MODES:
+        raise ValueError(f"pooling={pooling!r}: choose one of {POOLING_MODES}")
+    if isinstance(model, SentenceTransformer):
+        if pooling is not None:
+            raise ValueError("pooling= is for plain transformers checkpoints; this SentenceTransformer declares its own")
+        return model.to(device) if device else model
+    name_or_path = str(model)
+    if pooling is None and _has_sentence_transformers_files(name_or_path):
+        return SentenceTransformer(name_or_path, device=device, trust_remote_code=trust_remote_code)
+
+    from sentence_transformers.base.modules.transformer import Transformer
+    from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    ours = config.model_type in OUR_MODEL_TYPES
+    if config.model_type == "tite" and pooling == "mean":
+        raise ValueError("TITE returns one vector per text (pooler_output); use pooling='cls' (or leave it unset)")
+    if pooling is None:
+        if not ours:
+            raise ValueError(
+                f"{name_or_path} has no sentence-transformers configuration (modules.json), so its pooling is "
+                "unknown: pass pooling='cls' or pooling='mean' (CLI: --pooling)."
+            )
+        pooling = "cls"
+    remote = {"trust_remote_code": trust_remote_code}
+    transformer = Transformer(name_or_path, model_kwargs=remote, config_kwargs=remote, processor_kwargs=remote)
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
+    return SentenceTransformer(modules=modules, device=device, similarity_fn_name="dot" if ours else None)
+
+
+def model_fingerprint(model) -> str:
+    """sha256 of a SentenceTransformer's weights and module configurations (what decides its embeddings)."""
+    digest = hashlib.sha256()
+    for index, module in enumerate(model):
+        config = module.get_config_dict() if hasattr(module, "get_config_dict") else {}
+        digest.update(f"{index}:{type(module).__name__}:{json.dumps(config, sort_keys=True, default=str)}".encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+@dataclass
+class EncodedTexts:
+    """Embeddings of one side plus how they were obtained."""
+
+    embeddings: np.ndarray
+    seconds: float  # encoding time; 0.0 when read from the cache
+    cached: bool
+    cache_path: str | None
+
+    @property
+    def texts_per_second(self) -> float | None:
+        return len(self.embeddings) / self.seconds if self.seconds > 0 else None
+
+
+class RetrievalEncoder:
+    """Queries and documents through one SentenceTransformer, with per-side prompts and max lengths.
+
+    ``query_prompt`` / ``document_prompt`` default to the model's own ``"query"`` / ``"document"``
+    prompts (``config_sentence_transformers.json``); pass ``""`` for none. ``query_max_length`` /
+    ``document_max_length`` default to the model's ``max_seq_length``.
+    """
+
+    def __init__(
+        self,
+        model,
+        *,
+        pooling: str | None = None,
+        device: str | None = None,
+        trust_remote_code: bool = True,
+        batch_size: int = 32,
+        query_prompt: str | None = None,
+        document_prompt: str | None = None,
+        query_max_length: int | None = None,
+        document_max_length: int | None = None,
+        normalize: bool = False,
+        cache_dir: str | Path | None = None,
+        show_progress_bar: bool = True,
+        name: str | None = None,
+    ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size}: must be at least 1")
+        for option, value in (("query_max_length", query_max_length), ("document_max_length", document_max_length)):
+            if value is not None and value < 1:
+                raise ValueError(f"{option}={value}: must be at least 1")
+        self.name = name or (str(model) if isinstance(model, (str, os.PathLike)) else type(model).__name__)
+        self.model = load_sentence_transformer(model, pooling=pooling, device=device, trust_remote_code=trust_remote_code)
+        self.batch_size = batch_size
+        self.prompts = {
+            "query": query_prompt if query_prompt is not None else self.model.prompts.get("query", ""),
+            "document": document_prompt if document_prompt is not None else self.model.prompts.get("document", ""),
+        }
+        self.max_lengths = {
+            "query": query_max_length or self.model.max_seq_length,
+            "document": document_max_length or self.model.max_seq_length,
+        }
+        self.normalize = normalize
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.show_progress_bar = show_progress_bar
+        self._fingerprint: str | None = None
+
+    @property
+    def similarity(self) -> str:
+        """The similarity the model declares (``similarity_fn_name``), defaulting to cosine."""
+        return self.model.similarity_fn_name or "cosine"
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.model)
+        return self._fingerprint
+
+    def settings(self) -> dict:
+        return {
+            "batch_size": self.batch_size,
+            "prompts": dict(self.prompts),
+            "max_lengths": dict(self.max_lengths),
+            "normalize": self.normalize,
+            "similarity": self.similarity,
+            "modules": [type(module).__name__ for module in self.model],
+        }
+
+    def encode_queries(self, texts: list[str]) -> EncodedTexts:
+        return self._encode(texts, "query")
+
+    def encode_documents(self, texts: list[str]) -> EncodedTexts:
+        return self._encode(texts, "document")
+
+    def cache_key(self, texts: list[str], side: str) -> str:
+        text_digest = hashlib.sha256("\x1e".join(texts).encode("utf-8")).hexdigest()
+        key = {
+            "model": self.fingerprint,
+            "side": side,
+            "prompt": self.prompts[side],
+            "max_length": self.max_lengths[side],
+            "normalize": self.normalize,
+            "texts": text_digest,
+            "count": len(texts),
+        }
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
+
+    def _encode(self, texts: list[str], side: str) -> EncodedTexts:
+        if not texts:
+            raise ValueError(f"no {side} texts to encode")
+        cache_path = None
+        if self.cache_dir is not None:
+            cache_path = self.cache_dir / f"{side}-{self.cache_key(texts, side)}.safetensors"
+            if cache_path.is_file():
+                from safetensors.numpy import load_file
+
+                embeddings = load_file(str(cache_path))["embeddings"]
+                if len(embeddings) == len(texts):
+                    logger.info("%s embeddings read from the cache %s", side, cache_path)
+                    return EncodedTexts(embeddings, 0.0, True, str(cache_path))
+        encode = self.model.encode_query if side == "query" else self.model.encode_document
+        previous_max_length = self.model.max_seq_length
+        self.model.max_seq_length = self.max_lengths[side]
+        try:
+            start = time.perf_counter()
+            embeddings = encode(
+                texts,
+                prompt=self.prompts[side],
+                batch_size=self.batch_size,
+                show_progress_bar=self.show_progress_bar,
+                convert_to_numpy=True,
+                normalize_embeddings=self.normalize,
+            )
+            seconds = time.perf_counter() - start
+        finally:
+            self.model.max_seq_length = previous_max_length
+        embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+        if cache_path is not None:
+            _save_atomically(embeddings, cache_path, {"side": side, "count": str(len(texts)), "model": self.name})
+        return EncodedTexts(embeddings, seconds, False, str(cache_path) if cache_path else None)
+
+
+def _save_atomically(embeddings: np.ndarray, path: Path, metadata: dict[str, str]) -> None:
+    from safetensors.numpy import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, scratch = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(handle)
+    try:
+        save_file({"embeddings": embeddings}, scratch, metadata=metadata)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(scratch, 0o666 & ~umask)  # mkstemp creates 0600; the cache is as shareable as any file
+        os.replace(scratch, path)
+    finally:
+        if os.path.exists(scratch):
+            os.remove(scratch)
+
+
+__all__ = ["EncodedTexts", "RetrievalEncoder", "load_sentence_transformer", "model_fingerprint"]

@@ -1,0 +1,217 @@
+"""One retrieval evaluation: encode, search, score (and optionally re-rank), write a results JSON.
+
+The results JSON is what model cards and reports read::
+
+    {"format": "dense-encoders/retrieval-results/1", "model": ..., "model_fingerprint": ...,
+     "dataset": {"name", "split", "source", "num_queries", "num_documents"},
+     "settings": {"k", "similarity", "search_backend", "batch_size", "prompts", "max_lengths", ...},
+     "metrics": {"ndcg@10": ..., "mrr@10": ..., "recall@100": ..., "recall@1000": ..., "hits@10": ...},
+     "per_query": {"ndcg@10": {query_id: value}, ...},
+     "rerank": null | {"model", "top_k", "metrics", "per_query", "seconds", "pairs_per_s"},
+     "timings": {"encode_queries_s", "encode_documents_s", "search_s", "queries_cached", "documents_cached"},
+     "throughput": {"queries_per_s", "documents_per_s"},   # null when read from the cache
+     "environment": {...}, "created": ISO time}
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from .data import RetrievalDataset, load_dataset_for_evaluation, write_trec_run
+from .encoding import SUPPORTED_SIMILARITIES, RetrievalEncoder
+from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
+from .rerank import rerank
+from .search import search, topk_to_run
+
+RESULTS_FORMAT = "dense-encoders/retrieval-results/1"
+
+
+def _environment(encoder: RetrievalEncoder) -> dict:
+    import sentence_transformers
+    import transformers
+
+    from .. import __version__
+
+    return {
+        "device": str(encoder.model.device),
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "sentence_transformers": sentence_transformers.__version__,
+        "dense_encoders": __version__,
+    }
+
+
+def evaluate_retrieval(
+    model,
+    data: RetrievalDataset | str | Path,
+    *,
+    split: str = "test",
+    k: int = 1000,
+    similarity: str | None = None,
+    search_backend: str = "exact",
+    measures: dict[str, str] | None = None,
+    cross_encoder=None,
+    rerank_top_k: int = 100,
+    rerank_batch_size: int = 32,
+    output: str | Path | None = None,
+    run_output: str | Path | None = None,
+    **encoder_options,
+) -> dict:
+    """Evaluate ``model`` (anything :class:`RetrievalEncoder` accepts, or a RetrievalEncoder) on ``data``.
+
+    ``similarity`` defaults to the one the model declares (sentence-transformers
+    ``similarity_fn_name``); ``encoder_options`` go to :class:`RetrievalEncoder` (pooling, prompts,
+    max lengths, batch size, cache_dir, ...). Returns the results dict (module doc), also written to
+    ``output`` as JSON; ``run_output`` gets the first-stage run in TREC format.
+    """
+    dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(data, split=split)
+    if not dataset.queries or not dataset.corpus:
+        raise ValueError(f"dataset {dataset.name!r} ({dataset.split}) has no queries or no documents")
+    encoder = model if isinstance(model, RetrievalEncoder) else RetrievalEncoder(model, **encoder_options)
+    if isinstance(model, RetrievalEncoder) and encoder_options:
+        raise ValueError(f"encoder options {sorted(encoder_options)} given together with a ready RetrievalEncoder")
+    similarity = similarity or encoder.similarity
+    if similarity not in SUPPORTED_SIMILARITIES:
+        raise ValueError(
+            f"similarity {similarity!r} (declared by the model or given) is not supported for retrieval; "
+            f"pass similarity= one of {SUPPORTED_SIMILARITIES}"
+        )
+
+    query_ids, doc_ids = dataset.query_ids(), dataset.document_ids()
+    queries = encoder.encode_queries(dataset.query_texts(query_ids))
+    documents = encoder.encode_documents(dataset.document_texts(doc_ids))
+    start = time.perf_counter()
+    scores, indices = search(queries.embeddings, documents.embeddings, k, similarity=similarity, backend=search_backend)
+    search_seconds = time.perf_counter() - start
+    run = topk_to_run(query_ids, doc_ids, scores, indices)
+    metrics, per_query = compute_metrics(dataset.qrels, run, measures or DEFAULT_MEASURES)
+
+    reranked = None
+    if cross_encoder is not None:
+        rerank_run, rerank_seconds = rerank(
+            cross_encoder, dataset, run, top_k=rerank_top_k, batch_size=rerank_batch_size,
+            show_progress_bar=encoder.show_progress_bar,
+        )
+        rerank_metrics, rerank_per_query = compute_metrics(dataset.qrels, rerank_run, measures or DEFAULT_MEASURES)
+        pairs = sum(len(documents_of_query) for documents_of_query in rerank_run.values())
+        reranked = {
+            "model": str(cross_encoder) if isinstance(cross_encoder, (str, Path)) else type(cross_encoder).__name__,
+            "top_k": rerank_top_k,
+            "metrics": rerank_metrics,
+            "per_query": rerank_per_query,
+            "seconds": rerank_seconds,
+            "pairs_per_s": pairs / rerank_seconds if rerank_seconds > 0 else None,
+        }
+
+    results = {
+        "format": RESULTS_FORMAT,
+        "model": encoder.name,
+        "model_fingerprint": encoder.fingerprint,
+        "dataset": {
+            "name": dataset.name,
+            "split": dataset.split,
+            "source": dataset.source,
+            "num_queries": len(query_ids),
+            "num_documents": len(doc_ids),
+        },
+        "settings": {"k": k, "similarity": similarity, "search_backend": search_backend, **encoder.settings()},
+        "metrics": metrics,
+        "per_query": per_query,
+        "rerank": reranked,
+        "timings": {
+            "encode_queries_s": queries.seconds,
+            "encode_documents_s": documents.seconds,
+            "search_s": search_seconds,
+            "queries_cached": queries.cached,
+            "documents_cached": documents.cached,
+        },
+        "throughput": {"queries_per_s": queries.texts_per_second, "documents_per_s": documents.texts_per_second},
+        "environment": _environment(encoder),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    if output is not None:
+        save_results(results, output)
+    if run_output is not None:
+        write_trec_run(run, run_output)
+    return results
+
+
+def compare_systems(
+    results_a: list[dict], results_b: list[dict], *, measure: str = "ndcg@10", alpha: float = 0.05
+) -> list[dict]:
+    """System A vs B on several datasets: a paired t-test per dataset over the per-query values of
+    ``measure``, Holm-Bonferroni across the datasets (TITE paper, Sec. 5). ``results_a[i]`` and
+    ``results_b[i]`` must be results of the same dataset. One row per dataset."""
+    if len(results_a) != len(results_b) or not results_a:
+        raise ValueError("give one results dict of system A and one of system B per dataset, in the same order")
+    rows = []
+    for a, b in zip(results_a, results_b):
+        if a["dataset"]["name"] != b["dataset"]["name"]:
+            raise ValueError(f"results of different datasets paired: {a['dataset']['name']!r} vs {b['dataset']['name']!r}")
+        per_query_a, per_query_b = a["per_query"][measure], b["per_query"][measure]
+        t, p = paired_t_test(per_query_a, per_query_b)
+        common = sorted(set(per_query_a) & set(per_query_b))
+        rows.append({
+            "dataset": a["dataset"]["name"],
+            "queries": len(common),
+            "mean_a": sum(per_query_a[q] for q in common) / len(common),
+            "mean_b": sum(per_query_b[q] for q in common) / len(common),
+            "t": t,
+            "p": p,
+        })
+    adjusted = holm_bonferroni({row["dataset"]: row["p"] for row in rows}, alpha=alpha)
+    for row in rows:
+        row["p_holm"], row["significant"] = adjusted[row["dataset"]]
+    return rows
+
+
+def save_results(results: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def load_results(path: str | Path) -> dict:
+    """A results JSON written by :func:`evaluate_retrieval` (format checked)."""
+    results = json.loads(Path(path).read_text(encoding="utf-8"))
+    if results.get("format") != RESULTS_FORMAT:
+        raise ValueError(f"{path} is not a dense-encoders results file (format {results.get('format')!r})")
+    return results
+
+
+def format_summary(results: dict) -> str:
+    """A short human-readable table of a results dict."""
+    dataset = results["dataset"]
+    lines = [
+        f"{results['model']} on {dataset['name']} ({dataset['split']}): "
+        f"{dataset['num_queries']} queries, {dataset['num_documents']} documents, {results['settings']['similarity']}",
+    ]
+    stages = [("retrieve", results["metrics"])]
+    if results.get("rerank"):
+        stages.append((f"+ rerank top {results['rerank']['top_k']}", results["rerank"]["metrics"]))
+    names = list(results["metrics"])
+    lines.append("| stage | " + " | ".join(names) + " |")
+    lines.append("|:--|" + "--:|" * len(names))
+    for stage, metrics in stages:
+        lines.append(f"| {stage} | " + " | ".join(f"{metrics[name]:.4f}" for name in names) + " |")
+    throughput = results["throughput"]
+    if throughput["documents_per_s"]:
+        lines.append(
+            f"encode: {throughput['documents_per_s']:.1f} documents/s, "
+            f"{throughput['queries_per_s']:.1f} queries/s on {results['environment']['device']}"
+        )
+    else:
+        lines.append("encode: embeddings read from the cache")
+    return "\n".join(lines)
+
+
+__all__ = ["RESULTS_FORMAT", "compare_systems", "evaluate_retrieval", "format_summary", "load_results", "save_results"]

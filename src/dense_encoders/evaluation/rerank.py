@@ -1,0 +1,70 @@
+"""Re-scoring the top of a run with a cross-encoder (sentence-transformers ``CrossEncoder``)."""
+
+from __future__ import annotations
+
+import time
+
+from .data import RetrievalDataset, Run
+
+
+def top_documents(run: Run, top_k: int) -> dict[str, list[str]]:
+    """Each query's ``top_k`` documents by descending score (ties: document id, as in :func:`write_trec_run`)."""
+    if top_k < 1:
+        raise ValueError(f"top_k={top_k}: must be at least 1")
+    return {
+        query_id: [doc_id for doc_id, _ in sorted(documents.items(), key=lambda item: (-item[1], item[0]))[:top_k]]
+        for query_id, documents in run.items()
+    }
+
+
+def load_cross_encoder(cross_encoder, device: str | None = None, trust_remote_code: bool = True):
+    from sentence_transformers import CrossEncoder
+
+    if isinstance(cross_encoder, CrossEncoder):
+        return cross_encoder
+    return CrossEncoder(str(cross_encoder), device=device, trust_remote_code=trust_remote_code)
+
+
+def rerank(
+    cross_encoder,
+    dataset: RetrievalDataset,
+    run: Run,
+    *,
+    top_k: int = 100,
+    batch_size: int = 32,
+    show_progress_bar: bool = True,
+    device: str | None = None,
+) -> tuple[Run, float]:
+    """Scores of ``cross_encoder`` for the ``top_k`` documents of every query of ``run``.
+
+    Returns the re-ranked run (only the re-scored documents, with the cross-encoder's scores) and
+    the seconds spent scoring. Queries of ``run`` that ``dataset`` does not know raise a KeyError.
+    """
+    model = load_cross_encoder(cross_encoder, device=device)
+    owners: list[tuple[str, str]] = []
+    pairs: list[tuple[str, str]] = []
+    for query_id, doc_ids in top_documents(run, top_k).items():
+        if query_id not in dataset.queries:
+            raise KeyError(f"query {query_id!r} of the run is not in dataset {dataset.name!r}")
+        query = dataset.queries[query_id]
+        for doc_id in doc_ids:
+            owners.append((query_id, doc_id))
+            pairs.append((query, dataset.document_texts([doc_id])[0]))
+    reranked: Run = {query_id: {} for query_id in run}
+    if not pairs:
+        return reranked, 0.0
+    start = time.perf_counter()
+    scores = model.predict(pairs, batch_size=batch_size, show_progress_bar=show_progress_bar, convert_to_numpy=True)
+    seconds = time.perf_counter() - start
+    scores = scores.reshape(len(pairs), -1)
+    if scores.shape[1] != 1:
+        raise ValueError(
+            f"the cross-encoder gives {scores.shape[1]} scores per pair; re-ranking needs one relevance score "
+            "(a CrossEncoder with num_labels=1)"
+        )
+    for (query_id, doc_id), score in zip(owners, scores[:, 0].tolist()):
+        reranked[query_id][doc_id] = float(score)
+    return reranked, seconds
+
+
+__all__ = ["load_cross_encoder", "rerank", "top_documents"]

@@ -1,0 +1,288 @@
+"""Top-k retrieval over dense embeddings: an exact chunked torch search and a faiss backend.
+
+Both backends return ``(scores, indices)`` of shape ``[Q, min(k, D)]`` (float32 / int64), best
+first, with a deterministic tie-break: among equal scores the lower document index comes first.
+
+:func:`exact_search` never materialises the full ``Q x D`` score matrix; it scores one
+``query_chunk_size x document_chunk_size`` block at a time and keeps a running top-k per query.
+:func:`topk_to_run` turns the result into a run dict ``{query_id: {doc_id: score}}``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = ["exact_search", "faiss_search", "search", "topk_to_run"]
+
+ArrayLike = Union[torch.Tensor, np.ndarray]
+
+SIMILARITIES = ("cosine", "dot")
+BACKENDS = ("exact", "faiss")
+_NORMALIZE_EPS = 1e-12
+
+
+def _to_float_matrix(x: Any, name: str) -> torch.Tensor:
+    """Convert a tensor / array to a float32 torch matrix, checking it is 2-D."""
+    if isinstance(x, torch.Tensor):
+        tensor = x.detach()
+    else:
+        tensor = torch.as_tensor(np.asarray(x))
+    if tensor.dim() != 2:
+        raise ValueError(
+            f"{name} must be a 2-D matrix of shape [num_{name}, dim], got shape {tuple(tensor.shape)}; "
+            f"reshape it (e.g. {name}.reshape(-1, dim)) or stack the vectors"
+        )
+    return tensor.to(torch.float32)
+
+
+def _validate_k(k: Any) -> int:
+    if isinstance(k, bool):
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise ValueError(f"k must be a positive integer, got {k!r}") from None
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}; ask for at least one result per query")
+    return k
+
+
+def _validate_similarity(similarity: str) -> str:
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"unknown similarity {similarity!r}; use one of {SIMILARITIES}")
+    return similarity
+
+
+def _prepare(queries: Any, documents: Any, k: Any, similarity: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Shared validation of both backends; returns float32 queries, documents and the clamped k."""
+    k = _validate_k(k)
+    _validate_similarity(similarity)
+    q = _to_float_matrix(queries, "queries")
+    d = _to_float_matrix(documents, "documents")
+    if q.shape[1] != d.shape[1]:
+        raise ValueError(
+            f"dimension mismatch: queries have dim {q.shape[1]} but documents have dim {d.shape[1]}; "
+            "encode both with the same model"
+        )
+    if d.shape[0] == 0:
+        raise ValueError("no documents to search: documents has 0 rows; pass at least one document embedding")
+    return q, d.to(q.device), min(k, d.shape[0])
+
+
+def _empty_result(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    return (
+        torch.empty((0, 0), dtype=torch.float32, device=device),
+        torch.empty((0, 0), dtype=torch.int64, device=device),
+    )
+
+
+def _score_block(query_block: torch.Tensor, document_block: torch.Tensor) -> torch.Tensor:
+    """Scores of one block: ``[q, d] @ [c, d].T -> [q, c]``. All scoring goes through here."""
+    return query_block @ document_block.T
+
+
+def _stable_sort_rows(scores: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reorder each row by (-score, index): sort by index, then a stable descending sort by score."""
+    by_index = torch.argsort(indices, dim=1, stable=True)
+    scores = torch.gather(scores, 1, by_index)
+    indices = torch.gather(indices, 1, by_index)
+    scores, order = torch.sort(scores, dim=1, descending=True, stable=True)
+    return scores, torch.gather(indices, 1, order)
+
+
+def _stable_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k of each row (column positions), ordered by (-score, position).
+
+    Uses ``torch.topk`` (fast) and falls back to a stable full sort only on rows where a tie
+    straddles the k-th place, since ``torch.topk`` may then pick a later position.
+    """
+    num_cols = scores.shape[1]
+    if k >= num_cols:
+        return torch.sort(scores, dim=1, descending=True, stable=True)
+    values, positions = torch.topk(scores, k, dim=1, largest=True, sorted=True)
+    values, positions = _stable_sort_rows(values, positions)
+    kth = values[:, -1:]
+    straddling = (scores == kth).sum(dim=1) != (values == kth).sum(dim=1)
+    if bool(straddling.any()):
+        rows = straddling.nonzero().squeeze(1)
+        sorted_values, sorted_positions = torch.sort(scores[rows], dim=1, descending=True, stable=True)
+        values[rows] = sorted_values[:, :k]
+        positions[rows] = sorted_positions[:, :k]
+    return values, positions
+
+
+def exact_search(
+    queries: ArrayLike,
+    documents: ArrayLike,
+    k: int,
+    *,
+    similarity: str = "cosine",
+    query_chunk_size: int = 1024,
+    document_chunk_size: int = 16384,
+    show_progress_bar: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact top-k search in torch, block by block, without building the full score matrix.
+
+    Args:
+        queries: ``[Q, dim]`` tensor or array.
+        documents: ``[D, dim]`` tensor or array.
+        k: results per query; clamped to ``D``.
+        similarity: ``"cosine"`` (L2-normalised dot product) or ``"dot"``.
+        query_chunk_size / document_chunk_size: block size; peak score memory is their product.
+        show_progress_bar: show a tqdm bar over query chunks.
+
+    Returns:
+        ``(scores, indices)`` of shape ``[Q, min(k, D)]`` (float32, int64), best first; among
+        equal scores the lower document index comes first. Empty queries give ``[0, 0]`` tensors.
+        Computation (and the result) lives on the queries' device.
+    """
+    q, d, k = _prepare(queries, documents, k, similarity)
+    for name, value in (("query_chunk_size", query_chunk_size), ("document_chunk_size", document_chunk_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if q.shape[0] == 0:
+        return _empty_result(q.device)
+    if similarity == "cosine":
+        q = F.normalize(q, p=2.0, dim=1, eps=_NORMALIZE_EPS)
+        d = F.normalize(d, p=2.0, dim=1, eps=_NORMALIZE_EPS)
+
+    num_queries, num_documents = q.shape[0], d.shape[0]
+    query_starts = range(0, num_queries, query_chunk_size)
+    if show_progress_bar:
+        from tqdm.auto import tqdm
+
+        query_starts = tqdm(query_starts, desc="Exact search", unit="chunk")
+
+    all_scores = torch.empty((num_queries, k), dtype=torch.float32, device=q.device)
+    all_indices = torch.empty((num_queries, k), dtype=torch.int64, device=q.device)
+    for q_start in query_starts:
+        q_block = q[q_start : q_start + query_chunk_size]
+        best_scores: torch.Tensor | None = None
+        best_indices: torch.Tensor | None = None
+        for d_start in range(0, num_documents, document_chunk_size):
+            block = _score_block(q_block, d[d_start : d_start + document_chunk_size])
+            chunk_scores, chunk_positions = _stable_topk(block, k)
+            chunk_indices = chunk_positions + d_start
+            if best_scores is None:
+                best_scores, best_indices = chunk_scores, chunk_indices
+                continue
+            # Running top-k first: every index in it is lower than this chunk's, so a stable
+            # descending sort keeps "lower index first" among equal scores across chunks.
+            cand_scores = torch.cat([best_scores, chunk_scores], dim=1)
+            cand_indices = torch.cat([best_indices, chunk_indices], dim=1)
+            cand_scores, order = torch.sort(cand_scores, dim=1, descending=True, stable=True)
+            best_scores = cand_scores[:, :k]
+            best_indices = torch.gather(cand_indices, 1, order[:, :k])
+        all_scores[q_start : q_start + q_block.shape[0]] = best_scores
+        all_indices[q_start : q_start + q_block.shape[0]] = best_indices
+    return all_scores, all_indices
+
+
+def faiss_search(
+    queries: ArrayLike,
+    documents: ArrayLike,
+    k: int,
+    *,
+    similarity: str = "cosine",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k search with a faiss ``IndexFlatIP`` (exact inner product, CPU).
+
+    Same arguments and return value as :func:`exact_search` (results on CPU). Rows are re-sorted
+    by (-score, index) so equal scores list the lower index first; which of several documents
+    tied at the k-th place is kept is faiss's choice.
+    """
+    try:
+        import faiss
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "faiss_search needs faiss; install it with: pip install 'dense-encoders[faiss]' "
+            "(or use backend='exact')"
+        ) from exc
+
+    q, d, k = _prepare(queries, documents, k, similarity)
+    if q.shape[0] == 0:
+        return _empty_result(torch.device("cpu"))
+    q_np = np.array(q.cpu().numpy(), dtype=np.float32, order="C", copy=True)
+    d_np = np.array(d.cpu().numpy(), dtype=np.float32, order="C", copy=True)
+    if similarity == "cosine":
+        faiss.normalize_L2(q_np)
+        faiss.normalize_L2(d_np)
+    index = faiss.IndexFlatIP(d_np.shape[1])
+    index.add(d_np)
+    scores_np, indices_np = index.search(q_np, k)
+    scores = torch.from_numpy(np.ascontiguousarray(scores_np, dtype=np.float32))
+    indices = torch.from_numpy(np.ascontiguousarray(indices_np, dtype=np.int64))
+    return _stable_sort_rows(scores, indices)
+
+
+def search(
+    queries: ArrayLike,
+    documents: ArrayLike,
+    k: int,
+    *,
+    similarity: str = "cosine",
+    backend: str = "exact",
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dispatch to :func:`exact_search` (``backend="exact"``) or :func:`faiss_search` (``"faiss"``).
+
+    Extra keyword arguments go to the chosen backend (e.g. ``query_chunk_size`` for "exact").
+    """
+    if backend == "exact":
+        return exact_search(queries, documents, k, similarity=similarity, **kwargs)
+    if backend == "faiss":
+        return faiss_search(queries, documents, k, similarity=similarity, **kwargs)
+    raise ValueError(f"unknown backend {backend!r}; use one of {BACKENDS}")
+
+
+def topk_to_run(
+    query_ids: list[str],
+    document_ids: list[str],
+    scores: ArrayLike,
+    indices: ArrayLike,
+) -> dict[str, dict[str, float]]:
+    """Convert ``(scores, indices)`` from a search into a run ``{query_id: {doc_id: score}}``.
+
+    Row ``i`` belongs to ``query_ids[i]``; ``indices`` point into ``document_ids``. Negative
+    indices (faiss's padding ``-1``) are skipped. Scores become python floats.
+    """
+    scores_t = scores.detach().cpu() if isinstance(scores, torch.Tensor) else torch.as_tensor(np.asarray(scores))
+    indices_t = indices.detach().cpu() if isinstance(indices, torch.Tensor) else torch.as_tensor(np.asarray(indices))
+    if scores_t.dim() != 2 or indices_t.dim() != 2:
+        raise ValueError(
+            f"scores and indices must be 2-D [num_queries, k], got shapes {tuple(scores_t.shape)} "
+            f"and {tuple(indices_t.shape)}"
+        )
+    if scores_t.shape != indices_t.shape:
+        raise ValueError(
+            f"scores and indices must have the same shape, got {tuple(scores_t.shape)} and "
+            f"{tuple(indices_t.shape)}; pass both outputs of the same search call"
+        )
+    if len(query_ids) != scores_t.shape[0]:
+        raise ValueError(
+            f"got {len(query_ids)} query_ids for {scores_t.shape[0]} result rows; "
+            "pass one id per query, in the order the queries were searched"
+        )
+    if len(set(query_ids)) != len(query_ids):
+        raise ValueError("query_ids contain duplicates; each query needs a unique id")
+    if len(set(document_ids)) != len(document_ids):
+        raise ValueError("document_ids contain duplicates; each document needs a unique id")
+    if indices_t.is_floating_point():
+        raise ValueError(f"indices must be integers, got dtype {indices_t.dtype}")
+    if indices_t.numel() and int(indices_t.max()) >= len(document_ids):
+        raise ValueError(
+            f"index {int(indices_t.max())} is out of range for {len(document_ids)} document_ids; "
+            "pass the ids of the documents that were searched, in the same order"
+        )
+
+    run: dict[str, dict[str, float]] = {}
+    for qid, row_scores, row_indices in zip(query_ids, scores_t.tolist(), indices_t.tolist()):
+        run[qid] = {
+            document_ids[idx]: float(score) for score, idx in zip(row_scores, row_indices) if idx >= 0
+        }
+    return run

@@ -1,0 +1,247 @@
+"""Tests for dense_encoders.evaluation.search: exact/faiss top-k search and topk_to_run."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dense_encoders.evaluation.search import exact_search, faiss_search, search, topk_to_run
+
+# The package re-exports the `search` function, which shadows the submodule attribute of the same
+# name, so fetch the module object itself.
+search_module = importlib.import_module("dense_encoders.evaluation.search")
+
+
+def reference_topk(queries, documents, k, similarity):
+    """Independent reference: full float64 score matrix, rows ranked by (-score, index) in python."""
+    q = torch.as_tensor(np.asarray(queries), dtype=torch.float64)
+    d = torch.as_tensor(np.asarray(documents), dtype=torch.float64)
+    if similarity == "cosine":
+        q = q / q.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        d = d / d.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    full = (q @ d.T).tolist()
+    k = min(k, d.shape[0])
+    indices = [sorted(range(len(row)), key=lambda j, row=row: (-row[j], j))[:k] for row in full]
+    scores = [[row[j] for j in idx] for row, idx in zip(full, indices)]
+    return torch.tensor(scores, dtype=torch.float64), torch.tensor(indices, dtype=torch.int64)
+
+
+def assert_matches_reference(result, reference, atol=1e-5):
+    scores, indices = result
+    ref_scores, ref_indices = reference
+    assert scores.dtype == torch.float32 and indices.dtype == torch.int64
+    assert indices.shape == ref_indices.shape
+    assert torch.equal(indices, ref_indices)
+    torch.testing.assert_close(scores.double(), ref_scores, atol=atol, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def random_data():
+    gen = torch.Generator().manual_seed(1234)
+    return torch.randn(10, 8, generator=gen), torch.randn(50, 8, generator=gen)
+
+
+@pytest.mark.parametrize("similarity", ["dot", "cosine"])
+@pytest.mark.parametrize("k", [1, 5, 50, 80])
+def test_exact_search_matches_reference_with_uneven_chunks(random_data, similarity, k):
+    queries, documents = random_data
+    result = exact_search(
+        queries, documents, k, similarity=similarity, query_chunk_size=3, document_chunk_size=7
+    )
+    assert result[0].shape == (10, min(k, 50))
+    assert_matches_reference(result, reference_topk(queries, documents, k, similarity))
+
+
+@pytest.mark.parametrize("k", [1, 4, 9, 30])
+@pytest.mark.parametrize("document_chunk_size", [1, 4, 7, 100])
+def test_exact_search_heavy_ties_match_reference(k, document_chunk_size):
+    # Integer vectors in {-1, 0, 1}: scores are exact small integers, so almost every rank is a tie,
+    # many straddling the k-th place inside a chunk and across chunk boundaries.
+    gen = torch.Generator().manual_seed(7)
+    queries = torch.randint(-1, 2, (9, 3), generator=gen).float()
+    documents = torch.randint(-1, 2, (31, 3), generator=gen).float()
+    result = exact_search(
+        queries, documents, k, similarity="dot", query_chunk_size=4, document_chunk_size=document_chunk_size
+    )
+    assert_matches_reference(result, reference_topk(queries, documents, k, "dot"), atol=0)
+
+
+@pytest.mark.parametrize("similarity", ["dot", "cosine"])
+def test_duplicated_documents_lower_index_first_across_chunks(similarity):
+    base = torch.eye(4) * 2.0  # exact scores; normalised copies are bitwise identical
+    documents = base[torch.arange(22) % 4]  # doc j duplicates doc j % 4
+    queries = torch.tensor([[3.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 5.0]])
+    scores, indices = exact_search(
+        queries, documents, 8, similarity=similarity, query_chunk_size=1, document_chunk_size=3
+    )
+    # Query 0: the best documents are the copies of e_0 (0, 4, 8, ...), then copies of e_1.
+    assert indices[0].tolist() == [0, 4, 8, 12, 16, 20, 1, 5]
+    # Query 1: copies of e_3 are 3, 7, 11, 15, 19 (five of them), then ties at 0 from index 0 on.
+    assert indices[1].tolist() == [3, 7, 11, 15, 19, 0, 1, 2]
+    assert scores[1, 5:].tolist() == [0.0, 0.0, 0.0]
+    assert scores[0, 0] == scores[0, 5] > scores[0, 6] == scores[0, 7]
+
+
+def test_exact_search_never_builds_more_than_one_block(monkeypatch, random_data):
+    queries, documents = random_data
+    shapes = []
+    original = search_module._score_block
+
+    def spy(query_block, document_block):
+        block = original(query_block, document_block)
+        shapes.append(tuple(block.shape))
+        return block
+
+    monkeypatch.setattr(search_module, "_score_block", spy)
+    result = exact_search(queries, documents, 5, similarity="dot", query_chunk_size=3, document_chunk_size=7)
+    assert_matches_reference(result, reference_topk(queries, documents, 5, "dot"))
+    assert len(shapes) == math.ceil(10 / 3) * math.ceil(50 / 7)
+    assert max(rows for rows, _ in shapes) <= 3
+    assert max(cols for _, cols in shapes) <= 7
+    assert sum(rows * cols for rows, cols in shapes) == 10 * 50  # every pair scored exactly once
+
+
+def test_exact_search_numpy_float64_input_and_progress_bar(random_data):
+    queries, documents = random_data
+    expected = exact_search(queries, documents, 6)
+    scores, indices = exact_search(
+        queries.double().numpy(), documents.double().numpy(), 6, document_chunk_size=11, show_progress_bar=True
+    )
+    assert scores.dtype == torch.float32 and indices.dtype == torch.int64
+    assert torch.equal(indices, expected[1])
+    torch.testing.assert_close(scores, expected[0])
+
+
+def test_cosine_zero_vectors_give_no_nan():
+    queries = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
+    documents = torch.tensor([[0.0, 0.0], [2.0, 0.0], [-1.0, 0.0]])
+    scores, indices = exact_search(queries, documents, 3, similarity="cosine", document_chunk_size=2)
+    assert not torch.isnan(scores).any()
+    assert indices.tolist() == [[0, 1, 2], [1, 0, 2]]
+    torch.testing.assert_close(scores, torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, -1.0]]))
+
+
+def test_empty_queries_return_empty_tensors(random_data):
+    _, documents = random_data
+    scores, indices = exact_search(torch.empty(0, 8), documents, 5)
+    assert scores.shape == (0, 0) and indices.shape == (0, 0)
+    assert scores.dtype == torch.float32 and indices.dtype == torch.int64
+
+
+@pytest.mark.parametrize("similarity", ["dot", "cosine"])
+@pytest.mark.parametrize("k", [10, 400])
+def test_faiss_search_matches_exact_search(similarity, k):
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(0)
+    queries = rng.standard_normal((20, 16)).astype(np.float32)
+    documents = rng.standard_normal((300, 16)).astype(np.float32)
+    exact_scores, exact_indices = exact_search(queries, documents, k, similarity=similarity, document_chunk_size=64)
+    faiss_scores, faiss_indices = faiss_search(queries, documents, k, similarity=similarity)
+    assert faiss_scores.shape == (20, min(k, 300))
+    assert faiss_scores.dtype == torch.float32 and faiss_indices.dtype == torch.int64
+    assert (faiss_indices >= 0).all()
+    assert torch.equal(faiss_indices, exact_indices)
+    torch.testing.assert_close(faiss_scores, exact_scores, atol=1e-5, rtol=0)
+
+
+def test_faiss_search_tie_order_and_empty_queries():
+    pytest.importorskip("faiss")
+    documents = torch.eye(3)[torch.arange(7) % 3] * 2.0
+    queries = torch.tensor([[1.0, 0.0, 0.0]])
+    scores, indices = faiss_search(queries, documents, 7, similarity="dot")
+    assert indices.tolist() == [[0, 3, 6, 1, 2, 4, 5]]
+    assert scores.tolist() == [[2.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0]]
+    empty_scores, empty_indices = faiss_search(torch.empty(0, 3), documents, 2)
+    assert empty_scores.shape == (0, 0) and empty_indices.shape == (0, 0)
+
+
+def test_search_dispatches_to_exact(random_data):
+    queries, documents = random_data
+    exact = exact_search(queries, documents, 4, similarity="dot")
+    dispatched = search(queries, documents, 4, similarity="dot", backend="exact", document_chunk_size=9)
+    assert torch.equal(dispatched[1], exact[1])
+    torch.testing.assert_close(dispatched[0], exact[0])
+
+
+def test_search_dispatches_to_faiss(random_data):
+    pytest.importorskip("faiss")
+    queries, documents = random_data
+    exact = exact_search(queries, documents, 4, similarity="dot")
+    via_faiss = search(queries, documents, 4, similarity="dot", backend="faiss")
+    assert torch.equal(via_faiss[1], exact[1])
+    torch.testing.assert_close(via_faiss[0], exact[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("fn", [exact_search, faiss_search])
+@pytest.mark.parametrize(
+    ("queries", "documents", "kwargs", "match"),
+    [
+        (torch.ones(2, 4), torch.ones(3, 4), {"k": 0}, r"k must be >= 1"),
+        (torch.ones(2, 4), torch.ones(3, 4), {"k": -3}, r"k must be >= 1"),
+        (torch.ones(2, 4), torch.ones(3, 4), {"k": 2.5}, r"k must be a positive integer"),
+        (torch.ones(4), torch.ones(3, 4), {"k": 1}, r"queries must be a 2-D matrix.*reshape"),
+        (torch.ones(2, 4), torch.ones(3, 4, 1), {"k": 1}, r"documents must be a 2-D matrix"),
+        (torch.ones(2, 4), torch.ones(3, 5), {"k": 1}, r"dimension mismatch: queries have dim 4 but documents have dim 5"),
+        (torch.ones(2, 4), torch.ones(3, 4), {"k": 1, "similarity": "l2"}, r"unknown similarity 'l2'.*cosine.*dot"),
+        (torch.ones(2, 4), torch.ones(0, 4), {"k": 1}, r"no documents to search"),
+    ],
+)
+def test_input_errors(fn, queries, documents, kwargs, match):
+    if fn is faiss_search:
+        pytest.importorskip("faiss")
+    with pytest.raises(ValueError, match=match):
+        fn(queries, documents, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["query_chunk_size", "document_chunk_size"])
+def test_chunk_size_errors(name):
+    with pytest.raises(ValueError, match=rf"{name} must be a positive integer"):
+        exact_search(torch.ones(2, 4), torch.ones(3, 4), 1, **{name: 0})
+
+
+def test_search_unknown_backend():
+    with pytest.raises(ValueError, match=r"unknown backend 'annoy'.*exact.*faiss"):
+        search(torch.ones(2, 4), torch.ones(3, 4), 1, backend="annoy")
+
+
+def test_topk_to_run_by_hand():
+    scores = torch.tensor([[0.75, 0.5, 0.25], [1.0, -0.5, 0.0]])
+    indices = torch.tensor([[2, 0, 3], [1, 2, -1]])  # -1 is faiss padding: skipped
+    run = topk_to_run(["q1", "q2"], ["d0", "d1", "d2", "d3"], scores, indices)
+    assert run == {"q1": {"d2": 0.75, "d0": 0.5, "d3": 0.25}, "q2": {"d1": 1.0, "d2": -0.5}}
+    assert list(run["q1"]) == ["d2", "d0", "d3"]  # ranking order preserved
+    assert all(type(v) is float for row in run.values() for v in row.values())
+    # numpy input works the same way
+    assert topk_to_run(["q1", "q2"], ["d0", "d1", "d2", "d3"], scores.numpy(), indices.numpy()) == run
+
+
+def test_topk_to_run_round_trip_with_exact_search(random_data):
+    queries, documents = random_data
+    scores, indices = exact_search(queries, documents, 3)
+    qids = [f"q{i}" for i in range(10)]
+    dids = [f"doc-{j}" for j in range(50)]
+    run = topk_to_run(qids, dids, scores, indices)
+    ref_scores, ref_indices = reference_topk(queries, documents, 3, "cosine")
+    for i, qid in enumerate(qids):
+        assert list(run[qid]) == [dids[j] for j in ref_indices[i].tolist()]
+        assert run[qid][dids[ref_indices[i, 0]]] == pytest.approx(ref_scores[i, 0].item(), abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("query_ids", "document_ids", "scores", "indices", "match"),
+    [
+        (["q1"], ["d0", "d1"], torch.zeros(2, 1), torch.zeros(2, 1, dtype=torch.long), r"got 1 query_ids for 2 result rows"),
+        (["q1"], ["d0", "d1"], torch.zeros(1, 2), torch.zeros(1, 1, dtype=torch.long), r"same shape"),
+        (["q1"], ["d0", "d1"], torch.zeros(2), torch.zeros(2, dtype=torch.long), r"must be 2-D"),
+        (["q1"], ["d0", "d1"], torch.zeros(1, 1), torch.tensor([[2]]), r"index 2 is out of range for 2 document_ids"),
+        (["q1", "q1"], ["d0"], torch.zeros(2, 1), torch.zeros(2, 1, dtype=torch.long), r"query_ids contain duplicates"),
+        (["q1"], ["d0", "d0"], torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.long), r"document_ids contain duplicates"),
+    ],
+)
+def test_topk_to_run_errors(query_ids, document_ids, scores, indices, match):
+    with pytest.raises(ValueError, match=match):
+        topk_to_run(query_ids, document_ids, scores, indices)
