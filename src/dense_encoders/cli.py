@@ -4,6 +4,8 @@ Subcommands:
   quickstart   pre-train a tiny Condenser on the bundled corpus, save, reload, encode (offline)
   pretrain     Condenser / coCondenser / TITE pre-training on transformers.Trainer
   evaluate     retrieval evaluation of an encoder on a BEIR folder or a pairs file
+  score-teacher  score (query, document) candidates of a run with a cross-encoder -> training jsonl
+  distill      distil teacher scores into any encoder (Margin-MSE, KL, InfoNCE, M3SE, ...)
 
 Run ``dense-encoders SUBCOMMAND --help`` for every flag.
 """
@@ -167,7 +169,61 @@ def _evaluate(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"quickstart": _quickstart, "pretrain": _pretrain, "evaluate": _evaluate}
+DISTILL_EXAMPLES = """\
+examples:
+  # teacher scores for a run's top 100 with a cross-encoder, then TITE's fine-tuning losses
+  dense-encoders score-teacher cross-encoder/ms-marco-MiniLM-L6-v2 --run train.run --data msmarco --output train.jsonl
+  dense-encoders distill --student runs/tite --train_file train.jsonl --corpus msmarco \\
+      --losses margin_mse+kl+infonce --output_dir runs/tite-msmarco --num_train_epochs 1
+
+  # a 2-layer student cut from all-MiniLM-L6-v2 (pooling and cosine taken from its own configuration)
+  dense-encoders distill --student sentence-transformers/all-MiniLM-L6-v2 --student_num_layers 2 \\
+      --train_file train.jsonl --losses m3se+sce:0.5 --sce_temperature 4 --output_dir runs/minilm-2
+
+  # data parallel with in-batch negatives across processes
+  torchrun --nproc_per_node 2 -m dense_encoders.cli distill --student ... --train_file ... --output_dir ...
+"""
+
+
+def _distill(argv: list[str]) -> int:
+    from transformers import HfArgumentParser
+
+    from .trainer.distillation import DistillationArguments, DistillationSetup, distill
+
+    parser = HfArgumentParser(
+        (DistillationSetup, DistillationArguments),
+        prog="dense-encoders distill",
+        description="Distil teacher scores into a dual encoder on transformers.Trainer (seed 003, TITE Sec. 3.4).",
+        epilog=DISTILL_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
+        path = Path(argv[0])
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} does not exist")
+        read = parser.parse_json_file if path.suffix == ".json" else parser.parse_yaml_file
+        setup, args = read(str(path))
+    else:
+        setup, args = parser.parse_args_into_dataclasses(argv)
+    output = distill(setup, args)
+    _end_distributed()
+    print(f"Saved the student to {output}")
+    return 0
+
+
+def _score_teacher(argv: list[str]) -> int:
+    from .trainer.teacher import main as score_teacher_main
+
+    return score_teacher_main(argv)
+
+
+COMMANDS = {
+    "quickstart": _quickstart,
+    "pretrain": _pretrain,
+    "evaluate": _evaluate,
+    "score-teacher": _score_teacher,
+    "distill": _distill,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
@@ -280,7 +281,7 @@ class TiteAttention(nn.Module):
         return query_layout.unpad(output)
 
 
-class TiteLayer(nn.Module):
+class TiteLayer(GradientCheckpointingLayer):
     """Attention (with pooling) + feed-forward, post-norm as in BERT."""
 
     def __init__(self, config: TiteConfig, layer_index: int):
@@ -308,7 +309,7 @@ class TitePreTrainedModel(PreTrainedModel):
     config_class = TiteConfig
     config: TiteConfig
     base_model_prefix = "tite"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
     _supports_flash_attn = True
     _no_split_modules = ["TiteLayer"]

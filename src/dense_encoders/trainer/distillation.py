@@ -1,0 +1,412 @@
+"""Distillation of teacher scores into a dual encoder on ``transformers.Trainer``.
+
+The student is any encoder of this package (TITE, Condenser) or any ``AutoModel`` checkpoint
+(including sentence-transformers folders such as all-MiniLM-L6-v2, whose pooling and
+normalisation are read from their own configuration). Queries and documents are encoded by one
+:class:`DualEncoder` forward (one DDP forward per step), scored by dot product or cosine, and the
+configured losses of :mod:`dense_encoders.trainer.losses` (seed 003 Eq. 1, 3, 4; TITE Sec. 3.4)
+are applied.
+
+Normalisation: every loss is a sum over queries divided by the number of queries of the whole
+optimizer step (all gradient-accumulation micro-batches on all processes, ``num_items_in_batch``),
+so gradient accumulation and data parallelism give the gradient of the global mean. Under data
+parallelism the embeddings of all processes are gathered (the local part keeps its graph) and every
+process evaluates the losses of the GLOBAL batch: in-batch negatives span all processes, and the
+gradient of each process's embeddings is complete; it is multiplied by the world size to undo
+DDP's averaging while the reported value stays the global loss.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import Trainer, TrainingArguments
+
+from ..data.distillation import SAMPLING_STRATEGIES, DistillationCollator, training_records_to_dataset
+from ..models.condenser.modeling_condenser import gather_with_local_grad
+from .losses import DistillationObjective, parse_loss_spec
+from .pretraining import CollatorEpochCallback
+
+logger = logging.getLogger(__name__)
+
+POOLINGS = ("cls", "mean", "pooler")
+SIMILARITIES = ("dot", "cosine")
+OUR_MODEL_TYPES = ("tite", "condenser")
+
+
+# --------------------------------------------------------------------------------------------
+# The student as one module
+# --------------------------------------------------------------------------------------------
+
+
+def pool(output, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """One vector per text from a transformers model output."""
+    if pooling == "pooler":
+        return output.pooler_output
+    states = output.last_hidden_state
+    if pooling == "cls":
+        return states[:, 0]
+    if states.shape[1] != attention_mask.shape[1]:
+        raise ValueError("mean pooling needs one state per token; this model returns one vector per text (use 'pooler')")
+    mask = attention_mask.unsqueeze(-1).to(states.dtype)
+    return (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+class DualEncoder(nn.Module):
+    """Wraps a transformers encoder so queries and documents go through ONE module forward.
+
+    (Two forwards of a DDP-wrapped model before one backward break DDP's gradient hooks.)
+    """
+
+    def __init__(self, encoder: nn.Module, pooling: str = "cls", similarity: str = "dot"):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling={pooling!r}: choose one of {POOLINGS}")
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"similarity={similarity!r}: choose one of {SIMILARITIES}")
+        model_type = getattr(getattr(encoder, "config", None), "model_type", None)
+        if pooling == "pooler" and model_type not in OUR_MODEL_TYPES:
+            raise ValueError(
+                f"pooling='pooler' is for this package's models ({', '.join(OUR_MODEL_TYPES)}); a {model_type} "
+                "checkpoint's pooler is an untrained or task-specific head: use pooling='cls' or 'mean'"
+            )
+        if model_type == "tite" and pooling == "mean":
+            raise ValueError("TITE returns one vector per text: use pooling='pooler' (or 'cls')")
+        self.encoder = encoder
+        self.pooling = pooling
+        self.similarity = similarity
+
+    @property
+    def config(self):
+        return self.encoder.config
+
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1, offload=False):
+        """Delegate (``TrainingArguments.activation_checkpointing``) to the transformers encoder."""
+        if not getattr(self.encoder, "supports_gradient_checkpointing", False):
+            raise ValueError(f"{type(self.encoder).__name__} does not support activation checkpointing")
+        self.encoder.activation_checkpointing_enable(
+            activation_checkpointing_kwargs=activation_checkpointing_kwargs, every_n_layers=every_n_layers, offload=offload
+        )
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        vectors = pool(self.encoder(input_ids=input_ids, attention_mask=attention_mask), attention_mask, self.pooling)
+        return F.normalize(vectors, dim=-1) if self.similarity == "cosine" else vectors
+
+    def forward(self, query_input_ids, query_attention_mask, document_input_ids, document_attention_mask, **_):
+        return self.encode(query_input_ids, query_attention_mask), self.encode(document_input_ids, document_attention_mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Trainer
+# --------------------------------------------------------------------------------------------
+
+
+def _gradient_scaled(value: torch.Tensor, factor: float) -> torch.Tensor:
+    """``value`` unchanged, its gradient multiplied by ``factor``."""
+    return value if factor == 1 else value * factor - value.detach() * (factor - 1)
+
+
+class DistillationTrainer(Trainer):
+    """``transformers.Trainer`` for score distillation into a :class:`DualEncoder`.
+
+    ``objective`` is a :class:`~dense_encoders.trainer.losses.DistillationObjective` (or a spec such
+    as ``"margin_mse+kl+infonce"``). Logs ``loss`` and every component (``margin_mse_loss``, ...),
+    means over the logging window. Saving writes the student itself (``save_pretrained``, remote
+    code for our models), its tokenizer and sentence-transformers files with its pooling and
+    similarity, so every checkpoint loads with ``AutoModel`` and ``SentenceTransformer``.
+    """
+
+    loss_is_scaled_for_ga = True  # compute_loss divides by the step's global number of queries
+
+    def __init__(self, *args, objective: DistillationObjective | str = "margin_mse", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.objective = DistillationObjective(objective) if isinstance(objective, str) else objective
+        if not isinstance(self.accelerator.unwrap_model(self.model), DualEncoder):
+            raise TypeError("DistillationTrainer trains a DualEncoder(encoder, pooling, similarity)")
+        if hasattr(self.data_collator, "set_epoch"):
+            self.add_callback(CollatorEpochCallback(self.data_collator))
+        self._component_sums: dict[str, torch.Tensor] = {}
+        self._last_logged_step = 0
+
+    # ---- normalisation -------------------------------------------------------------------
+    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
+        """Queries of the whole optimizer step (all micro-batches, all processes)."""
+        count = torch.tensor(sum(int(b["teacher_scores"].shape[0]) for b in batch_samples), device=device)
+        if self.args.world_size > 1:
+            count = self.accelerator.reduce(count, reduction="sum")
+        return count
+
+    # ---- loss ----------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        queries, documents = model(**inputs)
+        teacher, mask = inputs["teacher_scores"], inputs["document_mask"]
+        queries, world_size = gather_with_local_grad(queries)
+        documents, _ = gather_with_local_grad(documents)
+        if world_size > 1:
+            teacher, _ = gather_with_local_grad(teacher)
+            mask = gather_with_local_grad(mask.to(torch.uint8))[0].bool()
+        num_queries, k = teacher.shape
+        student = torch.einsum("qh,qkh->qk", queries, documents.view(num_queries, k, -1))
+        batch_scores = queries @ documents.T if "infonce" in self.objective.weights else None
+        total, components = self.objective(
+            student.float(), teacher.float(), mask, batch_scores=None if batch_scores is None else batch_scores.float(),
+            global_mask=mask,
+        )
+        normaliser = num_items_in_batch if num_items_in_batch is not None else num_queries
+        loss = _gradient_scaled(total.sum() / normaliser, world_size)
+        if model.training:
+            for name, values in components.items():
+                value = (values.detach().sum() / normaliser).float()
+                self._component_sums[f"{name}_loss"] = self._component_sums.get(f"{name}_loss", 0.0) + value
+        return (loss, {"student_scores": student.detach()}) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._component_sums:
+            steps = max(1, self.state.global_step - self._last_logged_step)
+            for name, value in sorted(self._component_sums.items()):
+                logs[name] = round(float(value) / steps, 4)
+            self._component_sums.clear()
+            self._last_logged_step = self.state.global_step
+        super().log(logs, start_time)
+
+    # ---- saving / resuming ---------------------------------------------------------------
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        dual = self.accelerator.unwrap_model(self.model)
+        if not self.args.should_save:
+            return
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        dual.encoder.save_pretrained(output_dir, is_main_process=True)
+        tokenizer = self.processing_class or getattr(self.data_collator, "tokenizer", None)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(output_dir)
+            write_student_sentence_transformers_files(output_dir, dual.pooling, dual.similarity)
+        torch.save(self.args, Path(output_dir) / "training_args.bin")
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        dual = self.accelerator.unwrap_model(model if model is not None else self.model)
+        reloaded = type(dual.encoder).from_pretrained(resume_from_checkpoint)
+        dual.encoder.load_state_dict(reloaded.state_dict())
+        logger.info("student weights restored from %s", resume_from_checkpoint)
+
+
+def write_student_sentence_transformers_files(folder: str | Path, pooling: str, similarity: str) -> None:
+    from ..sentence_transformers_files import write_sentence_transformers_files
+
+    # "pooler" is only allowed for our models, whose pooler_output is the first state (CLS / TITE's vector)
+    write_sentence_transformers_files(folder, pooling="cls" if pooling == "pooler" else pooling, similarity=similarity)
+
+
+# --------------------------------------------------------------------------------------------
+# Setup from a checkpoint and a training file
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DistillationArguments(TrainingArguments):
+    """``TrainingArguments`` with defaults for distillation (TITE fine-tuning, Sec. 4.1)."""
+
+    output_dir: str = field(default="runs/distill", metadata={"help": "Where checkpoints and the student go."})
+    learning_rate: float = field(default=2e-5, metadata={"help": "AdamW learning rate."})
+    warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up (a fraction of the steps, or a count)."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Queries per device and step."})
+    remove_unused_columns: bool = field(default=False, metadata={"help": "Keep the collator's columns."})
+    logging_steps: float = field(default=10, metadata={"help": "Log every N steps."})
+    save_strategy: str = field(default="no", metadata={"help": "Checkpoints during training: no / steps / epoch."})
+    report_to: str = field(default="none", metadata={"help": "Loggers (tensorboard, wandb, ...)."})
+
+
+@dataclass
+class DistillationSetup:
+    """What is distilled into what (everything that is not a Trainer setting)."""
+
+    student: str = field(default=None, metadata={"help": "Student checkpoint: folder or Hub id (any encoder)."})
+    train_file: str = field(default=None, metadata={"help": "Training jsonl (query, documents or ids, teacher scores)."})
+    corpus: str | None = field(default=None, metadata={"help": "corpus.jsonl or BEIR folder resolving document_ids."})
+    queries: str | None = field(default=None, metadata={"help": "queries.jsonl (or BEIR folder) resolving query_ids."})
+    losses: str = field(default="margin_mse+kl+infonce", metadata={"help": "Losses, '+'-joined, optional ':weight'."})
+    sce_temperature: float = field(default=1.0, metadata={"help": "Temperature of 'sce' (seed 003 Eq. 1)."})
+    kl_temperature: float = field(default=1.0, metadata={"help": "Temperature of 'kl'."})
+    infonce_theta: float = field(default=3.0, metadata={"help": "In-sample negatives: teacher score <= best - theta."})
+    infonce_temperature: float = field(default=1.0, metadata={"help": "Temperature of 'infonce'."})
+    rankdistil_gamma: float = field(default=0.0, metadata={"help": "RankDistil-B threshold for negatives."})
+    pooling: str | None = field(default=None, metadata={"help": "cls / mean / pooler; default: the student's own."})
+    similarity: str | None = field(default=None, metadata={"help": "dot / cosine; default: the student's own."})
+    student_num_layers: int | None = field(default=None, metadata={"help": "Keep only the first N layers (BERT family)."})
+    documents_per_query: int = field(default=8, metadata={"help": "Documents sampled per query and step."})
+    sampling: str = field(default="random", metadata={"help": "random / top / log-random (teacher's best always kept)."})
+    query_max_length: int = field(default=32, metadata={"help": "Query token limit."})
+    document_max_length: int = field(default=512, metadata={"help": "Document token limit."})
+
+    def __post_init__(self):
+        if not self.student:
+            raise ValueError("--student is required: a folder or Hub id of the encoder to train")
+        if not self.train_file:
+            raise ValueError("--train_file is required: a jsonl of queries with teacher-scored documents")
+        if self.sampling not in SAMPLING_STRATEGIES:
+            raise ValueError(f"--sampling {self.sampling!r}: choose one of {SAMPLING_STRATEGIES}")
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise ValueError(f"--pooling {self.pooling!r}: choose one of {POOLINGS}")
+        if self.similarity is not None and self.similarity not in SIMILARITIES:
+            raise ValueError(f"--similarity {self.similarity!r}: choose one of {SIMILARITIES}")
+        parse_loss_spec(self.losses)  # unknown names fail here, before any model is loaded
+
+    def loss_options(self) -> dict[str, dict]:
+        """Options of the configured losses (for DistillationObjective's ``loss_kwargs``)."""
+        options = {
+            "sce": {"temperature": self.sce_temperature},
+            "kl": {"temperature": self.kl_temperature},
+            "infonce": {"theta": self.infonce_theta, "temperature": self.infonce_temperature},
+            "rankdistil_b": {"gamma": self.rankdistil_gamma},
+        }
+        configured = parse_loss_spec(self.losses)
+        return {name: value for name, value in options.items() if name in configured}
+
+
+def student_conventions(name_or_path: str) -> tuple[str | None, str | None, str]:
+    """(pooling, similarity, transformer folder) a checkpoint declares: sentence-transformers files
+    first, then our model types (pooler_output, dot); (None, None, path) when nothing is declared."""
+    from ..evaluation.encoding import _has_sentence_transformers_files
+
+    if _has_sentence_transformers_files(name_or_path):
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(name_or_path, trust_remote_code=True, device="cpu")
+        modes = [getattr(module, "pooling_mode", None) for module in model]
+        pooling = next((mode for mode in modes if mode), None)
+        if pooling not in (None, "cls", "mean"):
+            raise ValueError(f"{name_or_path} pools with {pooling!r}; distillation supports cls and mean pooling")
+        normalises = any(type(module).__name__ == "Normalize" for module in model)
+        similarity = "cosine" if normalises or model.similarity_fn_name == "cosine" else "dot"
+        model_type = getattr(getattr(model[0], "auto_model", None), "config", None)
+        if model_type is not None and model_type.model_type in OUR_MODEL_TYPES and pooling == "cls":
+            pooling = "pooler"
+        modules_file = Path(name_or_path) / "modules.json"
+        folder = name_or_path
+        if modules_file.is_file():
+            first = json.loads(modules_file.read_text())[0].get("path", "")
+            folder = str(Path(name_or_path) / first) if first else name_or_path
+        return pooling, similarity, folder
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=True)
+    if config.model_type in OUR_MODEL_TYPES:
+        return "pooler", "dot", name_or_path
+    return None, None, name_or_path
+
+
+def keep_first_layers(encoder: nn.Module, num_layers: int) -> nn.Module:
+    """Truncate a BERT-family encoder to its first ``num_layers`` layers (a shallow student)."""
+    layers = getattr(getattr(encoder, "encoder", None), "layer", None)
+    if layers is None:
+        raise ValueError(f"--student_num_layers works for BERT-family encoders, not {type(encoder).__name__}")
+    if not 1 <= num_layers <= len(layers):
+        raise ValueError(f"--student_num_layers {num_layers}: the student has {len(layers)} layers")
+    encoder.encoder.layer = layers[:num_layers]
+    encoder.config.num_hidden_layers = num_layers
+    return encoder
+
+
+def build_student(setup: DistillationSetup) -> DualEncoder:
+    from transformers import AutoModel
+
+    pooling, similarity, folder = student_conventions(setup.student)
+    pooling = setup.pooling or pooling
+    if pooling is None:
+        raise ValueError(
+            f"{setup.student} declares no pooling (no sentence-transformers files): pass --pooling cls or mean"
+        )
+    encoder = AutoModel.from_pretrained(folder, trust_remote_code=True)
+    if pooling != "pooler" and isinstance(getattr(encoder, "pooler", None), nn.Module):
+        # a BERT-style pooler head the student never uses: no gradients (DDP would need
+        # find_unused_parameters), no compute, and not saved with the student
+        encoder.pooler = None
+    if setup.student_num_layers is not None:
+        keep_first_layers(encoder, setup.student_num_layers)
+    return DualEncoder(encoder, pooling=pooling, similarity=setup.similarity or similarity or "dot")
+
+
+def load_training_records(setup: DistillationSetup) -> list[dict]:
+    from ..evaluation.data import read_corpus_jsonl, read_queries_jsonl
+    from .teacher import read_training_file
+
+    def resolve(path: str | None, name: str, reader):
+        if path is None:
+            return None
+        path = Path(path)
+        return reader(path / name if path.is_dir() else path)
+
+    return read_training_file(
+        setup.train_file,
+        corpus=resolve(setup.corpus, "corpus.jsonl", read_corpus_jsonl),
+        queries=resolve(setup.queries, "queries.jsonl", read_queries_jsonl),
+    )
+
+
+def distill(setup: DistillationSetup, args: DistillationArguments) -> Path:
+    """Train ``setup.student`` on ``setup.train_file`` and save it to ``args.output_dir``."""
+    from transformers import AutoTokenizer
+
+    objective = DistillationObjective(setup.losses, setup.loss_options())
+    records = load_training_records(setup)
+    too_few = [r for r in records if len(r["documents"]) < objective.min_documents]
+    if too_few:
+        first = too_few[0]
+        raise ValueError(
+            f"{setup.train_file}:{first.get('line', '?')}: query {first.get('query_id')!r} has {len(first['documents'])} "
+            f"document(s) but --losses {setup.losses} needs at least {objective.min_documents} per query "
+            f"({len(too_few)} such queries in all): drop them or choose losses without pairs (e.g. kl, infonce)"
+        )
+    dual = build_student(setup)
+    _, _, folder = student_conventions(setup.student)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    limit = getattr(dual.config, "max_position_embeddings", None)
+    lengths = {"query": setup.query_max_length, "document": setup.document_max_length}
+    for side, length in lengths.items():
+        if limit is not None and length > limit:
+            logger.warning("%s_max_length %d exceeds the student's %d positions: using %d", side, length, limit, limit)
+            lengths[side] = limit
+    collator = DistillationCollator(
+        tokenizer,
+        documents_per_query=setup.documents_per_query,
+        sampling=setup.sampling,
+        query_max_length=lengths["query"],
+        document_max_length=lengths["document"],
+        min_documents=objective.min_documents,
+        seed=args.seed,
+    )
+    trainer = DistillationTrainer(
+        model=dual,
+        args=args,
+        train_dataset=training_records_to_dataset(records),
+        data_collator=collator,
+        processing_class=tokenizer,
+        objective=objective,
+    )
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    trainer.save_model(args.output_dir)
+    if trainer.args.should_save:
+        trainer.state.save_to_json(str(Path(args.output_dir) / "trainer_state.json"))
+        setup_file = Path(args.output_dir) / "distillation_setup.json"
+        setup_file.write_text(json.dumps(setup.__dict__, indent=2) + "\n")
+    trainer.accelerator.wait_for_everyone()
+    return Path(args.output_dir)
+
+
+__all__ = [
+    "DistillationArguments",
+    "DistillationSetup",
+    "DistillationTrainer",
+    "DualEncoder",
+    "build_student",
+    "distill",
+    "keep_first_layers",
+    "pool",
+    "student_conventions",
+]

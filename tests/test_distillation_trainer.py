@@ -1,0 +1,319 @@
+"""DistillationTrainer: pooling, the loss it optimises, gradient accumulation and checkpointing,
+two processes vs one, the collator, the CLI, and the saved student."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModel, BertConfig, BertModel
+
+from dense_encoders.cli import main
+from dense_encoders.data.distillation import DistillationCollator, sample_documents, training_records_to_dataset
+from dense_encoders.trainer.distillation import (
+    DistillationArguments,
+    DistillationTrainer,
+    DualEncoder,
+    keep_first_layers,
+)
+from dense_encoders.trainer.losses import DistillationObjective, kl_divergence_loss, margin_mse_loss
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+WORDS = ("retrieval dense sparse vector index query passage document ranking teacher student model "
+         "score margin loss batch token encoder pooling attention layer").split()
+
+
+def make_records(num_queries=4, num_documents=5, seed=0):
+    rng = np.random.default_rng(seed)
+    records = []
+    for q in range(num_queries):
+        documents = [" ".join(rng.choice(WORDS, size=int(rng.integers(4, 12)))) for _ in range(num_documents)]
+        scores = sorted((float(x) for x in rng.normal(0, 3, size=num_documents)), reverse=True)
+        records.append({"query_id": f"q{q}", "query": " ".join(rng.choice(WORDS, size=4)),
+                        "document_ids": [f"q{q}d{i}" for i in range(num_documents)],
+                        "documents": documents, "scores": scores})
+    return records
+
+
+def write_training_file(path: Path, records) -> Path:
+    path.write_text("".join(json.dumps({k: r[k] for k in ("query_id", "query", "documents", "scores")}) + "\n"
+                            for r in records))
+    return path
+
+
+def tiny_bert(tok, seed=0, **overrides):
+    torch.manual_seed(seed)
+    settings = dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0)
+    settings.update(overrides)
+    return BertModel(BertConfig(**settings), add_pooling_layer=False)
+
+
+@pytest.fixture
+def bert_student_folder(tmp_path, tok):
+    folder = tmp_path / "student"
+    tiny_bert(tok).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+# ---- pooling and the student module -------------------------------------------------------
+
+
+def test_dual_encoder_pooling_and_similarity(tok):
+    encoder = tiny_bert(tok).eval()
+    batch = tok(["a short text", "a somewhat longer text with more tokens"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = encoder(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        mean = (states * mask).sum(1) / mask.sum(1)
+        for pooling, similarity, expected in [
+            ("cls", "dot", states[:, 0]),
+            ("mean", "dot", mean),
+            ("mean", "cosine", F.normalize(mean, dim=-1)),
+        ]:
+            got = DualEncoder(encoder, pooling, similarity).encode(batch["input_ids"], batch["attention_mask"])
+            torch.testing.assert_close(got, expected)
+    with pytest.raises(ValueError, match="pooling='pooler' is for this package's models"):
+        DualEncoder(encoder, "pooler")
+    with pytest.raises(ValueError, match="similarity='l2'"):
+        DualEncoder(encoder, "cls", "l2")
+
+
+def test_tite_student_uses_its_vector(tok):
+    from dense_encoders.models.tite import TiteModel
+    from dense_encoders.models.tite.presets import tite_preset
+
+    torch.manual_seed(0)
+    tite = TiteModel(tite_preset("tiny-tite-2-late", vocab_size=len(tok))).eval()
+    batch = tok(["a text", "another longer text"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = tite(**batch).pooler_output
+        torch.testing.assert_close(DualEncoder(tite, "pooler").encode(batch["input_ids"], batch["attention_mask"]),
+                                   expected)
+    with pytest.raises(ValueError, match="TITE returns one vector per text"):
+        DualEncoder(tite, "mean")
+
+
+def test_keep_first_layers(tok):
+    encoder = tiny_bert(tok, num_hidden_layers=4)
+    reference = {k: v.clone() for k, v in encoder.state_dict().items()}
+    keep_first_layers(encoder, 2)
+    assert len(encoder.encoder.layer) == 2 and encoder.config.num_hidden_layers == 2
+    for name, value in encoder.state_dict().items():
+        torch.testing.assert_close(value, reference[name])
+    with pytest.raises(ValueError, match="the student has 2 layers"):
+        keep_first_layers(encoder, 3)
+
+
+# ---- collator -----------------------------------------------------------------------------
+
+
+def test_sample_documents_keeps_the_best_and_follows_the_strategy():
+    scores = [0.1, 5.0, 2.0, 3.0, -1.0, 4.0]  # teacher order: 1, 5, 3, 2, 0, 4
+    assert sample_documents(scores, 3, "top") == [1, 5, 3]
+    assert sample_documents(scores, 10, "random") == [1, 5, 3, 2, 0, 4]
+    generator = torch.Generator().manual_seed(0)
+    counts = {i: 0 for i in range(6)}
+    for _ in range(3000):
+        chosen = sample_documents(scores, 2, "log-random", generator)
+        assert chosen[0] == 1 and len(set(chosen)) == 2
+        counts[chosen[1]] += 1
+    # log-random: rank r (2..6) drawn with probability proportional to 1 / (r - 1)
+    weights = np.array([1 / 1, 1 / 2, 1 / 3, 1 / 4, 1 / 5])
+    expected = weights / weights.sum() * 3000
+    observed = np.array([counts[i] for i in (5, 3, 2, 0, 4)])
+    assert np.all(np.abs(observed - expected) < 5 * np.sqrt(expected))
+    uniform = {i: 0 for i in range(6)}
+    for _ in range(3000):
+        uniform[sample_documents(scores, 2, "random", generator)[1]] += 1
+    assert uniform[1] == 0 and all(abs(uniform[i] - 600) < 120 for i in (0, 2, 3, 4, 5))
+    with pytest.raises(ValueError, match="sampling strategy 'best'"):
+        sample_documents(scores, 2, "best")
+
+
+def test_collator_layout_lengths_and_padding(tok):
+    records = make_records(num_queries=2, num_documents=5)
+    records[1]["documents"], records[1]["scores"] = records[1]["documents"][:2], records[1]["scores"][:2]
+    collator = DistillationCollator(tok, documents_per_query=3, sampling="top", query_max_length=5,
+                                    document_max_length=7, seed=0)
+    batch = collator(records)
+    assert batch["query_input_ids"].shape[0] == 2 and batch["query_input_ids"].shape[1] <= 5
+    assert batch["document_input_ids"].shape == (6, 7)
+    assert batch["document_mask"].tolist() == [[True, True, True], [True, True, False]]
+    torch.testing.assert_close(batch["teacher_scores"][0], torch.tensor(records[0]["scores"][:3]))
+    expected = tok(records[0]["documents"][1], truncation=True, max_length=7)["input_ids"]
+    assert batch["document_input_ids"][1, : len(expected)].tolist() == expected
+    # the same example index, seed and epoch give the same sample; another epoch another one
+    dataset = training_records_to_dataset(make_records(num_queries=3, num_documents=20))
+    random = DistillationCollator(tok, documents_per_query=4, seed=7)
+    first = random([dataset[i] for i in range(3)])["teacher_scores"]
+    assert torch.equal(first, random([dataset[i] for i in range(3)])["teacher_scores"])
+    random.set_epoch(1)
+    assert not torch.equal(first, random([dataset[i] for i in range(3)])["teacher_scores"])
+
+
+def test_collator_rejects_bad_lists(tok):
+    records = make_records(num_queries=1)
+    collator = DistillationCollator(tok, documents_per_query=2, min_documents=2)
+    with pytest.raises(ValueError, match="query 'q0': 4 teacher scores for 5 documents"):
+        collator([dict(records[0], scores=records[0]["scores"][:4])])
+    with pytest.raises(ValueError, match="query 'q0': teacher scores must be finite"):
+        collator([dict(records[0], scores=[float("nan")] + records[0]["scores"][1:])])
+    with pytest.raises(ValueError, match="query 'q0' has 1 document.* at least 2"):
+        collator([dict(records[0], documents=records[0]["documents"][:1], scores=records[0]["scores"][:1])])
+    with pytest.raises(ValueError, match="documents_per_query=1 but the configured losses need at least 2"):
+        DistillationCollator(tok, documents_per_query=1, min_documents=2)
+
+
+# ---- the trainer's loss and its gradients ------------------------------------------------
+
+
+def make_trainer(tmp_path, tok, encoder, *, losses, batch_size, accumulation=1, pooling="cls", similarity="dot",
+                 records=None, **arguments):
+    records = records or make_records()
+    args = DistillationArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=accumulation, max_steps=1, learning_rate=0.5, optim="sgd",
+        lr_scheduler_type="constant", warmup_steps=0, logging_steps=1, seed=0, use_cpu=True,
+        dataloader_drop_last=False, **arguments,
+    )
+    collator = DistillationCollator(tok, documents_per_query=4, sampling="top", seed=0, query_max_length=8,
+                                    document_max_length=16)
+    return DistillationTrainer(
+        model=DualEncoder(encoder, pooling, similarity), args=args, train_dataset=training_records_to_dataset(records),
+        data_collator=collator, processing_class=tok, objective=DistillationObjective(losses),
+    ), records, collator
+
+
+def test_compute_loss_is_the_objective_mean_and_logs_components(tmp_path, tok):
+    trainer, records, collator = make_trainer(tmp_path, tok, tiny_bert(tok), losses="margin_mse+kl:0.5",
+                                              batch_size=4)
+    batch = collator([training_records_to_dataset(records)[i] for i in range(4)])
+    loss = trainer.compute_loss(trainer.model, batch)
+    encoder = trainer.model.encoder
+    with torch.no_grad():
+        q = encoder(input_ids=batch["query_input_ids"], attention_mask=batch["query_attention_mask"]).last_hidden_state[:, 0]
+        d = encoder(input_ids=batch["document_input_ids"],
+                    attention_mask=batch["document_attention_mask"]).last_hidden_state[:, 0].view(4, 4, -1)
+        student = (q[:, None] * d).sum(-1)
+        teacher, mask = batch["teacher_scores"], batch["document_mask"]
+        expected = (margin_mse_loss(student, teacher, mask) + 0.5 * kl_divergence_loss(student, teacher, mask)).mean()
+    torch.testing.assert_close(loss.detach(), expected, atol=1e-5, rtol=1e-5)
+    assert set(trainer._component_sums) == {"margin_mse_loss", "kl_loss"}
+
+
+def trained_parameters(trainer):
+    trainer.train()
+    return {name: p.detach().clone() for name, p in trainer.model.encoder.named_parameters()}
+
+
+def test_gradient_accumulation_equals_the_full_batch(tmp_path, tok):
+    full, _, _ = make_trainer(tmp_path / "a", tok, tiny_bert(tok), losses="margin_mse+kl", batch_size=4)
+    accumulated, _, _ = make_trainer(tmp_path / "b", tok, tiny_bert(tok), losses="margin_mse+kl", batch_size=2,
+                                     accumulation=2)
+    reference, before = trained_parameters(full), {n: p.detach().clone() for n, p in tiny_bert(tok).named_parameters()}
+    got = trained_parameters(accumulated)
+    moved = max((reference[n] - before[n]).abs().max().item() for n in reference)
+    assert moved > 1e-3  # the step did something
+    for name in reference:
+        torch.testing.assert_close(got[name], reference[name], atol=1e-5, rtol=1e-4, msg=name)
+    loss_full = full.state.log_history[0]["loss"]
+    assert accumulated.state.log_history[0]["loss"] == pytest.approx(loss_full, rel=1e-4)
+
+
+@pytest.mark.parametrize("student", ["bert", "tite"])
+def test_activation_checkpointing_gives_the_same_step(tmp_path, tok, student):
+    from dense_encoders.models.tite import TiteModel
+    from dense_encoders.models.tite.presets import tite_preset
+
+    def build():
+        if student == "bert":
+            return tiny_bert(tok), "cls"
+        torch.manual_seed(0)
+        return TiteModel(tite_preset("tiny-tite-2-late", vocab_size=len(tok), hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)), "pooler"
+
+    encoder, pooling = build()
+    plain, _, _ = make_trainer(tmp_path / "a", tok, encoder, losses="margin_mse+infonce", batch_size=4, pooling=pooling)
+    encoder, pooling = build()
+    checkpointed, _, _ = make_trainer(tmp_path / "b", tok, encoder, losses="margin_mse+infonce", batch_size=4,
+                                      pooling=pooling, activation_checkpointing=True)
+    reference, got = trained_parameters(plain), trained_parameters(checkpointed)
+    assert any(getattr(m, "gradient_checkpointing", False) for m in checkpointed.model.encoder.modules())
+    assert not any(getattr(m, "gradient_checkpointing", False) for m in plain.model.encoder.modules())
+    for name in reference:
+        torch.testing.assert_close(got[name], reference[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+# ---- CLI, saved student, two processes ---------------------------------------------------
+
+
+def distill_argv(student, train_file, output_dir, *extra):
+    return ["distill", "--student", str(student), "--train_file", str(train_file), "--output_dir", str(output_dir),
+            "--losses", "margin_mse+kl+infonce", "--pooling", "cls", "--documents_per_query", "4",
+            "--sampling", "top", "--max_steps", "1", "--learning_rate", "0.5", "--optim", "sgd",
+            "--lr_scheduler_type", "constant", "--warmup_steps", "0", "--logging_steps", "1", "--use_cpu",
+            "--infonce_theta", "1.0", *extra]
+
+
+@pytest.mark.slow
+def test_cli_distill_writes_a_student_that_loads_everywhere(tmp_path, tok, bert_student_folder, capsys):
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records())
+    output = tmp_path / "distilled"
+    assert main(distill_argv(bert_student_folder, train_file, output, "--per_device_train_batch_size", "4")) == 0
+    state = json.loads((output / "trainer_state.json").read_text())
+    logged = state["log_history"][0]
+    assert {"loss", "margin_mse_loss", "kl_loss", "infonce_loss"} <= set(logged)
+    assert logged["loss"] == pytest.approx(logged["margin_mse_loss"] + logged["kl_loss"] + logged["infonce_loss"],
+                                           abs=2e-4)
+    # the student loads as a plain transformers model and as a SentenceTransformer with CLS pooling
+    from sentence_transformers import SentenceTransformer
+
+    reloaded = AutoModel.from_pretrained(output).eval()
+    texts = ["dense retrieval", "a teacher scores documents"]
+    batch = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        cls = reloaded(**batch).last_hidden_state[:, 0]
+    np.testing.assert_allclose(SentenceTransformer(str(output)).encode(texts), cls.numpy(), atol=1e-5)
+    assert json.loads((output / "distillation_setup.json").read_text())["losses"] == "margin_mse+kl+infonce"
+    # bad input: a named error and exit code 2
+    assert main(distill_argv(bert_student_folder, train_file, tmp_path / "x") + ["--losses", "margin+kl"]) == 2
+    assert "unknown loss 'margin'" in capsys.readouterr().err.lower()
+    single = write_training_file(tmp_path / "single.jsonl", make_records(num_documents=1))
+    assert main(distill_argv(bert_student_folder, single, tmp_path / "y", "--per_device_train_batch_size", "4")) == 2
+    assert re.search(r"single.jsonl:1: query 'q0' has 1 document\(s\) but --losses .* needs at least 2",
+                     capsys.readouterr().err)
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_process_on_the_global_batch(tmp_path, tok, bert_student_folder):
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records(num_queries=4))
+    one = tmp_path / "one"
+    assert main(distill_argv(bert_student_folder, train_file, one, "--per_device_train_batch_size", "4")) == 0
+    two = tmp_path / "two"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "dense_encoders.cli", *distill_argv(bert_student_folder, train_file, two,
+                                                         "--per_device_train_batch_size", "2", "--ddp_backend", "gloo")]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-6000:]
+    log_one = json.loads((one / "trainer_state.json").read_text())["log_history"][0]
+    log_two = json.loads((two / "trainer_state.json").read_text())["log_history"][0]
+    for key in ("loss", "margin_mse_loss", "kl_loss", "infonce_loss"):
+        assert log_two[key] == pytest.approx(log_one[key], rel=1e-3, abs=1e-4), key
+    from safetensors.torch import load_file
+
+    weights_one, weights_two = load_file(one / "model.safetensors"), load_file(two / "model.safetensors")
+    assert set(weights_one) == set(weights_two) and not any(k.startswith("pooler.") for k in weights_one)
+    initial = load_file(bert_student_folder / "model.safetensors")
+    assert max((weights_one[k] - initial[k]).abs().max().item() for k in initial) > 1e-3
+    for name, value in weights_one.items():
+        torch.testing.assert_close(weights_two[name], value, atol=1e-5, rtol=1e-4, msg=name)
