@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AutoModel, BertConfig, BertModel
+from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
 from dense_encoders.cli import main
 from dense_encoders.data.distillation import DistillationCollator, sample_documents, training_records_to_dataset
@@ -317,3 +317,37 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path, tok, bert
     assert max((weights_one[k] - initial[k]).abs().max().item() for k in initial) > 1e-3
     for name, value in weights_one.items():
         torch.testing.assert_close(weights_two[name], value, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_cli_distills_into_a_two_layer_all_minilm_student(tmp_path, minilm_path, tok):
+    """The real all-MiniLM-L6-v2 as student: pooling (mean) and cosine come from its own configuration."""
+    from safetensors.torch import load_file
+    from sentence_transformers import SentenceTransformer
+
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records())
+    output = tmp_path / "minilm-2"
+    argv = ["distill", "--student", str(minilm_path), "--student_num_layers", "2", "--train_file", str(train_file),
+            "--output_dir", str(output), "--losses", "margin_mse+kl", "--kl_temperature", "0.05",
+            "--documents_per_query", "4", "--query_max_length", "16", "--document_max_length", "32",
+            "--per_device_train_batch_size", "2", "--max_steps", "2", "--use_cpu", "--logging_steps", "1"]
+    assert main(argv) == 0
+    weights = load_file(output / "model.safetensors")
+    teacher = load_file(minilm_path / "model.safetensors")
+    assert {k.split(".")[2] for k in weights if k.startswith("encoder.layer.")} == {"0", "1"}
+    assert not any(k.startswith("pooler.") for k in weights)
+    # the embeddings were trained (they moved), the shape is the teacher's
+    assert weights["embeddings.word_embeddings.weight"].shape == teacher["embeddings.word_embeddings.weight"].shape
+    assert not torch.equal(weights["encoder.layer.1.output.dense.weight"], teacher["encoder.layer.1.output.dense.weight"])
+
+    texts = ["what do cells use for energy", "The mitochondrion produces ATP."]
+    model = AutoModel.from_pretrained(output).eval()
+    tokenizer = AutoTokenizer.from_pretrained(output)
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    expected = F.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
+    student = SentenceTransformer(str(output))
+    assert student.similarity_fn_name == "cosine" and [type(m).__name__ for m in student][-1] == "Normalize"
+    np.testing.assert_allclose(student.encode(texts), expected.numpy(), atol=1e-5)

@@ -499,3 +499,19 @@ def test_main_argument_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "score-teacher" in capsys.readouterr().out
+
+
+def test_run_to_training_file_uses_the_run_scores(tmp_path):
+    from dense_encoders.trainer.teacher import run_to_training_file
+
+    run = {"q1": {"d4": 0.2, "d1": 0.9, "d3": 0.9}, "q3": {"d3": -0.5}}
+    output = tmp_path / "out" / "train.jsonl"
+    assert run_to_training_file(run, output, queries=QUERIES, top_k=2) == 2
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert lines == [
+        {"query_id": "q1", "query": QUERIES["q1"], "document_ids": ["d1", "d3"], "scores": [0.9, 0.9]},
+        {"query_id": "q3", "query": QUERIES["q3"], "document_ids": ["d3"], "scores": [-0.5]},
+    ]
+    assert [r["documents"] for r in read_training_file(output, corpus=CORPUS)][1] == [doc_text("d3")]
+    with pytest.raises(ValueError, match="1 run queries are not in the queries"):
+        run_to_training_file({"q404": {"d1": 1.0}}, output, queries=QUERIES)

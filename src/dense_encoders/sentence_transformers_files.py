@@ -20,12 +20,15 @@ def write_sentence_transformers_files(
     pooling: str = "cls",
     similarity: str = "dot",
     prompts: dict[str, str] | None = None,
+    normalize: bool = False,
 ) -> list[Path]:
     """Add sentence-transformers' module files to a ``save_pretrained`` folder (with tokenizer).
 
     The files are produced by sentence-transformers itself (a ``Transformer`` + ``Pooling``
     pipeline saved to a scratch folder), then only the pipeline description is copied: the
-    checkpoint's own weights, config and remote code stay untouched. Returns the written paths.
+    checkpoint's own weights, config and remote code stay untouched. ``normalize`` appends
+    sentence-transformers' ``Normalize`` (unit vectors, as cosine-trained models ship). Returns the
+    written paths.
     """
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules.transformer import Transformer
@@ -36,8 +39,13 @@ def write_sentence_transformers_files(
         raise FileNotFoundError(f"{folder} has no config.json: call model.save_pretrained({str(folder)!r}) first.")
     remote = {"trust_remote_code": True}
     transformer = Transformer(str(folder), model_kwargs=remote, config_kwargs=remote, processor_kwargs=remote)
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
+    if normalize:
+        from sentence_transformers.sentence_transformer.modules import Normalize
+
+        modules.append(Normalize())
     pipeline = SentenceTransformer(
-        modules=[transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)],
+        modules=modules,
         similarity_fn_name=similarity,
         prompts=prompts,
     )
@@ -47,7 +55,7 @@ def write_sentence_transformers_files(
         for name in _SENTENCE_TRANSFORMERS_FILES:
             shutil.copyfile(Path(scratch) / name, folder / name)
             written.append(folder / name)
-        for module_dir in sorted(Path(scratch).glob("1_*")):
+        for module_dir in sorted(p for p in Path(scratch).glob("[1-9]_*") if p.is_dir()):
             shutil.copytree(module_dir, folder / module_dir.name, dirs_exist_ok=True)
             written.append(folder / module_dir.name)
     return written

@@ -200,7 +200,9 @@ def write_student_sentence_transformers_files(folder: str | Path, pooling: str, 
     from ..sentence_transformers_files import write_sentence_transformers_files
 
     # "pooler" is only allowed for our models, whose pooler_output is the first state (CLS / TITE's vector)
-    write_sentence_transformers_files(folder, pooling="cls" if pooling == "pooler" else pooling, similarity=similarity)
+    write_sentence_transformers_files(
+        folder, pooling="cls" if pooling == "pooler" else pooling, similarity=similarity, normalize=similarity == "cosine"
+    )
 
 
 # --------------------------------------------------------------------------------------------

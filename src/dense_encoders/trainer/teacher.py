@@ -457,6 +457,26 @@ def read_training_file(
     return records
 
 
+def run_to_training_file(
+    run: Run | str | Path, output: str | Path, *, queries: dict[str, str], top_k: int = 100
+) -> int:
+    """Write the training format from a run whose scores ARE the teacher's (e.g. a bi-encoder
+    teacher's retrieval run): each query's ``top_k`` documents with their run scores. Returns the
+    number of queries written; queries of the run missing from ``queries`` raise a ValueError."""
+    run = read_trec_run(run) if isinstance(run, (str, Path)) else run
+    missing = [query_id for query_id in run if query_id not in queries]
+    if missing:
+        raise ValueError(f"{len(missing)} run queries are not in the queries, e.g. {missing[:3]}")
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "w", encoding="utf-8") as handle:
+        for query_id, doc_ids in top_documents(run, top_k).items():
+            line = {"query_id": query_id, "query": queries[query_id], "document_ids": doc_ids,
+                    "scores": [float(run[query_id][doc_id]) for doc_id in doc_ids]}
+            handle.write(json.dumps(line) + "\n")
+    return len(run)
+
+
 # --------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------
@@ -531,4 +551,4 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["build_parser", "main", "meta_path", "read_training_file", "score_teacher"]
+__all__ = ["build_parser", "main", "meta_path", "read_training_file", "run_to_training_file", "score_teacher"]
