@@ -327,7 +327,7 @@ def _naive_infonce(scores, teacher, mask, global_mask, offset, theta, tau, in_ba
                 best = d
         cols = [gq * k + best]
         for d in range(k):
-            if d != best and mask[q][d] and teacher[q][best] - teacher[q][d] > theta:
+            if d != best and mask[q][d] and teacher[q][best] - teacher[q][d] >= theta:
                 cols.append(gq * k + d)
         if in_batch:
             for j in range(n_global):
@@ -371,7 +371,7 @@ def test_infonce_matches_naive_candidate_list(theta, tau, in_batch, n_candidates
     expected = _naive_infonce(scores.tolist(), LOCAL_TEACHER, GLOBAL_MASK[1:2], GLOBAL_MASK, 1, theta, tau, in_batch)
     assert value.tolist() == pytest.approx(expected, rel=1e-12)
     # the parametrised candidate count really differs between cases (theta excludes doc 2)
-    cols = [1 * 3 + 1] + [3 + d for d in (0, 2) if LOCAL_TEACHER[0][1] - LOCAL_TEACHER[0][d] > theta]
+    cols = [1 * 3 + 1] + [3 + d for d in (0, 2) if LOCAL_TEACHER[0][1] - LOCAL_TEACHER[0][d] >= theta]
     if in_batch:
         cols += [0, 1, 6, 8]
     assert len(cols) == n_candidates
@@ -400,14 +400,15 @@ def test_infonce_two_local_queries_with_offset_and_default_global_mask():
     assert value.tolist() == pytest.approx(expected, rel=1e-12)
 
 
-def test_infonce_theta_is_a_strict_margin():
-    """TITE §3.4: in-sample negatives have y+ - y > theta; a doc exactly theta below is left out."""
+def test_infonce_theta_margin_is_inclusive():
+    """In-sample negatives are at least theta below the best: a document exactly theta below is one,
+    a document less than theta below is left out (a likely false negative)."""
     scores = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
     mask = torch.ones(1, 2, dtype=torch.bool)
     at_margin = infonce_loss(scores, torch.tensor([[8.0, 5.0]], dtype=torch.float64), mask, theta=3.0)
-    assert at_margin.item() == pytest.approx(0.0)  # only the positive is a candidate
-    beyond = infonce_loss(scores, torch.tensor([[8.0, 4.9]], dtype=torch.float64), mask, theta=3.0)
-    assert beyond.item() == pytest.approx(math.log(1 + math.exp(1.0)))
+    assert at_margin.item() == pytest.approx(math.log(1 + math.exp(1.0)))
+    within = infonce_loss(scores, torch.tensor([[8.0, 5.1]], dtype=torch.float64), mask, theta=3.0)
+    assert within.item() == pytest.approx(0.0)  # only the positive is a candidate
 
 
 # --------------------------------------------------------------------------------------------

@@ -351,3 +351,46 @@ def test_cli_distills_into_a_two_layer_all_minilm_student(tmp_path, minilm_path,
     student = SentenceTransformer(str(output))
     assert student.similarity_fn_name == "cosine" and [type(m).__name__ for m in student][-1] == "Normalize"
     np.testing.assert_allclose(student.encode(texts), expected.numpy(), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_cli_distills_a_tite_student_that_loads_without_the_package(tmp_path, tok):
+    from conftest import run_python_without_package
+
+    from dense_encoders.models.tite import TiteModel
+    from dense_encoders.models.tite.presets import tite_preset
+
+    torch.manual_seed(0)
+    folder = tmp_path / "tite"
+    TiteModel(tite_preset("tiny-tite-2-staggered", vocab_size=len(tok))).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records())
+    output = tmp_path / "tite-distilled"
+    argv = ["distill", "--student", str(folder), "--train_file", str(train_file), "--output_dir", str(output),
+            "--losses", "m3se+sce:0.5+infonce", "--sce_temperature", "4", "--documents_per_query", "3",
+            "--per_device_train_batch_size", "2", "--max_steps", "2", "--use_cpu", "--logging_steps", "1"]
+    assert main(argv) == 0  # pooler_output and dot product: TITE's own conventions, no --pooling needed
+    logged = json.loads((output / "trainer_state.json").read_text())["log_history"][0]
+    assert {"m3se_loss", "sce_loss", "infonce_loss"} <= set(logged)
+    assert {"modeling_tite.py", "configuration_tite.py", "pooling_tite.py", "modules.json"} <= {
+        p.name for p in output.iterdir()}
+    texts = ["dense retrieval", "a token independent text encoder"]
+    model = TiteModel.from_pretrained(output).eval()
+    with torch.no_grad():
+        expected = model(**tok(texts, padding=True, return_tensors="pt")).pooler_output
+    code = f"""
+import json, torch
+from transformers import AutoModel, AutoTokenizer
+from sentence_transformers import SentenceTransformer
+model = AutoModel.from_pretrained({str(output)!r}, trust_remote_code=True).eval()
+tok = AutoTokenizer.from_pretrained({str(output)!r}, trust_remote_code=True)
+with torch.no_grad():
+    vectors = model(**tok({texts!r}, padding=True, return_tensors="pt")).pooler_output
+st = SentenceTransformer({str(output)!r}, trust_remote_code=True).encode({texts!r})
+print(json.dumps({{"auto": vectors.tolist(), "st": st.tolist(), "similarity": SentenceTransformer({str(output)!r},
+      trust_remote_code=True).similarity_fn_name}}))
+"""
+    result = json.loads(run_python_without_package(code, cwd=tmp_path).stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(result["auto"], expected.numpy(), atol=1e-5)
+    np.testing.assert_allclose(result["st"], expected.numpy(), atol=1e-5)
+    assert result["similarity"] == "dot"

@@ -21,7 +21,7 @@ References:
 * Hofstätter et al. 2020, "Improving Efficient Neural Ranking Models with Cross-Architecture
   Knowledge Distillation" (Margin-MSE).
 * TITE (§3.4): Margin-MSE over all pairs + KL divergence + InfoNCE with in-batch and in-sample
-  negatives, in-sample negatives being more than ``theta`` below the positive's teacher score.
+  negatives, in-sample negatives being at least ``theta`` below the positive's teacher score.
 """
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ def infonce_loss(
 
     For query q the candidates are: the positive, its own real document of highest teacher
     score (first on ties); the in-sample negatives, its own real documents with
-    ``t_best - t_k > theta`` (strict, as in TITE); with ``in_batch`` every real document of the
+    ``t_best - t_k >= theta`` ("at least theta below the best"); with ``in_batch`` every real document of the
     other global queries. Own documents within ``theta`` of the best are excluded. The loss is the
     cross-entropy of ``softmax(scores / temperature)`` over the candidates, positive as target.
     """
@@ -372,7 +372,7 @@ def infonce_loss(
     dtype = _compute_dtype(scores, teacher)
     t = torch.where(mask, teacher.detach().to(dtype), _neg_fill(dtype))
     best_val, best = t.max(dim=1, keepdim=True)  # first index on ties
-    own = mask & ((best_val - t) > theta)  # in-sample negatives
+    own = mask & ((best_val - t) >= theta)  # in-sample negatives
     own = own.scatter(1, best, True)  # plus the positive
     local_idx = torch.arange(n_local, device=scores.device)
     own_query = (query_offset + local_idx).unsqueeze(1)  # [Q, 1]
