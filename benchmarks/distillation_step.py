@@ -297,7 +297,9 @@ class Runner:
         # outputs to fp32), and the optimizer comes from the trainer's own arguments
         self.model = self.trainer.accelerator.prepare(self.trainer.model)
         self.optimizer = self.trainer.create_optimizer()
-        self.optimizer_name = f"{type(self.optimizer).__name__} ({self.trainer.args.optim})"
+        optim = getattr(self.trainer.args.optim, "value", self.trainer.args.optim)
+        fused = " fused" if self.optimizer.defaults.get("fused") else ""
+        self.optimizer_name = f"{type(self.optimizer).__name__}{fused} (optim={optim})"
         self.attention = encoder.config._attn_implementation
         self.parameters = sum(p.numel() for p in self.model.parameters())
         parameter_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -416,7 +418,7 @@ def run(args: argparse.Namespace) -> dict:
              "document": (args.queries * args.docs_per_query, args.doc_length)}
     macs = {r.name: sum(count * r.macs(length) for count, length in texts.values()) for r in runners}
     bert = runners[0]
-    bert_rate = args.steps / statistics.median(sum(t) for t in seconds[bert.name])
+    bert_rate = statistics.median(args.steps / sum(t) for t in seconds[bert.name])
     bert_peak = bert.static_bytes + bert.activation_bytes
     rows = []
     for runner in runners:

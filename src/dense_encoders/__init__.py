@@ -9,6 +9,7 @@ Importing the package registers every model family with the Auto classes, so
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining
 
 from .models import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
+from .models.infused import InfusedDualEncoderConfig, InfusedDualEncoderModel
 from .models.tite import TiteConfig, TiteForPreTraining, TiteModel
 
 __version__ = "0.1.0"
@@ -19,6 +20,8 @@ AutoModelForPreTraining.register(CondenserConfig, CondenserForPreTraining, exist
 AutoConfig.register(TiteConfig.model_type, TiteConfig, exist_ok=True)
 AutoModel.register(TiteConfig, TiteModel, exist_ok=True)
 AutoModelForPreTraining.register(TiteConfig, TiteForPreTraining, exist_ok=True)
+AutoConfig.register(InfusedDualEncoderConfig.model_type, InfusedDualEncoderConfig, exist_ok=True)
+AutoModel.register(InfusedDualEncoderConfig, InfusedDualEncoderModel, exist_ok=True)
 
 __all__ = [
     "__version__",
@@ -29,4 +32,6 @@ __all__ = [
     "TiteConfig",
     "TiteModel",
     "TiteForPreTraining",
+    "InfusedDualEncoderConfig",
+    "InfusedDualEncoderModel",
 ]

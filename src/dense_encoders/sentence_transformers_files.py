@@ -14,6 +14,15 @@ from pathlib import Path
 _SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
 
+def native_pooling(config) -> str:
+    """The sentence-transformers pooling that reproduces one of our models' ``pooler_output``:
+    [CLS] for Condenser and TITE (whose single vector sits at position 0), the configured pooling
+    (mean by default) for cross-encoder-infused dual encoders."""
+    if config.model_type == "infused_dual_encoder":
+        return config.pooling
+    return "cls"
+
+
 def write_sentence_transformers_files(
     folder: str | Path,
     *,

@@ -29,10 +29,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..sentence_transformers_files import native_pooling
+
 logger = logging.getLogger(__name__)
 
 POOLING_MODES = ("cls", "mean")
-OUR_MODEL_TYPES = ("tite", "condenser")
+OUR_MODEL_TYPES = ("tite", "condenser", "infused_dual_encoder")
 SUPPORTED_SIMILARITIES = ("cosine", "dot")
 
 
@@ -84,7 +86,7 @@ def load_sentence_transformer(
                 f"{name_or_path} has no sentence-transformers configuration (modules.json), so its pooling is "
                 "unknown: pass pooling='cls' or pooling='mean' (CLI: --pooling)."
             )
-        pooling = "cls"
+        pooling = native_pooling(config)
     remote = {"trust_remote_code": trust_remote_code}
     transformer = Transformer(name_or_path, model_kwargs=remote, config_kwargs=remote, processor_kwargs=remote)
     modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]

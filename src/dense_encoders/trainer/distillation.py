@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 POOLINGS = ("cls", "mean", "pooler")
 SIMILARITIES = ("dot", "cosine")
-OUR_MODEL_TYPES = ("tite", "condenser")
+OUR_MODEL_TYPES = ("tite", "condenser", "infused_dual_encoder")
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,12 +197,13 @@ class DistillationTrainer(Trainer):
 
 
 def write_student_sentence_transformers_files(folder: str | Path, pooling: str, similarity: str) -> None:
-    from ..sentence_transformers_files import write_sentence_transformers_files
+    from transformers import AutoConfig
 
-    # "pooler" is only allowed for our models, whose pooler_output is the first state (CLS / TITE's vector)
-    write_sentence_transformers_files(
-        folder, pooling="cls" if pooling == "pooler" else pooling, similarity=similarity, normalize=similarity == "cosine"
-    )
+    from ..sentence_transformers_files import native_pooling, write_sentence_transformers_files
+
+    if pooling == "pooler":  # only allowed for our models: the pooling that reproduces pooler_output
+        pooling = native_pooling(AutoConfig.from_pretrained(folder, trust_remote_code=True))
+    write_sentence_transformers_files(folder, pooling=pooling, similarity=similarity, normalize=similarity == "cosine")
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,8 +288,8 @@ def student_conventions(name_or_path: str) -> tuple[str | None, str | None, str]
         normalises = any(type(module).__name__ == "Normalize" for module in model)
         similarity = "cosine" if normalises or model.similarity_fn_name == "cosine" else "dot"
         model_type = getattr(getattr(model[0], "auto_model", None), "config", None)
-        if model_type is not None and model_type.model_type in OUR_MODEL_TYPES and pooling == "cls":
-            pooling = "pooler"
+        if model_type is not None and model_type.model_type in OUR_MODEL_TYPES:
+            pooling = "pooler"  # their sentence-transformers pooling reproduces pooler_output
         modules_file = Path(name_or_path) / "modules.json"
         folder = name_or_path
         if modules_file.is_file():
