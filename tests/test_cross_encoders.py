@@ -155,3 +155,156 @@ def test_errors(cross_encoder_folder, tmp_path, tok):
         InfusedDualEncoderConfig(num_copied_layers=0, num_new_layers=0)
     with pytest.raises(ValueError, match="copies='second'"):
         layerwise_embeddings(str(cross_encoder_folder), TEXTS, copies="second")
+
+
+def write_beir(folder, corpus, queries, qrels):
+    folder.mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "title": "", "text": t}) + "\n"
+                                                 for i, t in corpus.items()))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in queries.items()))
+    (folder / "qrels").mkdir()
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, d in qrels.items()))
+    return folder
+
+
+def hits_and_mrr_by_hand(queries, documents, qrels, query_ids, doc_ids):
+    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    d = documents / np.linalg.norm(documents, axis=1, keepdims=True)
+    hits, mrr = [], []
+    for i, query_id in enumerate(query_ids):
+        ranking = [doc_ids[j] for j in np.argsort(-(q[i] @ d.T), kind="stable")]
+        rank = ranking.index(qrels[query_id]) + 1
+        hits.append(1.0 if rank <= 10 else 0.0)
+        mrr.append(1.0 / rank if rank <= 10 else 0.0)
+    return float(np.mean(hits)), float(np.mean(mrr))
+
+
+@pytest.mark.slow
+def test_layerwise_analysis_and_cli(cross_encoder_folder, tok, tmp_path):
+    from dense_encoders.cli import main
+    from dense_encoders.evaluation.layerwise import layerwise_analysis
+
+    torch.manual_seed(1)
+    de_folder = tmp_path / "de"
+    BertModel(tiny_config(tok), add_pooling_layer=False).save_pretrained(de_folder)
+    tok.save_pretrained(de_folder)
+    rng = np.random.default_rng(0)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
+    datasets = []
+    for n in range(2):
+        corpus = {f"d{i}": " ".join(rng.choice(words, size=8)) for i in range(14)}
+        queries = {f"q{i}": " ".join(rng.choice(words, size=3)) for i in range(5)}
+        qrels = {f"q{i}": f"d{int(rng.integers(0, 14))}" for i in range(5)}
+        datasets.append((write_beir(tmp_path / f"set{n}", corpus, queries, qrels), corpus, queries, qrels))
+
+    results = layerwise_analysis(str(cross_encoder_folder), str(de_folder), [d[0] for d in datasets],
+                                 layers=[0, 2], output_dir=tmp_path / "out", show_progress_bar=False)
+    value = {(r["dataset"], r["encoder"], r["layer"]): r for r in results["rows"]}
+    assert len(results["rows"]) == 2 * 2 * 2
+    for folder, corpus, queries, qrels in datasets:
+        q_ids, d_ids = list(queries), list(corpus)
+        ce_q = layerwise_embeddings(str(cross_encoder_folder), list(queries.values()), [0, 2])
+        ce_d = layerwise_embeddings(str(cross_encoder_folder), list(corpus.values()), [0, 2])
+        de_q = dual_encoder_layerwise_embeddings(str(de_folder), list(queries.values()), [0, 2])
+        de_d = dual_encoder_layerwise_embeddings(str(de_folder), list(corpus.values()), [0, 2])
+        for layer in (0, 2):
+            for encoder, (eq, ed) in {"cross-encoder": (ce_q, ce_d), "dual encoder": (de_q, de_d)}.items():
+                hits, mrr = hits_and_mrr_by_hand(eq[layer], ed[layer], qrels, q_ids, d_ids)
+                row = value[(folder.name, encoder, layer)]
+                assert (row["hits@10"], row["mrr@10"]) == (pytest.approx(hits), pytest.approx(mrr)), (encoder, layer)
+    from scipy import stats
+
+    for test in results["t_tests"]:
+        ce = [value[(f"set{n}", "cross-encoder", test["layer"])][test["measure"]] for n in range(2)]
+        de = [value[(f"set{n}", "dual encoder", test["layer"])][test["measure"]] for n in range(2)]
+        if ce == de:
+            assert (test["t"], test["p"]) == (0.0, 1.0)
+        else:
+            assert test["p"] == pytest.approx(stats.ttest_rel(ce, de).pvalue, nan_ok=True)
+    assert (tmp_path / "out" / "layerwise.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len((tmp_path / "out" / "layerwise.csv").read_text().splitlines()) == 1 + 8
+
+    code = main(["layerwise", "--cross-encoder", str(cross_encoder_folder), "--dual-encoder", str(de_folder),
+                 "--data", str(datasets[0][0]), "--layers", "1", "--output-dir", str(tmp_path / "cli"), "--no-progress"])
+    assert code == 0
+    saved = json.loads((tmp_path / "cli" / "layerwise.json").read_text())
+    assert {r["layer"] for r in saved["rows"]} == {1} and saved["t_tests"][0]["p"] is None  # one dataset: no t-test
+    assert main(["layerwise", "--cross-encoder", str(de_folder), "--dual-encoder", str(de_folder),
+                 "--data", str(datasets[0][0]), "--output-dir", str(tmp_path / "x"), "--no-progress"]) == 2
+
+
+@pytest.fixture
+def tiny_beir(tmp_path):
+    rng = np.random.default_rng(0)
+    words = ("protein cell gene virus drug trial cancer heart brain immune bacteria vaccine dose risk patient "
+             "blood sugar insulin liver kidney").split()
+    corpus = {f"d{i}": " ".join(rng.choice(words, size=10)) for i in range(40)}
+    queries = {f"q{i}": " ".join(rng.choice(words, size=3)) for i in range(16)}
+    qrels = {f"q{i}": f"d{int(rng.integers(0, 40))}" for i in range(16)}
+    folder = write_beir(tmp_path / "tiny-beir", corpus, queries, qrels)
+    (folder / "qrels" / "train.tsv").write_text((folder / "qrels" / "test.tsv").read_text())
+    return folder, corpus, queries, qrels
+
+
+def test_bm25_triplets_use_unjudged_bm25_candidates(tiny_beir):
+    from dense_encoders.evaluation import load_beir
+    from dense_encoders.trainer.infusion import bm25_run, mine_bm25_triplets
+
+    folder, corpus, queries, qrels = tiny_beir
+    dataset = load_beir(folder, split="train")
+    run = bm25_run(dataset, k=10)
+    assert all(len(docs) == 10 for docs in run.values())
+    # BM25 ranks a document that shares all query words above one that shares none
+    for query_id, query in queries.items():
+        ranked = sorted(run[query_id], key=lambda d: -run[query_id][d])
+        overlap = [len(set(query.split()) & set(corpus[d].split())) for d in ranked]
+        assert overlap[0] >= max(overlap[1:]) - 1
+    triplets = mine_bm25_triplets(dataset, negatives_from_top=10, run=run)
+    assert len(triplets) == len(qrels)
+    text_to_id = {text: doc_id for doc_id, text in corpus.items()}
+    for triplet in triplets:
+        query_id = next(q for q, text in queries.items() if text == triplet["anchor"])
+        negative = text_to_id[triplet["negative"]]
+        assert text_to_id[triplet["positive"]] == qrels[query_id]
+        assert negative != qrels[query_id] and negative in run[query_id]
+
+
+@pytest.mark.slow
+def test_cli_infuse_trains_and_reports(cross_encoder_folder, tiny_beir, tmp_path, tok):
+    from safetensors.torch import load_file
+    from sentence_transformers import SentenceTransformer
+
+    from dense_encoders.cli import main
+    from dense_encoders.evaluation import evaluate_retrieval
+
+    folder, *_ = tiny_beir
+    baseline = tmp_path / "baseline"
+    torch.manual_seed(3)
+    BertModel(tiny_config(tok), add_pooling_layer=False).save_pretrained(baseline)
+    tok.save_pretrained(baseline)
+    from dense_encoders.sentence_transformers_files import write_sentence_transformers_files
+
+    write_sentence_transformers_files(baseline, pooling="mean", similarity="cosine")
+    output = tmp_path / "de-2"
+    code = main(["infuse", "--cross-encoder", str(cross_encoder_folder), "--train-data", str(folder),
+                 "--output-dir", str(output), "--also-random", "--epochs", "1", "--batch-size", "8",
+                 "--max-length", "32", "--candidates", "10", "--eval-data", str(folder), "--baseline", str(baseline),
+                 "--rerank-top-k", "5"])
+    assert code == 0
+    report = json.loads((output / "report.json").read_text())
+    assert [r["model"] for r in report["rows"]] == ["baseline DE", "DE-2-Rand", "DE-2-CE"]
+    assert report["rows"][0]["speedup"] == pytest.approx(1.0)
+    # the report's numbers are the evaluation harness's numbers for each folder
+    for row in report["rows"]:
+        again = evaluate_retrieval(row["path"], folder, k=100, cross_encoder=str(cross_encoder_folder), rerank_top_k=5,
+                                   show_progress_bar=False)
+        assert row["retrieve"]["mrr@10"] == pytest.approx(again["metrics"]["mrr@10"])
+        assert row["rerank"]["hits@10"] == pytest.approx(again["rerank"]["metrics"]["hits@10"])
+    # DE-2-CE started from the CE's layer 0 and was trained; it loads as a SentenceTransformer
+    initial, trained = load_file(output / "initial" / "model.safetensors"), load_file(output / "model.safetensors")
+    ce = load_file(cross_encoder_folder / "model.safetensors")
+    assert torch.equal(initial["encoder.layer.0.output.dense.weight"], ce["bert.encoder.layer.0.output.dense.weight"])
+    assert not torch.equal(trained["encoder.layer.0.output.dense.weight"], initial["encoder.layer.0.output.dense.weight"])
+    model = SentenceTransformer(str(output), trust_remote_code=True)
+    assert model.encode(["heart"]).shape == (1, 32)

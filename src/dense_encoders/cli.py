@@ -6,6 +6,8 @@ Subcommands:
   evaluate     retrieval evaluation of an encoder on a BEIR folder or a pairs file
   score-teacher  score (query, document) candidates of a run with a cross-encoder -> training jsonl
   distill      distil teacher scores into any encoder (Margin-MSE, KL, InfoNCE, M3SE, ...)
+  layerwise    per-layer retrieval quality of a cross-encoder's and a dual encoder's embeddings
+  infuse       build and train a cross-encoder-infused dual encoder (DE-2-CE), retrieve + rerank report
 
 Run ``dense-encoders SUBCOMMAND --help`` for every flag.
 """
@@ -217,12 +219,115 @@ def _score_teacher(argv: list[str]) -> int:
     return score_teacher_main(argv)
 
 
+def _layerwise(argv: list[str]) -> int:
+    from .evaluation.layerwise import format_layerwise, layerwise_analysis
+
+    parser = argparse.ArgumentParser(
+        prog="dense-encoders layerwise",
+        description="Hits@10 / MRR@10 of every layer's mean-pooled embeddings of a cross-encoder (each text "
+        "paired with itself) and of a dual encoder, per dataset, with a paired t-test across datasets "
+        "(seed 002, Figures 3-5). Writes layerwise.csv, layerwise.json and layerwise.png.",
+    )
+    parser.add_argument("--cross-encoder", required=True, help="Sequence-classification cross-encoder (folder or Hub id).")
+    parser.add_argument("--dual-encoder", required=True, help="Dual encoder (folder or Hub id).")
+    parser.add_argument("--data", nargs="+", required=True, help="BEIR folder(s).")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--layers", type=int, nargs="+", help="Layers (0 = embeddings; default: all).")
+    parser.add_argument("--copies", choices=["both", "first"], default="both",
+                        help="Pool both copies of the (text, text) pair (default) or the first only.")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, help="Token limit of a pair / a text (default: the tokenizer's).")
+    parser.add_argument("--output-dir", default="layerwise", help="Where the CSV, JSON and PNG go (default: %(default)s).")
+    parser.add_argument("--no-progress", action="store_true")
+    options = parser.parse_args(argv)
+    results = layerwise_analysis(
+        options.cross_encoder, options.dual_encoder, options.data, split=options.split, layers=options.layers,
+        copies=options.copies, batch_size=options.batch_size, max_length=options.max_length,
+        output_dir=options.output_dir, show_progress_bar=not options.no_progress,
+    )
+    print(format_layerwise(results))
+    print(f"wrote {options.output_dir}/layerwise.csv, layerwise.json, layerwise.png")
+    return 0
+
+
+INFUSE_EXAMPLES = """\
+examples:
+  # the seed's DE-2-CE and DE-2-Rand (MNRL + BM25 negatives), then Table 1 against a baseline DE
+  dense-encoders infuse --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 --train-data msmarco \\
+      --output-dir runs/de-2-ce --also-random --eval-data nfcorpus \\
+      --baseline sentence-transformers/msmarco-MiniLM-L-12-v3 --rerank-top-k 50
+
+  # distil the cross-encoder's own scores instead
+  dense-encoders infuse --cross-encoder runs/my-ce --train-data scifact --method distill --output-dir runs/de-2-ce-kd
+"""
+
+
+def _infuse(argv: list[str]) -> int:
+    import json as json_module
+
+    from .trainer.infusion import METHODS, format_report, retrieve_rerank_report, train_infused
+
+    parser = argparse.ArgumentParser(
+        prog="dense-encoders infuse",
+        description="Build a dual encoder from a cross-encoder's embeddings and first layer(s) (seed 002: DE-2-CE), "
+        "train it, and optionally report retrieve and retrieve+rerank quality and encode speed (Table 1).",
+        epilog=INFUSE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--cross-encoder", required=True, help="Sequence-classification cross-encoder.")
+    parser.add_argument("--train-data", required=True, help="BEIR folder with qrels/<split>.tsv for training.")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--method", choices=METHODS, default="mnrl",
+                        help="mnrl: MultipleNegativesRankingLoss + BM25 negatives (the seed); distill: the CE's scores.")
+    parser.add_argument("--num-copied-layers", type=int, default=1, help="CE layers copied (default 1).")
+    parser.add_argument("--num-new-layers", type=int, default=1, help="Freshly initialised layers (default 1).")
+    parser.add_argument("--random-init", action="store_true", help="DE-2-Rand: same shape, nothing copied.")
+    parser.add_argument("--also-random", action="store_true", help="Also train the DE-Rand of the same shape.")
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--losses", default="margin_mse+infonce", help="Losses of --method distill.")
+    parser.add_argument("--candidates", type=int, default=30, help="BM25 candidates per query (negatives / teacher).")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-data", help="BEIR folder for the retrieve + rerank report.")
+    parser.add_argument("--eval-split", default="test")
+    parser.add_argument("--baseline", help="A baseline dual encoder for the report (its speed is the 1.00x).")
+    parser.add_argument("--rerank-top-k", type=int, default=50)
+    options = parser.parse_args(argv)
+    common = dict(method=options.method, split=options.split, num_copied_layers=options.num_copied_layers,
+                  num_new_layers=options.num_new_layers, epochs=options.epochs, batch_size=options.batch_size,
+                  learning_rate=options.learning_rate, max_length=options.max_length, losses=options.losses,
+                  candidates=options.candidates, seed=options.seed)
+    output = Path(options.output_dir)
+    trained = {}
+    layers = options.num_copied_layers + options.num_new_layers
+    if options.random_init or options.also_random:
+        trained[f"DE-{layers}-Rand"] = train_infused(options.cross_encoder, options.train_data,
+                                                      output / "random" if options.also_random else output,
+                                                      random_init=True, **common)
+    if not options.random_init:
+        trained[f"DE-{layers}-CE"] = train_infused(options.cross_encoder, options.train_data, output, **common)
+    for name, folder in trained.items():
+        print(f"{name}: {folder}")
+    if options.eval_data:
+        models = ({"baseline DE": options.baseline} if options.baseline else {}) | trained
+        report = retrieve_rerank_report(options.cross_encoder, models, options.eval_data, split=options.eval_split,
+                                        top_k=options.rerank_top_k, batch_size=options.batch_size)
+        (output / "report.json").write_text(json_module.dumps(report, indent=2) + "\n")
+        print(format_report(report))
+    return 0
+
+
 COMMANDS = {
     "quickstart": _quickstart,
     "pretrain": _pretrain,
     "evaluate": _evaluate,
     "score-teacher": _score_teacher,
     "distill": _distill,
+    "layerwise": _layerwise,
+    "infuse": _infuse,
 }
 
 

@@ -49,6 +49,35 @@ def _environment(encoder: RetrievalEncoder) -> dict:
     }
 
 
+def search_and_score(
+    dataset: RetrievalDataset,
+    query_embeddings,
+    document_embeddings,
+    *,
+    k: int = 1000,
+    similarity: str = "cosine",
+    search_backend: str = "exact",
+    measures: dict[str, str] | None = None,
+) -> tuple[dict, dict, dict, float]:
+    """Retrieval metrics of precomputed embeddings (rows in ``dataset``'s query / document order):
+    ``(metrics, per_query, run, search_seconds)``. Used by :func:`evaluate_retrieval` and by
+    analyses that produce their own embeddings (e.g. layer-wise cross-encoder embeddings)."""
+    if similarity not in SUPPORTED_SIMILARITIES:
+        raise ValueError(f"similarity {similarity!r}: choose one of {SUPPORTED_SIMILARITIES}")
+    query_ids, doc_ids = dataset.query_ids(), dataset.document_ids()
+    if len(query_embeddings) != len(query_ids) or len(document_embeddings) != len(doc_ids):
+        raise ValueError(
+            f"{len(query_embeddings)} query / {len(document_embeddings)} document embeddings for "
+            f"{len(query_ids)} queries / {len(doc_ids)} documents"
+        )
+    start = time.perf_counter()
+    scores, indices = search(query_embeddings, document_embeddings, k, similarity=similarity, backend=search_backend)
+    seconds = time.perf_counter() - start
+    run = topk_to_run(query_ids, doc_ids, scores, indices)
+    metrics, per_query = compute_metrics(dataset.qrels, run, measures or DEFAULT_MEASURES)
+    return metrics, per_query, run, seconds
+
+
 def evaluate_retrieval(
     model,
     data: RetrievalDataset | str | Path,
@@ -88,11 +117,10 @@ def evaluate_retrieval(
     query_ids, doc_ids = dataset.query_ids(), dataset.document_ids()
     queries = encoder.encode_queries(dataset.query_texts(query_ids))
     documents = encoder.encode_documents(dataset.document_texts(doc_ids))
-    start = time.perf_counter()
-    scores, indices = search(queries.embeddings, documents.embeddings, k, similarity=similarity, backend=search_backend)
-    search_seconds = time.perf_counter() - start
-    run = topk_to_run(query_ids, doc_ids, scores, indices)
-    metrics, per_query = compute_metrics(dataset.qrels, run, measures or DEFAULT_MEASURES)
+    metrics, per_query, run, search_seconds = search_and_score(
+        dataset, queries.embeddings, documents.embeddings, k=k, similarity=similarity,
+        search_backend=search_backend, measures=measures,
+    )
 
     reranked = None
     if cross_encoder is not None:
@@ -214,4 +242,4 @@ def format_summary(results: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RESULTS_FORMAT", "compare_systems", "evaluate_retrieval", "format_summary", "load_results", "save_results"]
+__all__ = ["RESULTS_FORMAT", "compare_systems", "evaluate_retrieval", "search_and_score", "format_summary", "load_results", "save_results"]
