@@ -70,9 +70,17 @@ FLOP bound
 
 Usage (repository root)::
 
-    python benchmarks/distillation_step.py                  # defaults: MEASURED_RUNTIME
+    python benchmarks/distillation_step.py                  # defaults: 7m11s on 2 idle CPU cores (measured)
     python benchmarks/distillation_step.py --presets tite-2-late --rounds 5 --steps 3
     python benchmarks/distillation_step.py --device cuda --rounds 5 --steps 10 --json distillation_step.json
+
+Defaults are the issue's batch with the fewest steps that still give a median: 1 warm-up step and 3
+rounds x 1 step per model, i.e. 4 steps per model. On 2 CPU cores one fp32 step of BERT takes about
+75 s (tite-2-late 20 s, tite-2-staggered 9 s), so the whole default run took 7m11s (the
+``python benchmarks/distillation_step.py --json /tmp/distillation_step.json`` run, idle cores); a
+2-4 minute budget does not fit this workload (use fewer ``--rounds`` / ``--presets``, or a smaller
+batch). Memory: BERT's step saves 17,605 MiB (17.2 GiB) of activations in fp32 on CPU (19,267 MiB
+with weights, gradients and AdamW state), so the CPU run needs some 20 GiB of free RAM.
 """
 
 from __future__ import annotations
@@ -410,7 +418,7 @@ def run(args: argparse.Namespace) -> dict:
             seconds[runner.name].append(times)
         pressure.append(cpu_pressure())
         shown = "n/a" if pressure[-1] is None else f"{pressure[-1]:.0f}%"
-        line = "  ".join(f"{r.name} {args.steps / sum(seconds[r.name][-1]):.3f}" for r in runners)
+        line = "  ".join(f"{r.name} {args.steps / sum(seconds[r.name][-1]):.3g}" for r in runners)
         print(f"round {round_index + 1}/{args.rounds} steps/s: {line}  [{time.perf_counter() - started:.0f}s, "
               f"CPU pressure {shown}]", file=sys.stderr, flush=True)
     timed_seconds = time.perf_counter() - started
@@ -526,8 +534,8 @@ def format_report(results: dict) -> str:
     body = [[
         row["model"],
         f"{row['parameters'] / 1e6:.1f}",
-        f"{row['steps_per_s']:.3f}",
-        f"{row['steps_per_s_min']:.3f}-{row['steps_per_s_max']:.3f}",
+        f"{row['steps_per_s']:.3g}",
+        f"{row['steps_per_s_min']:.3g}-{row['steps_per_s_max']:.3g}",
         f"{row['ms_per_step']:,.0f}",
         f"{row['ratio_to_bert']:.2f}x",
         f"{row['forward_gmacs']:,.0f}",
