@@ -36,7 +36,7 @@ def test_quickstart_trains_saves_and_reloads(quickstart):
 def test_card_metadata_and_facts_come_from_the_folder(quickstart):
     folder, _ = quickstart
     card = ModelCard.load(folder / "README.md")
-    assert card.data.library_name == "transformers"
+    assert card.data.library_name == "sentence-transformers"  # the folder carries modules.json
     assert card.data.pipeline_tag == "feature-extraction"
     assert {"condenser", "sentence-transformers"} <= set(card.data.tags)
     assert card.data.base_model is None  # trained from scratch: nothing to cite, nothing invented

@@ -32,6 +32,7 @@ from ..data.distillation import SAMPLING_STRATEGIES, DistillationCollator, train
 from ..models.condenser.modeling_condenser import gather_with_local_grad
 from .losses import DistillationObjective, parse_loss_spec
 from .pretraining import CollatorEpochCallback
+from .records import HubPushMixin
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def _gradient_scaled(value: torch.Tensor, factor: float) -> torch.Tensor:
     return value if factor == 1 else value * factor - value.detach() * (factor - 1)
 
 
-class DistillationTrainer(Trainer):
+class DistillationTrainer(HubPushMixin, Trainer):
     """``transformers.Trainer`` for score distillation into a :class:`DualEncoder`.
 
     ``objective`` is a :class:`~dense_encoders.trainer.losses.DistillationObjective` (or a spec such
@@ -356,6 +357,9 @@ def distill(setup: DistillationSetup, args: DistillationArguments) -> Path:
     """Train ``setup.student`` on ``setup.train_file`` and save it to ``args.output_dir``."""
     from transformers import AutoTokenizer
 
+    from ..hub_cards import model_card
+    from .records import write_training_environment
+
     objective = DistillationObjective(setup.losses, setup.loss_options())
     records = load_training_records(setup)
     too_few = [r for r in records if len(r["documents"]) < objective.min_documents]
@@ -393,11 +397,15 @@ def distill(setup: DistillationSetup, args: DistillationArguments) -> Path:
         objective=objective,
     )
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    trainer.save_model(args.output_dir)
+    output_dir = Path(args.output_dir)
+    if trainer.args.should_save:  # the records first: the card (and a push) read them
+        output_dir.mkdir(parents=True, exist_ok=True)
+        trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
+        (output_dir / "distillation_setup.json").write_text(json.dumps(setup.__dict__, indent=2) + "\n")
+        write_training_environment(trainer, output_dir)
+    trainer.save_model(args.output_dir)  # pushes too when args.push_to_hub
     if trainer.args.should_save:
-        trainer.state.save_to_json(str(Path(args.output_dir) / "trainer_state.json"))
-        setup_file = Path(args.output_dir) / "distillation_setup.json"
-        setup_file.write_text(json.dumps(setup.__dict__, indent=2) + "\n")
+        model_card(output_dir, repo_id=trainer.hub_model_id).save(output_dir / "README.md")
     trainer.accelerator.wait_for_everyone()
     return Path(args.output_dir)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
+from .records import HubPushMixin
 from ..models.condenser.modeling_condenser import (
     CoCondenserForPreTraining,
     CondenserForPreTraining,
@@ -103,7 +104,7 @@ class CollatorEpochCallback(TrainerCallback):
         self.collator.set_epoch(int(state.epoch or 0))
 
 
-class CondenserPreTrainer(Trainer):
+class CondenserPreTrainer(HubPushMixin, Trainer):
     """Trainer for :class:`CondenserForPreTraining` / :class:`CoCondenserForPreTraining`.
 
     Logs ``head_mlm_loss``, ``late_mlm_loss``, ``contrastive_loss`` (means over the logging
@@ -324,7 +325,8 @@ def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer, seed: int | N
 def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state,
     sentence-transformers files (CLS pooling, dot product) and a model card to ``args.output_dir``."""
-    from ..hub_cards import condenser_model_card
+    from ..hub_cards import model_card
+    from .records import write_training_environment
     from ..sentence_transformers_files import write_sentence_transformers_files
     from ..tokenization import load_tokenizer
 
@@ -359,10 +361,12 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
         trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
         (output_dir / "pretraining_setup.json").write_text(json.dumps(vars(setup), indent=2) + "\n")
         write_sentence_transformers_files(output_dir, pooling="cls", similarity="dot")
-        if setup.architecture in ("condenser", "cocondenser"):  # cards for the other families: issue 7
-            condenser_model_card(output_dir).save(output_dir / "README.md")
+        write_training_environment(trainer, output_dir)
+        model_card(output_dir, repo_id=trainer.hub_model_id).save(output_dir / "README.md")
         logger.info("Saved %s to %s", type(final).__name__, output_dir)
     trainer.accelerator.wait_for_everyone()  # no process leaves before the model is on disk
+    if args.push_to_hub:  # every process calls it; only the main one uploads
+        trainer.push_to_hub(commit_message="End of pre-training")
     return output_dir
 
 

@@ -15,6 +15,8 @@ from .configuration_infused import InfusedDualEncoderConfig
 
 # model types whose encoder is transformers' BertModel layout (embeddings + encoder.layer[i])
 BERT_FAMILY = ("bert",)
+# dense-encoders release that wrote this file (checked by dense_encoders.hub.check_remote_code)
+DENSE_ENCODERS_CODE_VERSION = "0.1.0"
 
 
 def mean_pool(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,9 @@ from .pooling_tite import pool_packed, window_centres
 
 logger = logging.get_logger(__name__)
 
+# dense-encoders release that wrote this file (checked by dense_encoders.hub.check_remote_code)
+DENSE_ENCODERS_CODE_VERSION = "0.1.0"
+
 
 # --------------------------------------------------------------------------------------------
 # Packing

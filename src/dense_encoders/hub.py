@@ -1,0 +1,220 @@
+"""Publishing checkpoints on the Hugging Face Hub, and checking what comes back down.
+
+:func:`push_to_hub` uploads a checkpoint folder (or a model) in ONE commit: safetensors weights,
+``config.json`` with ``auto_map``, the remote-code files, tokenizer, sentence-transformers files and
+a model card generated from the folder's records (:func:`dense_encoders.hub_cards.model_card`).
+The upload is staged in a temporary folder: the local folder is never modified, whatever happens.
+Pickled weights are refused; training state (optimizer, scheduler, RNG states, pickled training
+arguments) is never uploaded. Errors name the repository, say that nothing local changed and how to
+retry, and never contain the token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+# files of a checkpoint that are training state, not the model: never uploaded
+TRAINING_STATE = re.compile(r"^(optimizer\.pt|scheduler\.pt|rng_state.*\.pth|training_args\.bin|scaler\.pt)$")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+SKIPPED_DIRECTORIES = re.compile(r"^(checkpoint-\d+|runs|\..*|__pycache__|evaluation)$")
+
+
+class PushError(RuntimeError):
+    """An upload failed; the message says why and how to retry (never the token)."""
+
+
+def _scrub(text: str, token: str | None) -> str:
+    text = re.sub(r"hf_[A-Za-z0-9]{8,}", "hf_***", text)
+    return text.replace(token, "***") if token else text
+
+
+def upload_files(folder: str | Path) -> list[Path]:
+    """The files of ``folder`` that make up the model, relative to it; ValueErrors for what cannot go up."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{folder} has no config.json: save the model with save_pretrained(folder) first")
+    files, pickled = [], []
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if not path.is_file() or any(SKIPPED_DIRECTORIES.match(part) for part in relative.parts[:-1]):
+            continue
+        if TRAINING_STATE.match(path.name):
+            logger.info("not uploading training state %s", relative)
+            continue
+        if path.suffix in PICKLE_SUFFIXES:
+            pickled.append(str(relative))
+            continue
+        files.append(relative)
+    if pickled:
+        raise ValueError(
+            f"{folder} holds pickled files {pickled}: they are not uploaded (loading a pickle runs arbitrary code). "
+            "Save the weights as safetensors (model.save_pretrained(folder)) and remove the pickles."
+        )
+    if not any(f.suffix == ".safetensors" for f in files):
+        raise ValueError(f"{folder} has no .safetensors weights: save the model with save_pretrained(folder)")
+    config = json.loads((folder / "config.json").read_text())
+    for target in (config.get("auto_map") or {}).values():
+        module = str(target).split("--")[-1].rsplit(".", 1)[0] + ".py"
+        if not (folder / module).is_file():
+            raise ValueError(
+                f"{folder} declares remote code {target!r} in config.json but {module} is missing: re-save the "
+                "model with dense_encoders installed (model.save_pretrained(folder)) so its code files are copied"
+            )
+    return files
+
+
+def _stage(folder: Path, files: list[Path], card_text: str | None) -> Path:
+    staging = Path(tempfile.mkdtemp(prefix="dense-encoders-push-"))
+    for relative in files:
+        target = staging / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(folder / relative, target)  # no copy of large weights where the filesystem allows
+        except OSError:
+            shutil.copy2(folder / relative, target)
+    if card_text is not None:
+        (staging / "README.md").write_text(card_text, encoding="utf-8")
+    return staging
+
+
+def push_to_hub(
+    path_or_model,
+    repo_id: str,
+    *,
+    tokenizer=None,
+    private: bool | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    commit_message: str | None = None,
+    token: str | None = None,
+    results: list | None = None,
+    license: str | None = None,
+    card: bool = True,
+    endpoint: str | None = None,
+):
+    """Upload a checkpoint folder (or a model, saved first with its ``tokenizer``) to ``repo_id`` in
+    one commit, with a generated model card. Returns huggingface_hub's ``CommitInfo``.
+
+    ``revision`` is a branch (created from ``main`` when missing); ``create_pr`` opens a pull request
+    instead of committing to it; ``results`` are evaluation-harness results JSONs for the card.
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    from .hub_cards import model_card
+
+    with tempfile.TemporaryDirectory(prefix="dense-encoders-save-") as scratch:
+        if isinstance(path_or_model, (str, os.PathLike)):
+            folder = Path(path_or_model)
+        else:
+            folder = Path(scratch) / "model"
+            path_or_model.save_pretrained(folder)
+            if tokenizer is not None:
+                from .sentence_transformers_files import native_pooling, write_sentence_transformers_files
+
+                tokenizer.save_pretrained(folder)
+                if path_or_model.config.model_type in ("tite", "condenser", "infused_dual_encoder"):
+                    write_sentence_transformers_files(folder, pooling=native_pooling(path_or_model.config),
+                                                      similarity="cosine" if path_or_model.config.model_type ==
+                                                      "infused_dual_encoder" else "dot")
+        files = upload_files(folder)
+        card_text = str(model_card(folder, repo_id=repo_id, results=results, license=license)) if card else None
+        files = [f for f in files if not (card and f.as_posix() == "README.md")]
+        staging = _stage(folder, files, card_text)
+        retry = f"retry with: dense-encoders push {folder} --repo-id {repo_id}" + (f" --revision {revision}"
+                                                                                    if revision else "")
+        try:
+            api = HfApi(endpoint=endpoint, token=token)
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            if revision and revision != "main" and not create_pr:
+                api.create_branch(repo_id, branch=revision, exist_ok=True)
+            operations = [
+                CommitOperationAdd(path_in_repo=path.relative_to(staging).as_posix(), path_or_fileobj=str(path))
+                for path in sorted(staging.rglob("*")) if path.is_file()
+            ]
+            return api.create_commit(
+                repo_id, operations=operations, revision=revision, create_pr=create_pr,
+                commit_message=commit_message or f"Upload {Path(folder).name} with dense-encoders",
+            )
+        except Exception as error:  # network, auth, conflicts: one message, nothing local touched
+            status = getattr(getattr(error, "response", None), "status_code", None)
+            hint = {401: "the token is missing or invalid (set HF_TOKEN or run `hf auth login`)",
+                    403: "the token may not write to this repository",
+                    409: "the repository or branch changed concurrently; pull the new state and push again",
+                    }.get(status, "")
+            message = (f"push of {folder} to {repo_id} failed: {type(error).__name__}: {error}"
+                       + (f" ({hint})" if hint else "") + f". Nothing local was changed; {retry}")
+            raise PushError(_scrub(message, token or os.environ.get("HF_TOKEN"))) from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Download side
+# --------------------------------------------------------------------------------------------
+
+CODE_VERSION = re.compile(r'^DENSE_ENCODERS_CODE_VERSION\s*=\s*"([^"]+)"', re.MULTILINE)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+def check_remote_code(path_or_repo: str | Path, revision: str | None = None, token: str | None = None) -> list[str]:
+    """Check a checkpoint's remote-code files against the installed package before loading it.
+
+    Raises a ValueError when a file named by ``auto_map`` is missing; returns warnings (also logged)
+    when the files were written by an older dense-encoders than the one installed.
+    """
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    from . import __version__
+
+    def fetch(name: str) -> Path | None:
+        if Path(path_or_repo).is_dir():
+            path = Path(path_or_repo) / name
+            return path if path.is_file() else None
+        try:
+            return Path(hf_hub_download(str(path_or_repo), name, revision=revision, token=token))
+        except EntryNotFoundError:
+            return None
+
+    config_path = fetch("config.json")
+    if config_path is None:
+        raise ValueError(f"{path_or_repo} has no config.json")
+    warnings = []
+    auto_map = json.loads(config_path.read_text()).get("auto_map") or {}
+    for target in sorted(set(auto_map.values())):
+        module = str(target).split("--")[-1].rsplit(".", 1)[0] + ".py"
+        path = fetch(module)
+        if path is None:
+            raise ValueError(
+                f"{path_or_repo} names {target!r} in auto_map but has no {module}: its remote code is incomplete. "
+                "Load it with the installed package instead (import dense_encoders, then AutoModel.from_pretrained "
+                "without trust_remote_code), or re-upload it with `dense-encoders push`."
+            )
+        if not module.startswith("modeling_"):
+            continue  # configuration files carry no version marker
+        found = CODE_VERSION.search(path.read_text())
+        written_by = found.group(1) if found else "0.0.0"
+        if _version_tuple(written_by) < _version_tuple(__version__):
+            warnings.append(
+                f"{module} in {path_or_repo} was written by dense-encoders {written_by if found else '(unknown)'}, "
+                f"older than the installed {__version__}: trust_remote_code=True runs the checkpoint's older code. "
+                "To use the installed code, import dense_encoders and load without trust_remote_code; to update the "
+                "checkpoint, load and save_pretrained it again."
+            )
+    for message in warnings:
+        logger.warning(message)
+    return warnings
+
+
+__all__ = ["PushError", "check_remote_code", "push_to_hub", "upload_files"]

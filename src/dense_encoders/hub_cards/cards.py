@@ -1,0 +1,250 @@
+"""Model cards for every model family, generated from what the checkpoint folder records.
+
+Built with huggingface_hub's ``ModelCard`` / ``ModelCardData``. The folder's ``config.json`` says
+what the architecture is; ``trainer_state.json``, ``pretraining_setup.json`` /
+``distillation_setup.json`` and ``training_environment.json`` say how it was trained; results JSONs
+of the evaluation harness (passed in, or under ``<folder>/evaluation/``) say how well it does.
+Whatever the folder does not record is left out, never invented.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from .condenser import condenser_description
+
+TITE_BIBTEX = """@inproceedings{schlatt-2025-tite,
+  title = {TITE: Token-Independent Text Encoder for Information Retrieval},
+  author = {Schlatt, Ferdinand and Hagen, Tim and Potthast, Martin and Hagen, Matthias},
+  booktitle = {Proceedings of the 48th International ACM SIGIR Conference on Research and Development in Information Retrieval},
+  year = {2025},
+  doi = {10.1145/3726302.3730094}
+}"""
+
+CE_EMBEDDINGS_BIBTEX = """@misc{ce-sentence-embeddings,
+  title = {Can Cross Encoders Produce Useful Sentence Embeddings?}
+}"""
+
+DISTILLATION_BIBTEX = """@inproceedings{menon-2022-defense,
+  title = {In Defense of Dual-Encoders for Neural Ranking},
+  author = {Menon, Aditya and Jayasumana, Sadeep and Rawat, Ankit Singh and Kim, Seungyeon and Reddi, Sashank and Kumar, Sanjiv},
+  booktitle = {Proceedings of the 39th International Conference on Machine Learning},
+  year = {2022}
+}"""
+
+RESULT_METRICS = {"ndcg@10": ("ndcg_at_10", "nDCG@10"), "mrr@10": ("mrr_at_10", "MRR@10"),
+                  "recall@100": ("recall_at_100", "Recall@100"), "recall@1000": ("recall_at_1000", "Recall@1000"),
+                  "hits@10": ("accuracy_at_10", "Hits@10")}
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _st_settings(folder: Path) -> tuple[str | None, str | None, bool]:
+    """(pooling, similarity, normalised) from the folder's sentence-transformers files."""
+    modules = _read_json(folder / "modules.json") or []
+    pooling, normalised = None, False
+    for module in modules:
+        if module.get("type", "").endswith("Pooling"):
+            config = _read_json(folder / module.get("path", "") / "config.json") or {}
+            pooling = config.get("pooling_mode") or next(
+                (m for m in ("cls", "mean", "max") if config.get(f"pooling_mode_{m}_token" if m == "cls" else
+                                                                   f"pooling_mode_{m}_tokens")), None)
+        if module.get("type", "").endswith("Normalize"):
+            normalised = True
+    similarity = (_read_json(folder / "config_sentence_transformers.json") or {}).get("similarity_fn_name")
+    return pooling, similarity, normalised
+
+
+def _describe(config: dict) -> tuple[str, list[str], list[str]]:
+    """(architecture paragraph, tags, citations) for a config."""
+    model_type = config.get("model_type")
+    architecture = (config.get("architectures") or ["?"])[0]
+    if model_type == "tite":
+        widths = config.get("hidden_sizes") or []
+        kernels = config.get("kernel_sizes") or []
+        pooled = sum(k is not None for k in kernels)
+        text = (f"`{architecture}`: a TITE (Token-Independent Text Encoder) with {config.get('num_hidden_layers')} "
+                f"layers that pools its hidden states inside {pooled} of them (kernel sizes {kernels}, strides "
+                f"{config.get('strides')}, {config.get('pooling_location')} pooling) until one vector per text remains "
+                f"at {config.get('max_position_embeddings')} tokens; widths {widths[0] if widths else '?'}"
+                f"{' -> ' + str(widths[-1]) if widths and widths[-1] != widths[0] else ''}, "
+                f"{config.get('position_embedding_type')} positions. `pooler_output` is the text's vector.")
+        return text, ["tite"], [TITE_BIBTEX]
+    if model_type == "condenser":
+        return condenser_description(config)
+    if model_type == "infused_dual_encoder":
+        source = config.get("infused_from")
+        copied, new = config.get("num_copied_layers"), config.get("num_new_layers")
+        origin = (f"its embeddings and first {copied} layer(s) copied from the cross-encoder `{source}`"
+                  if source else f"the shape of a cross-encoder's first {copied} layer(s), randomly initialised")
+        text = (f"`{architecture}`: a {copied + new}-layer dual encoder (hidden size {config.get('hidden_size')}) with "
+                f"{origin} and {new} new layer(s) on top; `pooler_output` is the {config.get('pooling')} over the "
+                "text's tokens.")
+        return text, ["cross-encoder-infused"], [CE_EMBEDDINGS_BIBTEX]
+    text = (f"`{architecture}`: a {model_type} encoder ({config.get('num_hidden_layers')} layers, hidden size "
+            f"{config.get('hidden_size')}) used as a dual encoder.")
+    return text, [model_type] if model_type else [], []
+
+
+def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]]:
+    """(facts, extra citations, base model, datasets) from the training records in ``folder``."""
+    facts, citations, base_model, datasets = [], [], None, []
+    pretraining = _read_json(folder / "pretraining_setup.json")
+    distillation = _read_json(folder / "distillation_setup.json")
+    if pretraining:
+        facts.append(f"- pre-training: {pretraining.get('architecture')} objective")
+        for key, label in (("backbone", "warm start"), ("init_from", "continued from"), ("preset", "preset"),
+                           ("corpus", "corpus"), ("max_seq_length", "sequence length"),
+                           ("mlm_probability", "masking rate")):
+            if pretraining.get(key) is not None:
+                facts.append(f"- {label}: {pretraining[key]}")
+        base_model = pretraining.get("backbone") or pretraining.get("init_from")
+    if distillation:
+        facts.append(f"- distillation losses: `{distillation.get('losses')}` (teacher scores from "
+                     f"`{Path(str(distillation.get('train_file'))).name}`)")
+        for key, label in (("student", "student initialised from"), ("student_num_layers", "student layers kept"),
+                           ("documents_per_query", "documents per query"), ("sampling", "document sampling"),
+                           ("query_max_length", "query length"), ("document_max_length", "document length")):
+            if distillation.get(key) is not None:
+                facts.append(f"- {label}: {distillation[key]}")
+        base_model = base_model or distillation.get("student")
+        citations.append(DISTILLATION_BIBTEX)
+    state = _read_json(folder / "trainer_state.json")
+    if state:
+        facts.append(f"- optimizer steps: {state.get('global_step')}, epochs: {round(float(state.get('epoch') or 0), 2)}")
+        if state.get("train_batch_size"):
+            facts.append(f"- batch size per device: {state['train_batch_size']}")
+        logged = [entry for entry in state.get("log_history", []) if "loss" in entry]
+        if logged:
+            last = logged[-1]
+            parts = [f"{key} {value:.4g}" for key, value in last.items()
+                     if key.endswith("loss") and isinstance(value, (int, float))]
+            facts.append(f"- last logged losses (step {last.get('step')}): " + ", ".join(parts))
+            if "learning_rate" in last:
+                facts.append(f"- learning rate at that step: {last['learning_rate']:.3g}")
+    environment = _read_json(folder / "training_environment.json")
+    if environment:
+        facts.append("- hardware: " + ", ".join(f"{k} {v}" for k, v in environment.items()))
+    if base_model and Path(str(base_model)).exists():
+        base_model = None  # a local path means nothing on the Hub
+    return facts, citations, base_model, datasets
+
+
+def _results(folder: Path, results: list) -> list[dict]:
+    loaded = []
+    for item in list(results or []) + sorted((folder / "evaluation").glob("*.json")):
+        data = item if isinstance(item, dict) else json.loads(Path(item).read_text())
+        if data.get("format", "").startswith("dense-encoders/retrieval-results"):
+            loaded.append(data)
+    return loaded
+
+
+def _usage(repo: str, model_type: str | None, pooling: str | None, similarity: str | None) -> str:
+    similarity = similarity or "cosine"
+    ours = model_type in ("tite", "condenser", "infused_dual_encoder")
+    if ours:
+        vector = "model(**batch).pooler_output"
+    elif pooling == "mean":
+        vector = ("(lambda s, m: (s * m[..., None]).sum(1) / m.sum(1, keepdim=True))"
+                  "(model(**batch).last_hidden_state, batch['attention_mask'])")
+    else:
+        vector = "model(**batch).last_hidden_state[:, 0]"
+    normalise = "\nembeddings = torch.nn.functional.normalize(embeddings, dim=-1)" if similarity == "cosine" else ""
+    return f"""```python
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)
+model = AutoModel.from_pretrained("{repo}", trust_remote_code=True)
+batch = tokenizer(["what is dense retrieval?"], padding=True, truncation=True, return_tensors="pt")
+with torch.no_grad():
+    embeddings = {vector}{normalise}
+```
+
+```python
+from sentence_transformers import SentenceTransformer
+
+model = SentenceTransformer("{repo}", trust_remote_code=True)
+embeddings = model.encode(["what is dense retrieval?"])  # score with {similarity} similarity
+```"""
+
+
+def model_card(
+    folder: str | Path,
+    repo_id: str | None = None,
+    *,
+    results: list | None = None,
+    license: str | None = None,
+    base_model: str | None = None,
+) -> ModelCard:
+    """The card of a checkpoint folder (any family): metadata, architecture, training, results, usage."""
+    folder = Path(folder)
+    config = _read_json(folder / "config.json")
+    if config is None:
+        raise FileNotFoundError(f"{folder} has no config.json: save the model with save_pretrained first")
+    name = repo_id or folder.name
+    description, tags, citations = _describe(config)
+    facts, training_citations, recorded_base, _ = _training(folder)
+    pooling, similarity, _ = _st_settings(folder)
+    evaluations = _results(folder, results)
+    eval_results = []
+    for result in evaluations:
+        dataset = result["dataset"]
+        for key, value in result["metrics"].items():
+            if key in RESULT_METRICS:
+                metric_type, metric_name = RESULT_METRICS[key]
+                eval_results.append(EvalResult(
+                    task_type="retrieval", task_name="Retrieval", dataset_type=dataset["name"],
+                    dataset_name=dataset["name"], dataset_split=dataset["split"], metric_type=metric_type,
+                    metric_value=round(float(value), 4), metric_name=metric_name,
+                ))
+    data = ModelCardData(
+        model_name=name,
+        library_name="sentence-transformers" if (folder / "modules.json").is_file() else "transformers",
+        pipeline_tag="feature-extraction",
+        tags=[*tags, "dense-encoders", "sentence-transformers", "dense-retrieval", "feature-extraction"],
+        base_model=base_model or recorded_base,
+        datasets=sorted({r["dataset"]["name"] for r in evaluations}) or None,
+        license=license,
+        eval_results=eval_results or None,
+    )
+    lines = [f"# {name}", "", description, ""]
+    if similarity or pooling:
+        lines += [f"Sentence-transformers configuration: {pooling or 'model'} pooling, {similarity or 'cosine'} "
+                  "similarity.", ""]
+    if facts:
+        lines += ["## Training", "", *facts, ""]
+    if evaluations:
+        lines += ["## Results", "", "| dataset | split | " + " | ".join(RESULT_METRICS[k][1] for k in RESULT_METRICS)
+                  + " | documents/s |", "|:--|:--|" + "--:|" * (len(RESULT_METRICS) + 1)]
+        for result in evaluations:
+            cells = [f"{result['metrics'][k]:.4f}" if k in result["metrics"] else "-" for k in RESULT_METRICS]
+            speed = result.get("throughput", {}).get("documents_per_s")
+            device = result.get("environment", {}).get("device", "")
+            lines.append(f"| {result['dataset']['name']} | {result['dataset']['split']} | " + " | ".join(cells)
+                         + f" | {f'{speed:.1f} ({device})' if speed else '-'} |")
+        lines += ["", "Measured with `dense-encoders evaluate` (exact search, ir-measures).", ""]
+    lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity), ""]
+    limitations = []
+    if config.get("model_type") == "tite":
+        limitations.append(f"Texts longer than {config.get('max_position_embeddings')} tokens must be truncated: "
+                           "the pooling schedule reaches one vector only up to that length.")
+    if not evaluations:
+        limitations.append("No evaluation results were recorded with this checkpoint.")
+    if pretraining := _read_json(folder / "pretraining_setup.json"):
+        limitations.append(f"Pre-trained with the {pretraining.get('architecture')} objective only: fine-tune it on "
+                           "relevance data before using it for retrieval.")
+    if limitations:
+        lines += ["## Limitations", "", *[f"- {item}" for item in limitations], ""]
+    all_citations = citations + [c for c in training_citations if c not in citations]
+    if all_citations:
+        lines += ["## Citation", "", "```bibtex", "\n\n".join(all_citations), "```", ""]
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
+
+
+__all__ = ["CE_EMBEDDINGS_BIBTEX", "DISTILLATION_BIBTEX", "TITE_BIBTEX", "model_card"]
