@@ -144,7 +144,7 @@ def _results(folder: Path, results: list) -> list[dict]:
     return loaded
 
 
-def _usage(repo: str, model_type: str | None, pooling: str | None, similarity: str | None) -> str:
+def _usage(repo: str, model_type: str | None, pooling: str | None, similarity: str | None, normalised: bool) -> str:
     similarity = similarity or "cosine"
     ours = model_type in ("tite", "condenser", "infused_dual_encoder")
     if ours:
@@ -154,7 +154,7 @@ def _usage(repo: str, model_type: str | None, pooling: str | None, similarity: s
                   "(model(**batch).last_hidden_state, batch['attention_mask'])")
     else:
         vector = "model(**batch).last_hidden_state[:, 0]"
-    normalise = "\nembeddings = torch.nn.functional.normalize(embeddings, dim=-1)" if similarity == "cosine" else ""
+    normalise = "\nembeddings = torch.nn.functional.normalize(embeddings, dim=-1)" if normalised else ""
     return f"""```python
 import torch
 from transformers import AutoModel, AutoTokenizer
@@ -170,7 +170,7 @@ with torch.no_grad():
 from sentence_transformers import SentenceTransformer
 
 model = SentenceTransformer("{repo}", trust_remote_code=True)
-embeddings = model.encode(["what is dense retrieval?"])  # score with {similarity} similarity
+embeddings = model.encode(["what is dense retrieval?"])  # compare with {similarity} similarity
 ```"""
 
 
@@ -190,7 +190,7 @@ def model_card(
     name = repo_id or folder.name
     description, tags, citations = _describe(config)
     facts, training_citations, recorded_base, _ = _training(folder)
-    pooling, similarity, _ = _st_settings(folder)
+    pooling, similarity, normalised = _st_settings(folder)
     evaluations = _results(folder, results)
     eval_results = []
     for result in evaluations:
@@ -229,7 +229,7 @@ def model_card(
             lines.append(f"| {result['dataset']['name']} | {result['dataset']['split']} | " + " | ".join(cells)
                          + f" | {f'{speed:.1f} ({device})' if speed else '-'} |")
         lines += ["", "Measured with `dense-encoders evaluate` (exact search, ir-measures).", ""]
-    lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity), ""]
+    lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity, normalised), ""]
     limitations = []
     if config.get("model_type") == "tite":
         limitations.append(f"Texts longer than {config.get('max_position_embeddings')} tokens must be truncated: "

@@ -1,0 +1,112 @@
+"""Model cards for every family: metadata, facts read from the folder, results, runnable usage snippets."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+from huggingface_hub import ModelCard
+
+from dense_encoders.cli import main
+from dense_encoders.hub_cards import model_card
+
+
+def run_snippets(card_text: str) -> list[np.ndarray]:
+    outputs = []
+    for snippet in re.findall(r"```python\n(.*?)```", card_text, flags=re.DOTALL):
+        namespace: dict = {}
+        exec(snippet, namespace)  # noqa: S102 - our own generated usage code
+        outputs.append(np.asarray(torch.as_tensor(namespace["embeddings"]).detach()))
+    return outputs
+
+
+@pytest.fixture
+def distilled_tite(tmp_path, tok):
+    from dense_encoders.evaluation import RetrievalDataset, evaluate_retrieval, save_results
+    from dense_encoders.models.tite import TiteModel
+    from dense_encoders.models.tite.presets import tite_preset
+
+    torch.manual_seed(0)
+    student = tmp_path / "tite"
+    TiteModel(tite_preset("tiny-tite-2-staggered", vocab_size=len(tok))).save_pretrained(student)
+    tok.save_pretrained(student)
+    records = [{"query_id": f"q{i}", "query": f"query number {i}", "documents": [f"document {i} {j}" for j in range(3)],
+                "scores": [3.0, 1.0, -1.0]} for i in range(4)]
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in records))
+    output = tmp_path / "tite-distilled"
+    assert main(["distill", "--student", str(student), "--train_file", str(train), "--output_dir", str(output),
+                 "--losses", "margin_mse+kl", "--documents_per_query", "3", "--per_device_train_batch_size", "2",
+                 "--max_steps", "2", "--use_cpu", "--logging_steps", "1"]) == 0
+    dataset = RetrievalDataset(name="toy", split="test", corpus={f"d{i}": {"title": "", "text": f"document {i}"}
+                                                                 for i in range(6)},
+                               queries={"q0": "document 1", "q1": "document 4"}, qrels={"q0": {"d1": 1}, "q1": {"d4": 1}})
+    results = evaluate_retrieval(str(output), dataset, show_progress_bar=False)
+    save_results(results, tmp_path / "toy.json")
+    return output, tmp_path / "toy.json", results
+
+
+@pytest.mark.slow
+def test_tite_card_from_records_and_results(distilled_tite, tok):
+    folder, results_path, results = distilled_tite
+    card = model_card(folder, repo_id="me/tite-toy", results=[results_path], license="apache-2.0")
+    card.save(folder / "CARD.md")
+    loaded = ModelCard.load(folder / "CARD.md")
+    data = loaded.data
+    assert data.pipeline_tag == "feature-extraction" and data.library_name == "sentence-transformers"
+    assert {"tite", "sentence-transformers", "dense-encoders"} <= set(data.tags)
+    assert data.license == "apache-2.0" and data.datasets == ["toy"]
+    assert data.base_model is None  # trained from a local folder: nothing on the Hub to point at
+    by_metric = {r.metric_type: r.metric_value for r in data.eval_results}
+    assert by_metric["ndcg_at_10"] == pytest.approx(round(results["metrics"]["ndcg@10"], 4))
+    text = loaded.text
+    assert "kernel sizes [None, 2, 2, 2, 2]" in text or "kernel sizes" in text
+    assert "distillation losses: `margin_mse+kl`" in text and "optimizer steps: 2" in text
+    state = json.loads((folder / "trainer_state.json").read_text())
+    last = [h for h in state["log_history"] if "loss" in h][-1]
+    assert f"loss {last['loss']:.4g}" in text
+    environment = json.loads((folder / "training_environment.json").read_text())
+    assert f"precision {environment['precision']}" in text
+    assert "schlatt-2025-tite" in text and "menon-2022-defense" in text
+    assert "| toy | test |" in text
+    assert "must be truncated" in text  # TITE's length limit is stated
+    # the usage snippets run and agree with each other and with the model
+    card_local = model_card(folder, repo_id=str(folder))
+    outputs = run_snippets(str(card_local))
+    assert len(outputs) == 2
+    np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_infused_and_plain_student_cards(tmp_path, tok):
+    from transformers import BertConfig, BertForSequenceClassification, BertModel
+
+    from dense_encoders.cross_encoders import infuse, save_dual_encoder
+    from dense_encoders.sentence_transformers_files import write_sentence_transformers_files
+
+    torch.manual_seed(0)
+    ce = tmp_path / "ce"
+    BertForSequenceClassification(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=4, intermediate_size=64, num_labels=1)).save_pretrained(ce)
+    tok.save_pretrained(ce)
+    de, tokenizer = infuse(str(ce))
+    folder = save_dual_encoder(de, tokenizer, tmp_path / "de-2-ce")
+    card = model_card(folder)
+    assert "cross-encoder-infused" in card.data.tags
+    assert f"first 1 layer(s) copied from the cross-encoder `{ce}`" in card.text
+    assert "No evaluation results were recorded" in card.text and "## Training" not in card.text
+    outputs = run_snippets(str(model_card(folder, repo_id=str(folder))))
+    np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-5)
+
+    plain = tmp_path / "plain"
+    BertModel(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64), add_pooling_layer=False).save_pretrained(plain)
+    tok.save_pretrained(plain)
+    write_sentence_transformers_files(plain, pooling="mean", similarity="cosine", normalize=True)
+    outputs = run_snippets(str(model_card(plain, repo_id=str(plain))))
+    np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-5)
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        model_card(tmp_path / "nothing")
