@@ -15,31 +15,31 @@ Everything is kept in memory and dropped on ``stop()``.
             api.create_repo("org/model")
         # 2. Subprocess: ``hub.env(hf_home=...)`` gives os.environ plus HF_ENDPOINT, HF_HUB_DISABLE_XET=1, ... (and
         #    without HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE); these must be set BEFORE huggingface_hub is imported.
-        subprocess.run([sys.executable, "-c", code], env=hub.env(hf_home=tmp_path / "hf", token=True))
-        assert ("PUT", ...) in [(r.method, ...) for r in hub.requests]
+        subprocess.run([sys.executable, "-c", code], env=hub.env(hf_home=tmp_path / "hf", token=True), check=True)
+        assert [r for r in hub.requests if r.method == "PUT" and r.path.startswith("/lfs-upload/")]
 
-Endpoints (``{type}s`` is ``models``, ``datasets`` or ``spaces``; ``{prefix}`` is ``""``, ``datasets/`` or
-``spaces/``; ``{rev}`` is a branch, tag, ``refs/pr/N`` (URL-encoded as ``refs%2Fpr%2FN``) or a commit sha):
+Endpoints (``{type}s``: ``models``, ``datasets`` or ``spaces``; ``{prefix}``: ``""``, ``datasets/`` or ``spaces/``;
+``{rev}``: a branch, a tag, ``refs/pr/N`` (sent URL-encoded: ``refs%2Fpr%2FN``) or a commit sha):
 
-    GET    /api/whoami-v2                           user of the token (401 without one)
-    GET    /api/agent-harnesses                     empty registry (huggingface_hub asks for it for its user-agent)
-    POST   /api/validate-yaml                       always valid (called before a README.md is committed)
-    POST   /api/repos/create                        json name, organization, type, visibility|private; 409 + url if it exists
-    DELETE /api/repos/delete                        json name, organization, type
-    GET    /api/{type}s/{repo_id}[/revision/{rev}]  info: id, sha, private, siblings [{rfilename, (blobs=1) size, blobId, lfs}]
-    GET    /api/{type}s/{repo_id}/tree/{rev}[/{path}]   ?recursive=&cursor=; JSON list, next page in a Link header
-    POST   /api/{type}s/{repo_id}/paths-info/{rev}  form paths=...; entries of the paths that exist
-    GET    /api/{type}s/{repo_id}/refs              branches, tags, converts, pullRequests (?include_prs=1)
-    GET    /api/{type}s/{repo_id}/commits/{rev}     first-parent history
-    POST   /api/{type}s/{repo_id}/preupload/{rev}   uploadMode "lfs" (size > lfs_threshold or an lfs_patterns match) or "regular"
-    POST   /api/{type}s/{repo_id}/commit/{rev}      NDJSON header/file/lfsFile/deletedFile/deletedFolder; ?create_pr=1
-    POST   /api/{type}s/{repo_id}/branch/{branch}   json startingPoint (default: main); DELETE removes it
-    POST   /api/{type}s/{repo_id}/tag/{rev}         json tag, message; DELETE /tag/{tag} removes it
-    POST   /{prefix}{repo_id}.git/info/lfs/objects/batch    basic transfer: upload href + verify href per missing object
-    PUT    /lfs-upload/{ticket}                     the upload href (pre-signed, no auth, like S3): checks sha256 and size
-    POST   /{prefix}{repo_id}.git/info/lfs/objects/verify   json oid, size
-    HEAD|GET /{prefix}{repo_id}/resolve/{rev}/{path}    X-Repo-Commit, ETag (git sha1; LFS: sha256), X-Linked-Etag and
-                                                    X-Linked-Size for LFS files, Content-Length, Range
+    GET    /api/whoami-v2                          the token's user (401 without a token)
+    GET    /api/agent-harnesses                    empty registry (huggingface_hub asks for its user-agent)
+    POST   /api/validate-yaml                      always valid (asked before a README.md is committed)
+    POST   /api/repos/create                       json name, organization, type, visibility; 409 (+ url) if it exists
+    DELETE /api/repos/delete                       json name, organization, type
+    GET    /api/{type}s/{repo_id}[/revision/{rev}] id, sha, private, siblings [{rfilename, ?blobs=1: size, blobId, lfs}]
+    GET    /api/{type}s/{repo_id}/tree/{rev}[/{path}]  ?recursive=&cursor=; a JSON list, next page in a Link header
+    POST   /api/{type}s/{repo_id}/paths-info/{rev} form paths=...: entries of those that exist
+    GET    /api/{type}s/{repo_id}/refs             branches, tags, converts (+ pullRequests with ?include_prs=1)
+    GET    /api/{type}s/{repo_id}/commits/{rev}    first-parent history
+    POST   /api/{type}s/{repo_id}/preupload/{rev}  uploadMode "lfs" (size > lfs_threshold or lfs_patterns) or "regular"
+    POST   /api/{type}s/{repo_id}/commit/{rev}     NDJSON: header, file, lfsFile, deletedFile/Folder; ?create_pr=1
+    POST   /api/{type}s/{repo_id}/branch/{name}    json startingPoint (default: main); DELETE removes the branch
+    POST   /api/{type}s/{repo_id}/tag/{rev}        json tag, message; DELETE /tag/{tag} removes the tag
+    POST   /{prefix}{repo_id}.git/info/lfs/objects/batch   basic transfer: upload + verify hrefs per missing object
+    PUT    /lfs-upload/{ticket}                    the upload href (pre-signed like S3: no auth); checks sha256 and size
+    POST   /{prefix}{repo_id}.git/info/lfs/objects/verify  json oid, size
+    HEAD, GET /{prefix}{repo_id}/resolve/{rev}/{path}  X-Repo-Commit, ETag (git sha1; LFS: sha256), for LFS files
+                                                   X-Linked-Etag and X-Linked-Size; Content-Length; Range
 
 Auth: writes need ``Authorization: Bearer <token>`` (401 JSON error otherwise); a wrong token is a 401 on every
 request; public repos are readable without a token, private ones answer 404 ``X-Error-Code: RepoNotFound``
@@ -66,7 +66,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 DEFAULT_LFS_THRESHOLD = 10 * 1024 * 1024  # the Hub refuses regular (non-LFS) files above 10 MB
@@ -160,7 +160,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     timeout = 30  # idle keep-alive connections give their thread back
     hub: LoopbackHub  # set on the subclass LoopbackHub.start() builds
 
-    def log_message(self, format, *args):  # noqa: A002 - never print requests (nor anything derived from headers)
+    def log_message(self, format, *args):  # never print requests (nor anything derived from their headers)
         pass
 
     def do_GET(self):
@@ -194,12 +194,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         try:
             body = self._read_body()
             status, headers, payload = self.hub._handle(method, self.path, self.headers, body)
+        except json.JSONDecodeError as e:
+            status, headers, payload = 400, {"X-Error-Message": "Malformed JSON body"}, {"error": str(e)}
         except HubError as e:
             headers = {"X-Error-Message": e.message, **e.headers}
             if e.code:
                 headers["X-Error-Code"] = e.code
             status, payload = e.status, {"error": e.message, **e.extra}
-        except Exception:  # a bug in the server: answer 500 and keep the traceback for the test to show
+        except Exception:  # noqa: BLE001 - a bug in the server: answer 500 and keep the traceback for the test to show
             self.hub.errors.append(f"{method} {self.hub._scrub(self.path)}\n{traceback.format_exc()}")
             status, headers, payload = 500, {}, {"error": "loopback hub internal error"}
         self.hub._record(method, self.path, status)
@@ -251,7 +253,7 @@ class LoopbackHub:
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
-    def start(self) -> LoopbackHub:
+    def start(self) -> Self:
         if self._server is None:
             handler = type("_BoundHandler", (_Handler,), {"hub": self})
             self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -274,7 +276,7 @@ class LoopbackHub:
             self._blobs.clear()
             self._tickets.clear()
 
-    def __enter__(self) -> LoopbackHub:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -518,7 +520,7 @@ class LoopbackHub:
         files, path = repo.commits[oid].files, path.strip("/")
         base = path + "/" if path else ""
         if path and (path in files or self._entry(files, path) is None):
-            raise HubError(404, f"{path} does not exist on {revision}", code="EntryNotFound", headers={"X-Repo-Commit": oid})
+            raise HubError(404, f"No folder {path} at {revision}", code="EntryNotFound", headers={"X-Repo-Commit": oid})
         recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
         paths: set[str] = set()
         for p in files:
@@ -556,7 +558,8 @@ class LoopbackHub:
         out, oid = [], self._resolve(repo, revision)
         while oid is not None:
             c = repo.commits[oid]
-            out.append({"id": c.oid, "title": c.title, "message": c.message, "authors": [{"user": self.user}], "date": c.date})
+            authors = [{"user": self.user}]
+            out.append({"id": c.oid, "title": c.title, "message": c.message, "authors": authors, "date": c.date})
             oid = c.parent
         return out
 
@@ -578,10 +581,11 @@ class LoopbackHub:
         out = []
         for item in payload.get("files", []):
             path, size = item["path"], int(item["size"])
-            lfs = size > self.lfs_threshold or any(fnmatch.fnmatch(path.rsplit("/", 1)[-1], p) for p in self.lfs_patterns)
-            remote = files.get(path)
-            remote_oid = None if remote is None else (remote.sha256 if remote.lfs else remote.git_oid)
-            out.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": remote_oid})
+            name = path.rsplit("/", 1)[-1]
+            lfs = size > self.lfs_threshold or any(fnmatch.fnmatch(name, pattern) for pattern in self.lfs_patterns)
+            remote = files.get(path)  # its oid lets the client skip unchanged files (sha256 for LFS, else git sha1)
+            oid = None if remote is None else (remote.sha256 if remote.lfs else remote.git_oid)
+            out.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
         return {"files": out}
 
     def _commit(self, repo: _Repo, revision: str, query, body: bytes) -> dict:
@@ -606,7 +610,7 @@ class LoopbackHub:
             elif key == "lfsFile":
                 oid = value["oid"]
                 if oid not in repo.lfs_oids or ("size" in value and int(value["size"]) != len(self._blobs[oid])):
-                    raise HubError(422, f"LFS object {oid} of {path} was not uploaded to this repo (or has another size)")
+                    raise HubError(422, f"LFS object {oid} of {path} is not in this repo (or has another size)")
                 files[path] = _File.of_lfs(oid, len(self._blobs[oid]))
             elif key == "deletedFile":
                 if files.pop(path, None) is None:
@@ -657,8 +661,9 @@ class LoopbackHub:
         objects = []
         for obj in payload.get("objects", []):
             oid, size = obj.get("oid"), obj.get("size")
-            if not (isinstance(oid, str) and re.fullmatch(r"[0-9a-f]{64}", oid) and isinstance(size, int) and size >= 0):
-                objects.append({"oid": str(oid), "size": int(size or 0), "error": {"code": 422, "message": "invalid oid/size"}})
+            if not (isinstance(oid, str) and re.fullmatch("[0-9a-f]{64}", oid) and isinstance(size, int) and size >= 0):
+                error = {"code": 422, "message": "invalid oid or size"}
+                objects.append({"oid": str(oid), "size": size if isinstance(size, int) else 0, "error": error})
             elif oid in repo.lfs_oids:
                 objects.append({"oid": oid, "size": size})  # already there: no actions, the client skips it
             else:
@@ -672,7 +677,8 @@ class LoopbackHub:
                         "verify": {"href": verify, "header": {}},
                     },
                 })  # fmt: skip
-        return 200, {"Content-Type": "application/vnd.git-lfs+json"}, {"transfer": "basic", "objects": objects, "hash_algo": "sha256"}
+        answer = {"transfer": "basic", "objects": objects, "hash_algo": "sha256"}
+        return 200, {"Content-Type": "application/vnd.git-lfs+json"}, answer
 
     def _lfs_put(self, ticket: str, body: bytes):
         if ticket not in self._tickets:
@@ -697,12 +703,14 @@ class LoopbackHub:
         if f is None:
             raise HubError(404, "Entry not found", code="EntryNotFound", headers={"X-Repo-Commit": oid})
         data = self._blobs[f.sha256]
-        headers = {"X-Repo-Commit": oid, "ETag": f'"{f.etag}"', "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        headers = {"X-Repo-Commit": oid, "ETag": f'"{f.etag}"', "Accept-Ranges": "bytes"}
+        headers["Content-Type"] = "application/octet-stream"
         if f.lfs:
             headers.update({"X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(f.size)})
         m = re.fullmatch(r"bytes=(\d*)-(\d*)", request_headers.get("Range", "").strip())
-        if m and (m[1] or m[2]):
-            start, end = (int(m[1]), int(m[2] or len(data) - 1)) if m[1] else (max(len(data) - int(m[2]), 0), len(data) - 1)
+        if m and (m[1] or m[2]):  # "a-b", "a-" or the suffix form "-n"
+            last = len(data) - 1
+            start, end = (int(m[1]), int(m[2] or last)) if m[1] else (max(len(data) - int(m[2]), 0), last)
             if start >= len(data):
                 return 416, {**headers, "Content-Range": f"bytes */{len(data)}"}, b""
             end = min(end, len(data) - 1)

