@@ -1,7 +1,7 @@
 """The ``dense-encoders`` command line.
 
 Subcommands:
-  quickstart   pre-train a tiny Condenser on the bundled corpus, save, reload, encode (offline)
+  quickstart   distil all-MiniLM-L6-v2 into a TITE and a 2-layer student, evaluate, time, save (offline)
   pretrain     Condenser / coCondenser / TITE pre-training on transformers.Trainer
   evaluate     retrieval evaluation of an encoder on a BEIR folder or a pairs file
   score-teacher  score (query, document) candidates of a run with a cross-encoder -> training jsonl
@@ -9,13 +9,17 @@ Subcommands:
   layerwise    per-layer retrieval quality of a cross-encoder's and a dual encoder's embeddings
   infuse       build and train a cross-encoder-infused dual encoder (DE-2-CE), retrieve + rerank report
   push         upload a checkpoint folder to the Hub in one commit, with a generated model card
+  bench        encode-speed report: BERT, Condenser, every TITE preset, DE-2, with FLOP bounds and a plot
 
-Run ``dense-encoders SUBCOMMAND --help`` for every flag.
+Run ``dense-encoders SUBCOMMAND --help`` for every flag. Every subcommand also takes
+``--config FILE`` (JSON or YAML: flag names to values, ``args`` for positionals); flags given on
+the command line win over the file.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -112,6 +116,20 @@ def _quickstart(argv: list[str]) -> int:
                    tite_preset=options.tite_preset, student_layers=options.student_layers, epochs=options.epochs,
                    batch_size=options.batch_size, seed=options.seed)
     return 0
+
+
+EVALUATE_EXAMPLES = """\
+examples:
+  # any sentence-transformers model, as its own configuration prescribes
+  dense-encoders evaluate sentence-transformers/all-MiniLM-L6-v2 data/beir-scifact --output scifact.json
+
+  # a plain transformers checkpoint: name its pooling; our models (TITE, Condenser) need none
+  dense-encoders evaluate bert-base-uncased data/beir-scifact --pooling cls --similarity dot
+
+  # prompts, separate max lengths, cached embeddings, FAISS, and a cross-encoder re-ranking the top 100
+  dense-encoders evaluate runs/tite data/msmarco --query-max-length 32 --document-max-length 512 \\
+      --query-prompt "query: " --cache-dir .embeddings --backend faiss --rerank cross-encoder/ms-marco-MiniLM-L6-v2
+"""
 
 
 def _evaluate(argv: list[str]) -> int:
@@ -228,6 +246,11 @@ def _layerwise(argv: list[str]) -> int:
         description="Hits@10 / MRR@10 of every layer's mean-pooled embeddings of a cross-encoder (each text "
         "paired with itself) and of a dual encoder, per dataset, with a paired t-test across datasets "
         "(seed 002, Figures 3-5). Writes layerwise.csv, layerwise.json and layerwise.png.",
+        epilog="examples:\n  dense-encoders layerwise --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 "
+        "--dual-encoder sentence-transformers/msmarco-MiniLM-L-12-v3 --data scifact nfcorpus --output-dir layerwise\n"
+        "  dense-encoders layerwise --cross-encoder runs/ce --dual-encoder runs/de --data scifact --layers 0 1 2 "
+        "--copies first",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--cross-encoder", required=True, help="Sequence-classification cross-encoder (folder or Hub id).")
     parser.add_argument("--dual-encoder", required=True, help="Dual encoder (folder or Hub id).")
@@ -371,6 +394,77 @@ COMMANDS = {
 }
 
 
+# subcommands parsed by HfArgumentParser use the dataclass field names (underscores) as flags
+_UNDERSCORE_FLAGS = ("pretrain", "distill")
+# what to lower when a command runs out of memory
+_MEMORY_FLAGS = {
+    "pretrain": "--per_device_train_batch_size (or set --grad_cache_chunk_size for coCondenser)",
+    "distill": "--per_device_train_batch_size or --documents_per_query (or add --activation_checkpointing)",
+    "evaluate": "--batch-size (or --document-max-length)",
+    "layerwise": "--batch-size (or --max-length)",
+    "infuse": "--batch-size (or --max-length)",
+    "score-teacher": "--batch-size",
+    "quickstart": "--batch-size",
+    "bench": "--doc-batch / --query-batch",
+}
+
+
+def expand_config_file(command: str, argv: list[str]) -> list[str]:
+    """``--config FILE`` (JSON or YAML mapping) becomes flags placed before the command line's own, so
+    explicit flags win. Keys are flag names (``batch_size`` or ``batch-size``); ``true`` gives a bare
+    flag, ``false`` omits it, lists give several values; ``args`` holds positional arguments."""
+    if "--config" not in argv:
+        return argv
+    index = argv.index("--config")
+    if index + 1 >= len(argv):
+        raise ValueError("--config needs a file: a JSON or YAML mapping of flag names to values")
+    path = Path(argv[index + 1])
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            settings = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            raise ValueError(f"{path}:{mark.line + 1 if mark else '?'}: not valid YAML ({error})") from None
+    else:
+        try:
+            settings = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path} must hold a mapping of flag names to values")
+    rest = argv[:index] + argv[index + 2 :]
+    positionals = [str(v) for v in settings.pop("args", [])]
+    flags: list[str] = []
+    for key, value in settings.items():
+        name = str(key).replace("-", "_") if command in _UNDERSCORE_FLAGS else str(key).replace("_", "-")
+        flag = f"--{name}"
+        if value is True:
+            flags.append(flag)
+        elif value is False or value is None:
+            if command in _UNDERSCORE_FLAGS and value is False:
+                flags += [flag, "False"]
+        elif isinstance(value, list):
+            flags += [flag, *map(str, value)]
+        else:
+            flags += [flag, str(value)]
+    leading = 0  # positionals already on the command line (e.g. pretrain's architecture) stay first
+    while leading < len(rest) and not rest[leading].startswith("-"):
+        leading += 1
+    return rest[:leading] + positionals + flags + rest[leading:]
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    import torch
+
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(error, RuntimeError) and "out of memory" in str(error).lower())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
@@ -379,11 +473,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dense-encoders: unknown command {argv[0]!r}", file=sys.stderr)
             return 2
         return 0
+    command = argv[0]
     try:
-        return COMMANDS[argv[0]](argv[1:])
+        return COMMANDS[command](expand_config_file(command, argv[1:]))
     except (ValueError, FileNotFoundError) as error:  # bad flags, paths or files: say what, not a traceback
-        print(f"dense-encoders {argv[0]}: error: {error}", file=sys.stderr)
+        print(f"dense-encoders {command}: error: {error}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as error:
+        if not _is_out_of_memory(error):
+            raise
+        print(f"dense-encoders {command}: out of memory ({str(error).splitlines()[0][:200]}). Lower "
+              f"{_MEMORY_FLAGS.get(command, 'the batch size')} and run again.", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":
