@@ -2,52 +2,27 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import platform
 import shlex
 import sys
 import warnings
 from pathlib import Path
 
-import torch
+try:  # allow running from a checkout without `pip install -e .`
+    import dense_encoders  # noqa: F401
+except ImportError:  # pragma: no cover - depends on how the script is launched
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
-    name = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    return f"cpu ({name}, {os.cpu_count()} logical cores)"
+# one copy, shared with `dense-encoders bench` (re-exported for the scripts here)
+from dense_encoders.benchmarking import device_name, render_table, synchronize  # noqa: F401
 
 
 def command_line() -> str:
     """The command that produced a report, to print under its table."""
     prefix = f"PYTHONPATH={shlex.quote(os.environ['PYTHONPATH'])} " if os.environ.get("PYTHONPATH") else ""
     return prefix + shlex.join(["python", *sys.argv])
-
-
-def render_table(header: list[str], body: list[list[str]]) -> list[str]:
-    """A markdown table: first column left-aligned, the others right-aligned."""
-    widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
-    right = [False] + [True] * (len(header) - 1)
-
-    def render(cells):
-        return "| " + " | ".join(s.rjust(w) if r else s.ljust(w) for s, w, r in zip(cells, widths, right)) + " |"
-
-    rule = "|" + "|".join(("-" * (w + 1)) + ":" if r else ":" + "-" * (w + 1) for w, r in zip(widths, right)) + "|"
-    return [render(header), rule, *(render(cells) for cells in body)]
 
 
 def quiet_libraries() -> None:

@@ -83,14 +83,24 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
 import transformers
 from transformers import BertConfig, BertModel
 
+from dense_encoders.benchmarking import (  # the FLOP bound, workloads and summaries shared with `dense-encoders bench`
+    LONG_FRACTION,
+    LONG_MEDIAN,
+    LONG_SIGMA,
+    MAX_LENGTH,
+    PASSAGE_MEDIAN,
+    PASSAGE_SIGMA,
+    QUERY_LENGTH,
+    VOCAB_SIZE,
+    bert_macs,
+    cpu_pressure,
+    document_lengths,
+    make_batches,
+    summarize,
+    tite_macs,
+)
 from dense_encoders.models.tite.modeling_tite import TiteModel
 from dense_encoders.models.tite.presets import TITE_PRESETS, tite_preset
-
-VOCAB_SIZE = 30522  # bert-base-uncased
-PAD_ID, CLS_ID, SEP_ID = 0, 101, 102
-FIRST_ORDINARY_ID = 999  # ids below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK], single characters
-QUERY_LENGTH = 32
-MAX_LENGTH = 512
 
 BERT_ROW = "BERT (sdpa)"
 TABLE3_PRESETS = (
@@ -105,10 +115,6 @@ TABLE3_PRESETS = (
 DEFAULT_PRESETS = (*TABLE3_PRESETS, "tite-no-pooling")
 # issue targets (documents and queries alike): measured speed-up over BERT (sdpa)
 TARGETS = {"tite-2-late": 3.5, "tite-2-staggered": 6.0}
-
-# document length mixture (see the module docstring)
-PASSAGE_MEDIAN, PASSAGE_SIGMA, PASSAGE_MIN = 80.0, 0.5, 8
-LONG_FRACTION, LONG_MEDIAN, LONG_SIGMA, LONG_MIN = 0.12, 380.0, 0.5, 64
 
 
 # ------------------------------------------------------------------------------------------
@@ -175,31 +181,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ------------------------------------------------------------------------------------------
 
 
-def document_lengths(count: int, generator: torch.Generator) -> list[int]:
-    """Token counts of ``count`` documents from the passage / long-document mixture (module docstring)."""
-    long = torch.rand(count, generator=generator) < LONG_FRACTION
-    normal = torch.randn(count, generator=generator)
-    passages = (math.log(PASSAGE_MEDIAN) + PASSAGE_SIGMA * normal).exp().round().clamp(PASSAGE_MIN, MAX_LENGTH)
-    longs = (math.log(LONG_MEDIAN) + LONG_SIGMA * normal).exp().round().clamp(LONG_MIN, MAX_LENGTH)
-    return torch.where(long, longs, passages).long().tolist()
-
-
-def make_batches(lengths: list[int], batch_size: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:
-    """[CLS] random ordinary tokens [SEP], in the given order, each batch padded to its longest text."""
-    batches = []
-    for start in range(0, len(lengths), batch_size):
-        chunk = torch.tensor(lengths[start:start + batch_size])
-        width = int(chunk.max())
-        positions = torch.arange(width)[None, :]
-        attention_mask = (positions < chunk[:, None]).long()
-        input_ids = torch.randint(FIRST_ORDINARY_ID, VOCAB_SIZE, (len(chunk), width), generator=generator)
-        input_ids[:, 0] = CLS_ID
-        input_ids[torch.arange(len(chunk)), chunk - 1] = SEP_ID
-        input_ids = input_ids.masked_fill(attention_mask == 0, PAD_ID)
-        batches.append({"input_ids": input_ids, "attention_mask": attention_mask})
-    return batches
-
-
 def workload_stats(lengths: list[int], batches: list[dict[str, torch.Tensor]]) -> dict:
     real = sum(lengths)
     padded = sum(batch["input_ids"].numel() for batch in batches)
@@ -217,41 +198,6 @@ def workload_stats(lengths: list[int], batches: list[dict[str, torch.Tensor]]) -
         "padded_tokens": padded,
         "padding_fraction": 1 - real / padded,
     }
-
-
-# ------------------------------------------------------------------------------------------
-# FLOP bound (multiply-adds of the matrix products)
-# ------------------------------------------------------------------------------------------
-
-
-def layer_macs(l_in: int, l_out: int, d_in: int, d: int, d_ffn: int, location: str | None) -> int:
-    """Multiply-adds of one layer (see the module docstring); ``location`` None = no pooling."""
-    if location is None:
-        return 3 * l_in * d_in * d + 2 * l_in * l_in * d + l_in * d * d + 2 * l_in * d * d_ffn
-    if location == "pre":
-        return 3 * l_out * d_in * d + 2 * l_out * l_out * d + l_out * d * d + 2 * l_out * d * d_ffn
-    if location == "intra":
-        return (l_out * d_in * d + 2 * l_in * d_in * d + 2 * l_out * l_in * d + l_out * d * d
-                + 2 * l_out * d * d_ffn)
-    if location == "post":
-        return 3 * l_in * d_in * d + 2 * l_in * l_in * d + l_in * d * d + 2 * l_out * d * d_ffn
-    raise ValueError(f"unknown pooling location {location!r}")
-
-
-def tite_macs(config, length: int) -> int:
-    lengths = config.sequence_lengths(length)
-    total = length * config.hidden_size * config.embedding_size if config.hidden_size != config.embedding_size else 0
-    for index in range(config.num_hidden_layers):
-        d_in = config.hidden_sizes[index - 1] if index else config.embedding_size
-        location = config.pooling_location if config.kernel_sizes[index] is not None else None
-        total += layer_macs(lengths[index], lengths[index + 1], d_in, config.hidden_sizes[index],
-                            config.intermediate_sizes[index], location)
-    return total
-
-
-def bert_macs(config: BertConfig, length: int) -> int:
-    d, f = config.hidden_size, config.intermediate_size
-    return config.num_hidden_layers * layer_macs(length, length, d, d, f, None)
 
 
 # ------------------------------------------------------------------------------------------
@@ -408,43 +354,9 @@ def run(args: argparse.Namespace) -> dict:
     return results
 
 
-def summarize(times: list[list[float]], texts: int) -> dict:
-    """texts/s from ``times[round][batch]``: the MEDIAN whole round (texts / the round's summed batch
-    times) and the min-max over rounds; also the per-batch median over rounds summed over batches
-    (robust to a noise burst that hits different batches in different rounds) and the per-batch
-    minimum (best case)."""
-    per_batch = list(zip(*times))
-    round_rates = [texts / sum(round_times) for round_times in times]
-    return {
-        "texts_per_s": statistics.median(round_rates),
-        "texts_per_s_min": min(round_rates),
-        "texts_per_s_max": max(round_rates),
-        "texts_per_s_batch_medians": texts / sum(statistics.median(batch) for batch in per_batch),
-        "texts_per_s_best": texts / sum(min(batch) for batch in per_batch),
-        "round_rates": round_rates,
-    }
-
-
 # ------------------------------------------------------------------------------------------
 # report
 # ------------------------------------------------------------------------------------------
-
-
-
-
-def cpu_pressure() -> float | None:
-    """Linux PSI: % of the last 10 s in which some runnable task waited for a CPU (None if unavailable).
-
-    High values mean other jobs competed for the cores during the timing. That skews the ratios:
-    TITE runs many small (memory-bound, multi-threaded) kernels, which slow down far more than
-    BERT's large matrix products when a core is taken away (measured on 2 shared cores: BERT 64 x 32
-    tokens 1.3 -> 3.6 s, tite-2-staggered 0.31 -> 4.2 s with 2 threads; with 1 thread 2.3 s and 0.55 s).
-    """
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/pressure/cpu").read_text().splitlines():
-            if line.startswith("some"):
-                return float(line.split()[1].split("=")[1])
-    return None
 
 
 

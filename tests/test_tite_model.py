@@ -156,6 +156,28 @@ def test_eager_and_sdpa_agree():
     torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name", ["tiny-tite-2-late", "tiny-tite-3-staggered"])
+def test_triton_and_torch_pooling_give_the_same_model(name, monkeypatch):
+    """The whole model with the Triton kernels (CPU interpreter here) vs the PyTorch pooling, with gradients."""
+    from dense_encoders.models.tite import pooling_tite
+
+    calls = []
+    original = pooling_tite.TritonPackedPool.apply
+    monkeypatch.setattr(pooling_tite.TritonPackedPool, "apply", lambda *a: calls.append(1) or original(*a))
+    texts = random_texts(4, 16, seed=4)
+    outputs, grads = {}, {}
+    for implementation in ("torch", "triton"):
+        model = tiny_model(name, "eager")
+        model.config.pooling_implementation = implementation
+        output = model(**batch_of(texts)).pooler_output
+        output.square().sum().backward()
+        outputs[implementation] = output.detach()
+        grads[implementation] = model.embeddings.word_embeddings.weight.grad.clone()
+    assert calls  # the kernels really ran
+    torch.testing.assert_close(outputs["triton"], outputs["torch"], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(grads["triton"], grads["torch"], atol=1e-5, rtol=1e-4)
+
+
 def test_bad_inputs_are_rejected():
     model = tiny_model("tiny-tite-2-late")
     with pytest.raises(ValueError, match="at least one token"):

@@ -189,16 +189,18 @@ def test_triton_fp16():
 # ---------------------------------------------------------------- dispatcher
 
 
-def test_auto_agrees_with_torch_and_picks_triton_only_when_it_can_run(monkeypatch):
+def test_auto_agrees_with_torch_and_never_picks_the_cpu_interpreter(monkeypatch):
     lengths = [6, 0, 1, 9]
     hidden, cu = torch.randn(sum(lengths), 8), cu_from(lengths)
     ref, ref_cu = pool_packed(hidden, cu, 4, 2, implementation="torch")
     out, out_cu = pool_packed(hidden, cu, 4, 2)  # "auto"
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
     assert torch.equal(out_cu, ref_cu)
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     leaf = hidden.clone().requires_grad_()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter is for explicit "triton" (tests) only
     assert type(pool_packed(leaf, cu, 4, 2)[0].grad_fn).__name__ != "TritonPackedPoolBackward"
+    assert type(pool_packed(leaf, cu, 4, 2, implementation="triton")[0].grad_fn).__name__ == \
+        "TritonPackedPoolBackward"
 
 
 @pytest.mark.parametrize("installed", [True, False])

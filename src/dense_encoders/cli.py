@@ -382,6 +382,123 @@ def _push(argv: list[str]) -> int:
     return 0
 
 
+BENCH_EXAMPLES = """\
+examples:
+  # every row on the CPU, fp32: about 6 minutes (5-8) on 2 idle cores
+  dense-encoders bench --json bench.json --plot bench.png
+
+  # check the pipeline in seconds: tiny random models, tiny workloads (the numbers mean nothing)
+  dense-encoders bench --quick --plot bench-quick.png
+
+  # a shorter real measurement: two presets (BERT, Condenser and DE-2 always run), one round
+  dense-encoders bench --presets tite-2-late tite-2-staggered --rounds 1
+
+  # on a GPU: bf16 autocast (the default there); flash attention for every row but the sdpa baseline
+  dense-encoders bench --device cuda --attn flash_attention_2 --json bench-gpu.json --plot bench-gpu.png
+"""
+
+
+def _bench(argv: list[str]) -> int:
+    import shlex
+    import textwrap
+
+    import torch
+    import transformers
+
+    from .benchmarking import (
+        ATTENTION_CHOICES,
+        DEFAULT_SIZES,
+        DTYPE_CHOICES,
+        QUICK_SETTINGS,
+        default_presets,
+        efficiency_report,
+        format_report,
+        tiny_bert_config,
+    )
+    from .models.tite.presets import TINY_PRESETS, TITE_PRESETS
+
+    cuda_sizes = dict(num_queries=4096, query_batch=256, num_docs=2048, doc_batch=64, rounds=3)
+    parser = argparse.ArgumentParser(
+        prog="dense-encoders bench",
+        description=textwrap.fill("Efficiency report: encode texts/s of BertModel (BERT-base, sdpa: the baseline), the Condenser "
+        "encoder (BERT-base dimensions), every TITE preset that reaches 512 tokens, and DE-2 built from a 12-layer "
+        "BERT-base cross-encoder next to that cross-encoder's own encoder, on 32-token queries and a document "
+        "length mix up to 512 (random weights and texts, fixed seed, the same batches for every model, interleaved "
+        "rounds). Prints markdown tables with the ratio to BERT, the FLOP bound (BERT's multiply-adds / the "
+        "model's at real lengths, and vs BERT on padded batches) and the efficiency (ratio / bound), and draws "
+        "the speed-ups as a PNG. Defaults: CPU fp32 with "
+        f"{DEFAULT_SIZES['num_queries']} queries in batches of {DEFAULT_SIZES['query_batch']}, "
+        f"{DEFAULT_SIZES['num_docs']} documents in batches of {DEFAULT_SIZES['doc_batch']}, "
+        f"{DEFAULT_SIZES['rounds']} rounds (about 6 minutes on 2 idle cores); CUDA bf16 autocast with "
+        f"{cuda_sizes['num_queries']} / {cuda_sizes['query_batch']} and {cuda_sizes['num_docs']} / "
+        f"{cuda_sizes['doc_batch']}.", width=100),
+        epilog=BENCH_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu, cuda, cuda:1, ... (default: %(default)s).")
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES,
+                        help="fp32, or bf16 autocast (weights stay fp32). Default: fp32 on CPU, bf16 on CUDA.")
+    parser.add_argument("--attn", choices=ATTENTION_CHOICES, default="sdpa",
+                        help="Attention of every row but the baseline, which always uses sdpa (default: %(default)s); "
+                        "flash_attention_2 needs CUDA and the flash-attn package.")
+    parser.add_argument("--presets", nargs="+", choices=sorted(TITE_PRESETS), metavar="PRESET",
+                        help="TITE presets to run (default: all that reach 512 tokens: "
+                        f"{' '.join(default_presets())}).")
+    parser.add_argument("--rounds", type=int, help="Interleaved timed rounds; the median is reported "
+                        f"(default {DEFAULT_SIZES['rounds']}, {QUICK_SETTINGS['rounds']} with --quick).")
+    parser.add_argument("--warmup", type=int, default=1, help="Untimed warm-up passes per model (default: %(default)s).")
+    parser.add_argument("--num-queries", type=int, help="Queries (32 tokens each) per round "
+                        + f"(default {DEFAULT_SIZES['num_queries']} on CPU, {cuda_sizes['num_queries']} on CUDA, {QUICK_SETTINGS['num_queries']} with --quick).")
+    parser.add_argument("--query-batch", type=int, help="Queries per batch " + f"(default {DEFAULT_SIZES['query_batch']} on CPU, {cuda_sizes['query_batch']} on CUDA, {QUICK_SETTINGS['query_batch']} with --quick).")
+    parser.add_argument("--num-docs", type=int, help="Documents (length mix up to 512) per round "
+                        + f"(default {DEFAULT_SIZES['num_docs']} on CPU, {cuda_sizes['num_docs']} on CUDA, {QUICK_SETTINGS['num_docs']} with --quick).")
+    parser.add_argument("--doc-batch", type=int, help="Documents per batch " + f"(default {DEFAULT_SIZES['doc_batch']} on CPU, {cuda_sizes['doc_batch']} on CUDA, {QUICK_SETTINGS['doc_batch']} with --quick).")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice).")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the weights and workloads (default: %(default)s).")
+    parser.add_argument("--quick", action="store_true",
+                        help="Smoke run in seconds: tiny random models (a 4 x 32 BERT, the tiny-* TITE presets) on "
+                        f"{QUICK_SETTINGS['num_queries']} queries and {QUICK_SETTINGS['num_docs']} documents of up to "
+                        f"{QUICK_SETTINGS['max_length']} tokens, 1 round. Checks the pipeline; measures nothing.")
+    parser.add_argument("--json", metavar="PATH", help="Also write the raw results as JSON.")
+    parser.add_argument("--plot", metavar="PATH", default="bench.png", help="The PNG (default: %(default)s).")
+    parser.add_argument("--no-plot", action="store_true", help="Draw no PNG.")
+    options = parser.parse_args(argv)
+
+    try:
+        device = torch.device(options.device)
+    except RuntimeError as error:
+        parser.error(f"--device {options.device}: {error}")
+    sizes = dict(QUICK_SETTINGS if options.quick else cuda_sizes if device.type == "cuda" else DEFAULT_SIZES)
+    for name in ("rounds", "num_queries", "query_batch", "num_docs", "doc_batch"):
+        if getattr(options, name) is not None:
+            sizes[name] = getattr(options, name)
+    sizes["warmup"] = options.warmup
+    if options.threads is not None and options.threads < 1:
+        parser.error("--threads must be >= 1")
+    presets, bert_config = options.presets, None
+    if options.quick:
+        bert_config = tiny_bert_config()
+        chosen = presets or default_presets()
+        missing = [name for name in chosen if f"tiny-{name}" not in TINY_PRESETS]
+        if missing:
+            parser.error(f"--quick has no tiny version of {', '.join(missing)}; leave it out")
+        presets = [f"tiny-{name}" for name in chosen]
+    transformers.logging.set_verbosity_error()
+    results = efficiency_report(
+        device=device, dtype=options.dtype, presets=presets, attn=options.attn, seed=options.seed,
+        plot_path=None if options.no_plot else options.plot, threads=options.threads, bert_config=bert_config,
+        command=shlex.join(["dense-encoders", "bench", *argv]), **sizes,
+    )
+    print(format_report(results))
+    if options.json:
+        path = Path(options.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
 COMMANDS = {
     "quickstart": _quickstart,
     "pretrain": _pretrain,
@@ -391,6 +508,7 @@ COMMANDS = {
     "layerwise": _layerwise,
     "infuse": _infuse,
     "push": _push,
+    "bench": _bench,
 }
 
 

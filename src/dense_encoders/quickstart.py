@@ -44,9 +44,9 @@ class QuickstartSettings:
     teacher: str | None = None
     tite_preset: str = "minilm-l6-3-all"
     student_layers: int = 2
-    epochs: float = 3.0
+    epochs: float = 2.0
     batch_size: int = 16
-    documents_per_query: int = 8
+    documents_per_query: int = 4
     candidates: int = 20
     learning_rate: float = 1e-4
     seed: int = 42

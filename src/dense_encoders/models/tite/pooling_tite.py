@@ -459,8 +459,9 @@ def pool_packed(
     """TITE Eq. 1 (pool_{k,s}) over packed sequences; returns ``(pooled, out_cu_seqlens)``.
 
     ``implementation``: ``"torch"``; ``"triton"`` (falls back to torch, with one warning per
-    process, when Triton cannot run); ``"auto"`` (Triton when it imports and the tensor is on CUDA
-    or TRITON_INTERPRET=1, else torch, silently). ``stride > kernel_size`` is accepted here.
+    process, when Triton cannot run); ``"auto"`` (the compiled Triton kernel for CUDA tensors when
+    Triton imports, else torch, silently: Triton's CPU interpreter is for tests, never chosen
+    automatically). ``stride > kernel_size`` is accepted here.
     """
     global _FALLBACK_WARNED
     if implementation not in IMPLEMENTATIONS:
@@ -468,7 +469,7 @@ def pool_packed(
     kernel_size, stride = _check_window(kernel_size, stride)
     layout = _layout(hidden, cu_seqlens, kernel_size, stride)
     use_triton = False
-    if implementation != "torch":
+    if implementation == "triton" or (implementation == "auto" and hidden.is_cuda):
         reason = _triton_unavailable_reason(hidden)
         use_triton = reason is None
         if implementation == "triton" and reason is not None and not _FALLBACK_WARNED:
