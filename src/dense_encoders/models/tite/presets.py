@@ -40,6 +40,10 @@ TITE_PRESETS: dict[str, dict] = {
     "minilm-l6-3-all": dict(num_hidden_layers=6, hidden_sizes=384, num_attention_heads=12, intermediate_sizes=1536,
                             max_position_embeddings=256, kernel_sizes=[3] * 6, pooling_location="intra",
                             position_embedding_type="absolute", type_vocab_size=2),
+    # warm starts keep more of the backbone: two unpooled layers, then k = s = 4 (256 -> 64 -> 16 -> 4 -> 1)
+    "minilm-l6-4-late": dict(num_hidden_layers=6, hidden_sizes=384, num_attention_heads=12, intermediate_sizes=1536,
+                             max_position_embeddings=256, kernel_sizes=[None, None, 4, 4, 4, 4],
+                             pooling_location="intra", position_embedding_type="absolute", type_vocab_size=2),
 }
 
 _TINY_WIDTH = dict(hidden_sizes=32, num_attention_heads=4, intermediate_sizes=64)
