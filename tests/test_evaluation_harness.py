@@ -309,3 +309,25 @@ def test_all_minilm_l6_v2_reproduces_its_mteb_scifact_ndcg(minilm_path, tmp_path
     assert results["settings"]["similarity"] == "cosine"
     assert results["settings"]["max_lengths"] == {"query": 256, "document": 256}
     assert abs(results["metrics"]["ndcg@10"] - 0.6451) <= 0.005, results["metrics"]
+
+
+def test_rerank_score_cache_scores_each_pair_once(toy_dataset, tiny_cross_encoder):
+    from sentence_transformers import CrossEncoder
+
+    from dense_encoders.evaluation import rerank
+
+    folder, _ = tiny_cross_encoder
+    model = CrossEncoder(str(folder), device="cpu")
+    scored = []
+    original = model.predict
+    model.predict = lambda pairs, **kw: scored.append(len(pairs)) or original(pairs, **kw)
+    run_a = {"q0": {"d0": 3.0, "d1": 2.0, "d2": 1.0}, "q1": {"d1": 1.0, "d3": 0.5}}
+    run_b = {"q0": {"d2": 3.0, "d0": 2.0, "d5": 1.0}, "q1": {"d1": 1.0}}
+    cache: dict = {}
+    first, _ = rerank(model, toy_dataset, run_a, top_k=3, score_cache=cache, show_progress_bar=False)
+    second, _ = rerank(model, toy_dataset, run_b, top_k=3, score_cache=cache, show_progress_bar=False)
+    assert scored == [5, 1]  # run_b only adds (q0, d5)
+    uncached, _ = rerank(model, toy_dataset, run_b, top_k=3, show_progress_bar=False)
+    for query_id in run_b:
+        assert second[query_id] == pytest.approx(uncached[query_id], abs=1e-6)
+    assert second["q0"]["d0"] == first["q0"]["d0"]

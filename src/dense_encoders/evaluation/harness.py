@@ -90,6 +90,7 @@ def evaluate_retrieval(
     cross_encoder=None,
     rerank_top_k: int = 100,
     rerank_batch_size: int = 32,
+    rerank_cache: dict | None = None,
     output: str | Path | None = None,
     run_output: str | Path | None = None,
     **encoder_options,
@@ -126,7 +127,7 @@ def evaluate_retrieval(
     if cross_encoder is not None:
         rerank_run, rerank_seconds = rerank(
             cross_encoder, dataset, run, top_k=rerank_top_k, batch_size=rerank_batch_size,
-            show_progress_bar=encoder.show_progress_bar,
+            show_progress_bar=encoder.show_progress_bar, score_cache=rerank_cache,
         )
         rerank_metrics, rerank_per_query = compute_metrics(dataset.qrels, rerank_run, measures or DEFAULT_MEASURES)
         pairs = sum(len(documents_of_query) for documents_of_query in rerank_run.values())

@@ -175,12 +175,17 @@ def retrieve_rerank_report(
     from ..evaluation import evaluate_retrieval, load_dataset_for_evaluation
 
     dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(data, split=split)
+    from ..evaluation.rerank import load_cross_encoder
+
     baseline = baseline or next(iter(dual_encoders))
+    reranker = load_cross_encoder(cross_encoder)
+    scores: dict = {}  # (query, document) -> CE score, shared: each pair is scored once for all encoders
     rows = []
     for name, model in dual_encoders.items():
         start = time.perf_counter()
-        results = evaluate_retrieval(str(model), dataset, k=max(top_k, 100), cross_encoder=str(cross_encoder),
-                                     rerank_top_k=top_k, batch_size=batch_size, show_progress_bar=False)
+        results = evaluate_retrieval(str(model), dataset, k=max(top_k, 100), cross_encoder=reranker,
+                                     rerank_top_k=top_k, batch_size=batch_size, show_progress_bar=False,
+                                     rerank_cache=scores)
         rows.append({
             "model": name,
             "path": str(model),
