@@ -84,6 +84,7 @@ import transformers
 from transformers import BertConfig, BertModel
 
 from dense_encoders.benchmarking import (  # the FLOP bound, workloads and summaries shared with `dense-encoders bench`
+    workload_stats,
     LONG_FRACTION,
     LONG_MEDIAN,
     LONG_SIGMA,
@@ -179,25 +180,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ------------------------------------------------------------------------------------------
 # workloads
 # ------------------------------------------------------------------------------------------
-
-
-def workload_stats(lengths: list[int], batches: list[dict[str, torch.Tensor]]) -> dict:
-    real = sum(lengths)
-    padded = sum(batch["input_ids"].numel() for batch in batches)
-    ordered = sorted(lengths)
-    return {
-        "texts": len(lengths),
-        "batches": len(batches),
-        "mean_length": real / len(lengths),
-        "median_length": statistics.median(lengths),
-        "p90_length": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
-        "min_length": ordered[0],
-        "max_length": ordered[-1],
-        "at_512": sum(length >= MAX_LENGTH for length in lengths),
-        "real_tokens": real,
-        "padded_tokens": padded,
-        "padding_fraction": 1 - real / padded,
-    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -318,6 +300,7 @@ def run(args: argparse.Namespace) -> dict:
     results["config"]["cpu_pressure_avg10"] = pressure
     for name, (lengths, batches) in workloads.items():
         stats = workload_stats(lengths, batches)
+        stats["at_512"] = stats.pop("at_max_length")  # this script's JSON key
         bert_real = sum(bert_macs(bert_config, length) for length in lengths)
         bert_padded = sum(
             batch["input_ids"].shape[0] * bert_macs(bert_config, batch["input_ids"].shape[1]) for batch in batches

@@ -75,7 +75,8 @@ def _require_file(path: Path, what: str) -> Path:
     return path
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
+def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of every non-empty line of a jsonl file; DataFormatError for bad lines."""
     with open(path, encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -107,7 +108,7 @@ def read_corpus_jsonl(path: str | Path) -> dict[str, dict[str, str]]:
     """BEIR ``corpus.jsonl``: ``{"_id", "title", "text"}`` per line (``id`` accepted for ``_id``)."""
     path = _require_file(Path(path), "corpus file")
     corpus: dict[str, dict[str, str]] = {}
-    for line_number, record in _json_lines(path):
+    for line_number, record in json_lines(path):
         doc_id = _string_field(path, line_number, record, "_id", "id", "docid")
         if doc_id in corpus:
             raise DataFormatError(path, line_number, f"duplicate document id {doc_id!r}")
@@ -121,7 +122,7 @@ def read_queries_jsonl(path: str | Path) -> dict[str, str]:
     """BEIR ``queries.jsonl``: ``{"_id", "text"}`` per line."""
     path = _require_file(Path(path), "queries file")
     queries: dict[str, str] = {}
-    for line_number, record in _json_lines(path):
+    for line_number, record in json_lines(path):
         query_id = _string_field(path, line_number, record, "_id", "id", "qid")
         if query_id in queries:
             raise DataFormatError(path, line_number, f"duplicate query id {query_id!r}")
@@ -266,7 +267,7 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
     path = _require_file(Path(path), "pairs file")
     pairs: list[tuple[int, str, str]] = []
     if path.suffix == ".jsonl":
-        for line_number, record in _json_lines(path):
+        for line_number, record in json_lines(path):
             query = _string_field(path, line_number, record, "query", "anchor")
             positive = _string_field(path, line_number, record, "positive", "document", "passage")
             pairs.append((line_number, query, positive))
@@ -317,6 +318,7 @@ __all__ = [
     "RetrievalDataset",
     "Run",
     "document_text",
+    "json_lines",
     "load_beir",
     "load_dataset_for_evaluation",
     "load_pairs",

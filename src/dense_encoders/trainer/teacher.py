@@ -37,6 +37,7 @@ from ..evaluation.data import (
     DataFormatError,
     Run,
     document_text,
+    json_lines,
     load_beir,
     read_corpus_jsonl,
     read_queries_jsonl,
@@ -377,81 +378,71 @@ def read_training_file(
     if not path.is_file():
         raise FileNotFoundError(f"training file not found: {path}")
     records: list[dict] = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataFormatError(path, line_number, f"not valid JSON ({error.msg} at column {error.colno})") from None
-            if not isinstance(record, dict):
-                raise DataFormatError(path, line_number, f"expected a JSON object, got {type(record).__name__}")
-
-            query_id = _optional_id(path, line_number, record, "query_id")
-            query = record.get("query")
-            if query is not None:
-                if not isinstance(query, str):
-                    raise DataFormatError(path, line_number, f"'query' must be a string, got {type(query).__name__}")
-            elif query_id is None:
-                raise DataFormatError(path, line_number, "needs 'query' text or a 'query_id'")
-            elif queries is None:
-                raise DataFormatError(
-                    path, line_number, f"no 'query' text, and no queries were given to look up query_id {query_id!r}"
-                )
-            elif query_id not in queries:
-                raise DataFormatError(path, line_number, f"query_id {query_id!r} is not in the queries")
-            else:
-                query = queries[query_id]
-
-            document_ids = _string_list(path, line_number, record, "document_ids") if "document_ids" in record else None
-            if record.get("documents") is not None:
-                documents = _string_list(path, line_number, record, "documents")
-                if document_ids is not None and len(document_ids) != len(documents):
-                    raise DataFormatError(
-                        path, line_number, f"{len(document_ids)} document_ids for {len(documents)} documents"
-                    )
-            elif document_ids is None:
-                raise DataFormatError(path, line_number, "needs 'documents' texts or 'document_ids'")
-            elif corpus is None:
-                raise DataFormatError(
-                    path, line_number, "no 'documents' texts, and no corpus was given to look up 'document_ids'"
-                )
-            else:
-                unknown = [doc_id for doc_id in document_ids if doc_id not in corpus]
-                if unknown:
-                    raise DataFormatError(
-                        path, line_number, f"document id {unknown[0]!r} is not in the corpus"
-                        + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
-                    )
-                documents = [document_text(corpus[doc_id]) for doc_id in document_ids]
-            if not documents:
-                raise DataFormatError(path, line_number, "no documents")
-
-            if "scores" not in record:
-                raise DataFormatError(path, line_number, "missing field 'scores'")
-            scores = record["scores"]
-            if not isinstance(scores, list):
-                raise DataFormatError(path, line_number, f"'scores' must be a list, got {type(scores).__name__}")
-            if len(scores) != len(documents):
-                raise DataFormatError(path, line_number, f"{len(scores)} scores for {len(documents)} documents")
-            for position, score in enumerate(scores, start=1):
-                if not _is_number(score):
-                    raise DataFormatError(path, line_number, f"score {position} is not a number: {score!r}")
-                if math.isnan(score):
-                    raise DataFormatError(path, line_number, f"score {position} is NaN")
-                if math.isinf(score):
-                    raise DataFormatError(path, line_number, f"score {position} is {'inf' if score > 0 else '-inf'}")
-            records.append(
-                {
-                    "query_id": query_id,
-                    "query": query,
-                    "document_ids": document_ids,
-                    "documents": documents,
-                    "scores": [float(score) for score in scores],
-                    "line": line_number,
-                }
+    for line_number, record in json_lines(path):
+        query_id = _optional_id(path, line_number, record, "query_id")
+        query = record.get("query")
+        if query is not None:
+            if not isinstance(query, str):
+                raise DataFormatError(path, line_number, f"'query' must be a string, got {type(query).__name__}")
+        elif query_id is None:
+            raise DataFormatError(path, line_number, "needs 'query' text or a 'query_id'")
+        elif queries is None:
+            raise DataFormatError(
+                path, line_number, f"no 'query' text, and no queries were given to look up query_id {query_id!r}"
             )
+        elif query_id not in queries:
+            raise DataFormatError(path, line_number, f"query_id {query_id!r} is not in the queries")
+        else:
+            query = queries[query_id]
+
+        document_ids = _string_list(path, line_number, record, "document_ids") if "document_ids" in record else None
+        if record.get("documents") is not None:
+            documents = _string_list(path, line_number, record, "documents")
+            if document_ids is not None and len(document_ids) != len(documents):
+                raise DataFormatError(
+                    path, line_number, f"{len(document_ids)} document_ids for {len(documents)} documents"
+                )
+        elif document_ids is None:
+            raise DataFormatError(path, line_number, "needs 'documents' texts or 'document_ids'")
+        elif corpus is None:
+            raise DataFormatError(
+                path, line_number, "no 'documents' texts, and no corpus was given to look up 'document_ids'"
+            )
+        else:
+            unknown = [doc_id for doc_id in document_ids if doc_id not in corpus]
+            if unknown:
+                raise DataFormatError(
+                    path, line_number, f"document id {unknown[0]!r} is not in the corpus"
+                    + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+                )
+            documents = [document_text(corpus[doc_id]) for doc_id in document_ids]
+        if not documents:
+            raise DataFormatError(path, line_number, "no documents")
+
+        if "scores" not in record:
+            raise DataFormatError(path, line_number, "missing field 'scores'")
+        scores = record["scores"]
+        if not isinstance(scores, list):
+            raise DataFormatError(path, line_number, f"'scores' must be a list, got {type(scores).__name__}")
+        if len(scores) != len(documents):
+            raise DataFormatError(path, line_number, f"{len(scores)} scores for {len(documents)} documents")
+        for position, score in enumerate(scores, start=1):
+            if not _is_number(score):
+                raise DataFormatError(path, line_number, f"score {position} is not a number: {score!r}")
+            if math.isnan(score):
+                raise DataFormatError(path, line_number, f"score {position} is NaN")
+            if math.isinf(score):
+                raise DataFormatError(path, line_number, f"score {position} is {'inf' if score > 0 else '-inf'}")
+        records.append(
+            {
+                "query_id": query_id,
+                "query": query,
+                "document_ids": document_ids,
+                "documents": documents,
+                "scores": [float(score) for score in scores],
+                "line": line_number,
+            }
+        )
     if not records:
         raise ValueError(f"{path} holds no training examples")
     return records
