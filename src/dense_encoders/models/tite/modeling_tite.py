@@ -1,12 +1,15 @@
 """TITE (Schlatt et al., SIGIR 2025): transformer layers that pool a text down to one vector.
 
-Read top to bottom: packing helpers, rotary positions, embeddings, attention (with pre / intra /
-post pooling), the layer, the pre-trained base class and :class:`TiteModel`.
+Read top to bottom: the batch plan (with rotary positions), embeddings, attention (with pre /
+intra / post pooling), the layer, the pre-trained base class and :class:`TiteModel`.
 
-Sequences are unpadded ONCE into a packed ``(tokens, width)`` tensor with cumulative lengths
-(``cu_seqlens``) and stay packed through every layer; lengths are recomputed after each pooling.
-Attention regroups the packed rows per sequence only inside the attention call (eager / sdpa) or
-runs on the packed rows directly (FlashAttention-2 varlen).
+Sequences are unpadded ONCE into a packed ``(tokens, width)`` tensor and stay packed through every
+layer. Everything the pooling schedule determines for a batch (each layer's ``cu_seqlens`` and
+max lengths, pooling windows, rotary rows, padding indices) is computed once per forward on the
+host from the attention mask and moved to the device in one transfer (:class:`TitePlan`), so the
+layers never wait for the device. Attention runs on the packed rows directly (PyTorch's varlen
+flash attention on CUDA in fp16/bf16, or FlashAttention-2 varlen) or regroups them per sequence
+inside the call (padded eager / sdpa: CPU, fp32).
 
 Shipped as remote code next to every checkpoint: imports ``torch`` and ``transformers``
 absolutely, its sibling files relatively, nothing from ``dense_encoders``.
@@ -14,9 +17,10 @@ absolutely, its sibling files relatively, nothing from ``dense_encoders``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,102 +32,283 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
 from .configuration_tite import TiteConfig
-from .pooling_tite import pool_packed, window_centres
+from .pooling_tite import DeviceArrays, PoolPlan, _segment_positions, pool_planned
+from .rotary_tite import apply_rotary, fused_rotary_available, rotary_table
+
+try:  # PyTorch's own varlen flash attention (CUDA, fp16/bf16; torch >= 2.9): no flash-attn package needed
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # pragma: no cover - depends on the torch version
+    varlen_attn = None
+# The operator behind varlen_attn (and sdpa's nested-tensor path): called directly it costs less host
+# time per call and takes attention dropout, which varlen_attn does not expose. Private, so every use
+# falls back to varlen_attn when it is missing.
+_flash_attention_forward = getattr(torch.ops.aten, "_flash_attention_forward", None)
 
 logger = logging.get_logger(__name__)
 
-# dense-encoders release that wrote this file (checked by dense_encoders.hub.check_remote_code)
-DENSE_ENCODERS_CODE_VERSION = "0.1.0"
+
+@functools.cache
+def _flash_capable(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) >= (8, 0)  # FlashAttention-2 needs sm80+
+
+
+def varlen_attention_supported(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether PyTorch's varlen flash attention can run on ``device`` in ``dtype`` (CUDA sm80+, fp16/bf16)."""
+    if (varlen_attn is None and _flash_attention_forward is None) or device.type != "cuda":
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return dtype in (torch.float16, torch.bfloat16) and _flash_capable(index)
+
+
+def varlen_attention_applies(query: torch.Tensor, dropout: float) -> bool:
+    """Varlen flash attention for these packed queries (attention dropout needs the direct operator)."""
+    if dropout > 0.0 and _flash_attention_forward is None:
+        return False
+    return varlen_attention_supported(query.device, query.dtype)
+
+
+def packed_flash_attention(query, key, value, query_layout, key_layout, dropout: float, scale: float):
+    """Softmax attention of packed ``(rows, heads, head_dim)`` rows per sequence, with different query
+    and key lengths (intra pooling), by PyTorch's FlashAttention-2 varlen kernel: no padding at all."""
+    if _flash_attention_forward is not None:
+        return _flash_attention_forward(
+            query, key, value, query_layout.cu_seqlens, key_layout.cu_seqlens,
+            query_layout.max_length, key_layout.max_length, dropout, False, False, scale=scale,
+        )[0]
+    return varlen_attn(
+        query, key, value, query_layout.cu_seqlens, key_layout.cu_seqlens,
+        query_layout.max_length, key_layout.max_length,
+    )
 
 
 # --------------------------------------------------------------------------------------------
-# Packing
+# The batch plan: every index the pooling schedule determines, computed once on the host
 # --------------------------------------------------------------------------------------------
 
 
-def cu_seqlens_from_lengths(lengths: torch.Tensor) -> torch.Tensor:
-    """[batch] lengths -> [batch + 1] cumulative lengths (int32, starting at 0)."""
-    return F.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
+class SequenceLayout:
+    """Packed rows of one set of sequence lengths (host ``lengths``; device indices after transfer).
 
-
-def packed_positions(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For every packed row: (its sequence index, its position inside the sequence)."""
-    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
-    batch_index = torch.repeat_interleave(torch.arange(lengths.numel(), device=cu_seqlens.device), lengths)
-    position = torch.arange(int(cu_seqlens[-1]), device=cu_seqlens.device) - cu_seqlens[:-1].long()[batch_index]
-    return batch_index, position
-
-
-class PackedLayout:
-    """Where the packed rows of variable-length sequences sit in a padded ``(batch, max_len)`` grid.
-
-    Built once per ``cu_seqlens`` and reused for every tensor padded to it. When every sequence has
-    the same length (e.g. fixed-length queries) padding is a free ``view`` and no mask is needed.
+    ``cu_seqlens`` (int32) and ``max_length`` serve varlen attention; ``pad`` / ``unpad`` move
+    rows to and from a ``(batch, max_length)`` grid for padded attention (a free ``view`` when
+    every sequence has the same length); ``rotary_index`` is ``2 * position`` of every row, its
+    row in the half-position rotary table.
     """
 
-    def __init__(self, cu_seqlens: torch.Tensor):
-        lengths = cu_seqlens[1:] - cu_seqlens[:-1]
-        self.cu_seqlens = cu_seqlens
-        self.batch_size = lengths.numel()
-        self.max_length = int(lengths.max()) if self.batch_size else 0
+    def __init__(self, lengths: np.ndarray, arrays: DeviceArrays, padded: bool,
+                 capacity: tuple[int, int] | None = None):
+        """``capacity``: ``(rows, longest)`` upper bounds for static shapes (CUDA graphs); rows past
+        the last sequence belong to none and are never read by a real row."""
+        self.lengths = lengths
+        self.batch_size = int(lengths.size)
+        self.rows = int(lengths.sum())
+        self.max_length = int(lengths.max()) if lengths.size else 0
         self.uniform = self.batch_size > 0 and int(lengths.min()) == self.max_length
-        if self.uniform:
-            self.batch_index = self.position = self.valid = None
-        else:
-            self.batch_index, self.position = packed_positions(cu_seqlens)
-            self.valid = torch.arange(self.max_length, device=cu_seqlens.device)[None, :] < lengths[:, None]
+        self.positions_host = _segment_positions(lengths)
+        self._arrays = arrays
+        self._cu = arrays.add(np.concatenate(([0], np.cumsum(lengths))))
+        if capacity is not None:
+            self.rows, self.max_length = capacity
+            self.uniform = False
+        self._rotary = arrays.add(2 * self.positions_host, capacity and self.rows)
+        self._pad = None
+        if padded:
+            self._register_padding(arrays)
 
-    def positions(self) -> torch.Tensor:
-        """Position of every packed row inside its sequence."""
+    def _register_padding(self, arrays: DeviceArrays):
         if self.uniform:
-            return torch.arange(self.max_length, device=self.cu_seqlens.device).repeat(self.batch_size)
-        return self.position
+            self._pad = ()
+            return
+        sequence = np.repeat(np.arange(self.batch_size), self.lengths)
+        unpad = sequence * self.max_length + self.positions_host  # grid cell of every row
+        gather = np.full(self.batch_size * self.max_length, self.rows, dtype=np.int64)  # the zero row
+        gather[unpad] = np.arange(self.rows)
+        self._pad = (arrays.add(gather), arrays.add(unpad))
+
+    @property
+    def cu_seqlens(self) -> torch.Tensor:
+        return self._arrays[self._cu]
+
+    @property
+    def rotary_index(self) -> torch.Tensor:
+        return self._arrays[self._rotary]
+
+    def ensure_padding(self, device: torch.device) -> None:
+        """Register and transfer the padding indices when the plan did not foresee padded attention."""
+        if self._pad is None:
+            arrays = DeviceArrays()
+            self._register_padding(arrays)
+            arrays.transfer(device)
+            self._arrays_pad = arrays
+        if self._pad and not hasattr(self, "valid"):
+            arrays = getattr(self, "_arrays_pad", self._arrays)
+            self._gather, self._unpad = arrays[self._pad[0]], arrays[self._pad[1]]
+            self.valid = (self._gather < self.rows).view(self.batch_size, 1, 1, self.max_length)
 
     def pad(self, packed: torch.Tensor) -> torch.Tensor:
-        """``(tokens, ...)`` -> ``(batch, max_len, ...)``, zeros at padded positions."""
+        """``(rows, ...)`` -> ``(batch, max_length, ...)``, zeros at padded positions."""
+        shape = (self.batch_size, self.max_length, *packed.shape[1:])
         if self.uniform:
-            return packed.view(self.batch_size, self.max_length, *packed.shape[1:])
-        padded = packed.new_zeros((self.batch_size, self.max_length, *packed.shape[1:]))
-        padded[self.batch_index, self.position] = packed
-        return padded
+            return packed.view(shape)
+        with_zero_row = F.pad(packed, (0, 0) * (packed.dim() - 1) + (0, 1))
+        return with_zero_row.index_select(0, self._gather).view(shape)
 
     def unpad(self, padded: torch.Tensor) -> torch.Tensor:
         """Inverse of :meth:`pad`."""
-        if self.uniform:
-            return padded.reshape(-1, *padded.shape[2:])
-        return padded[self.batch_index, self.position]
+        flat = padded.reshape(self.batch_size * self.max_length, *padded.shape[2:])
+        return flat if self.uniform else flat.index_select(0, self._unpad)
+
+    def key_mask(self) -> torch.Tensor | None:
+        """Boolean ``(batch, 1, 1, max_length)`` mask of real keys; None when nothing is padded."""
+        return None if self.uniform else self.valid
 
 
-def pad_packed(packed: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Packed ``(tokens, ...)`` -> padded ``(batch, max_len, ...)`` and its boolean validity mask."""
-    layout = PackedLayout(cu_seqlens)
-    valid = layout.valid
-    if valid is None:
-        valid = torch.ones(layout.batch_size, layout.max_length, dtype=torch.bool, device=packed.device)
-    return layout.pad(packed), valid
+@dataclass
+class LayerPlan:
+    """What one layer reads from the plan: its pooling step and query / key / output layouts."""
+
+    location: str | None  # "pre" | "intra" | "post" | None (no pooling in this layer)
+    pool: PoolPlan | None
+    query: SequenceLayout
+    key: SequenceLayout
+    output: SequenceLayout
+    rotary_query_index: torch.Tensor | None = None  # 2 * position of every query row (half units)
+    rotary_key_index: torch.Tensor | None = None
+    rotary_query: torch.Tensor | None = None  # gathered table rows (query rows, 2, 1, head_dim), or None
+    rotary_key: torch.Tensor | None = None  # when the fused Triton kernel rotates from the indices
+    varlen: bool = False  # attention on packed rows with torch's varlen flash kernel
 
 
-def unpad_padded(padded: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`pad_packed`."""
-    return PackedLayout(cu_seqlens).unpad(padded)
+class TitePlan:
+    """One batch's plan (TITE's pooling schedule, Schlatt et al. Sec. 3.1, applied to real lengths).
 
+    Built from the attention mask on the host (one device read when the mask lives on the GPU, none
+    when it is a CPU tensor): every layer's ``cu_seqlens`` and max lengths, the pooling windows,
+    the rows of the rotary table, and the padding indices where attention is padded. All index
+    arrays move to the device in one transfer; the layers then read no device value on the host.
+    """
 
-# --------------------------------------------------------------------------------------------
-# Rotary positions (RoFormer, Su et al.): fractional positions for pooled queries
-# --------------------------------------------------------------------------------------------
+    def __init__(self, config: TiteConfig, attention_mask, shape, device, varlen: bool, dtype=torch.float32,
+                 capacity: tuple[int, int] | None = None, into: TitePlan | None = None):
+        """``capacity`` ``(sequences, tokens, longest text)``: static shapes for a CUDA graph (varlen attention and
+        Triton kernels only): the batch is padded with empty sequences, every layer's rows with rows
+        of no sequence, and host sizes are upper bounds that depend on the capacity alone. ``into``:
+        a plan of the same capacity whose device buffer the arrays are copied into (graph replay)."""
+        batch, length = shape
+        if attention_mask is None:
+            lengths = np.full(batch, length, dtype=np.int64)
+            gather = None
+        else:
+            mask = attention_mask.detach().to("cpu").numpy() != 0  # the forward's one host read
+            lengths = mask.sum(1).astype(np.int64)
+            gather = None if bool(mask.all()) else np.flatnonzero(mask)
+        if lengths.size and int(lengths.min()) == 0:
+            raise ValueError("A text has no tokens (an all-zero attention_mask row); drop empty texts first.")
+        self.pools = any(kernel is not None for kernel in config.kernel_sizes)
+        if self.pools and lengths.size and int(lengths.max()) > config.max_position_embeddings:
+            raise ValueError(
+                f"A text has {int(lengths.max())} tokens but the pooling schedule reaches one vector only up to "
+                f"max_position_embeddings={config.max_position_embeddings}; truncate to that length."
+            )
+        if capacity is not None and (
+            lengths.size > capacity[0] or int(lengths.sum()) > capacity[1] or int(lengths.max()) > capacity[2]
+        ):
+            raise ValueError(
+                f"A batch of {lengths.size} texts, {int(lengths.sum())} tokens, longest {int(lengths.max())}, does "
+                f"not fit the static capacity (texts, tokens, longest) = {capacity}; use a larger bucket."
+            )
+        self.device = torch.device(device)
+        self.varlen = varlen
+        self.batch_size, self.tokens = int(lengths.size), int(lengths.sum())
+        arrays = DeviceArrays()
+        if capacity is not None and gather is None:
+            gather = np.arange(int(lengths.sum()))
+        self._gather = None if gather is None else arrays.add(gather, capacity and capacity[1])
+        padded = not varlen
+        if capacity is not None:
+            sequences, rows, longest = capacity
+            lengths = np.pad(lengths, (0, sequences - lengths.size))  # empty sequences
+            current = SequenceLayout(lengths, arrays, False, (rows, longest))
+        else:
+            current = SequenceLayout(lengths, arrays, padded)
+        self._positions = arrays.add(current.positions_host, capacity and current.rows)
+        self.input = current
+        layouts, pooled = [current], {}
+        self.layers: list[LayerPlan] = []
+        for index in range(config.num_hidden_layers):
+            kernel, stride = config.kernel_sizes[index], config.strides[index]
+            if kernel is None:
+                self.layers.append(LayerPlan(None, None, current, current, current, varlen=varlen))
+                continue
+            key = (id(current), kernel, stride)
+            # the schedule's bound after this layer
+            longest = config.sequence_lengths(capacity[2] if capacity else None)[index + 1]
+            if key not in pooled:
+                if capacity is None:
+                    pool = PoolPlan(current.lengths, kernel, stride, arrays)
+                    smaller = None
+                elif current.max_length <= 1:  # pooling keeps lengths 0 / 1: the same rows
+                    rows_out = current.rows
+                else:  # n_out(L) <= min(L, L / s + 1) for s <= k
+                    rows_out = min(current.rows, current.rows // stride + capacity[0])
+                if capacity is not None:
+                    pool = PoolPlan(current.lengths, kernel, stride, arrays, (current.rows, rows_out, longest))
+                    smaller = (rows_out, longest)
+                pool.centre_key = arrays.add(2 * stride * pool.window_index + (kernel - 1), capacity and pool.total_out)
+                pooled[key] = (pool, SequenceLayout(pool.out_lengths, arrays, padded and capacity is None, smaller))
+                layouts.append(pooled[key][1])
+            pool, smaller = pooled[key]
+            location = config.pooling_location
+            query, keys = {"intra": (smaller, current), "pre": (smaller, smaller)}.get(location, (current, current))
+            self.layers.append(LayerPlan(location, pool, query, keys, smaller, varlen=varlen))
+            current = smaller
+        self.output = current
+        if not self.pools and current._pad is None:  # the padded token states are the output
+            current._register_padding(arrays)
+        arrays.transfer(self.device, into=into._arrays if into is not None else None)
+        self._arrays = arrays
+        for layout in layouts:
+            if layout._pad is not None:
+                layout.ensure_padding(self.device)
+        if config.position_embedding_type == "rotary":
+            self._gather_rotary_rows(config, dtype)
 
+    def _gather_rotary_rows(self, config: TiteConfig, dtype: torch.dtype) -> None:
+        """Each layer's rotary positions; on the table path also its table rows, gathered once per batch."""
+        table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        fused = fused_rotary_available(self.device, dtype)
+        gathered: dict = {}
+        for index, layer in enumerate(self.layers):
+            if layer.key.max_length <= 1:  # attention over one key is its value: no Q, K or RoPE
+                continue
+            layer.rotary_key_index = layer.key.rotary_index
+            layer.rotary_query_index = layer.rotary_key_index
+            if layer.location == "intra":  # pooled queries sit at their windows' centres
+                layer.rotary_query_index = self._arrays[layer.pool.centre_key]
+            if fused:
+                continue
+            head_dim = config.hidden_sizes[index] // config.num_attention_heads[index]
+            needed = 2 * layer.key.max_length + (layer.pool.kernel_size if layer.pool else 0) + 1
+            table = rotary_table(head_dim, config.rope_theta, needed, self.device, table_dtype)
+            sources = {"key": (id(layer.key), layer.rotary_key_index)}
+            if layer.location == "intra":
+                sources["query"] = (("centre", id(layer.pool)), layer.rotary_query_index)
+            for role, (source, rows) in sources.items():
+                if (source, head_dim) not in gathered:
+                    gathered[source, head_dim] = table.index_select(0, rows)
+                setattr(layer, f"rotary_{role}", gathered[source, head_dim])
+            if layer.location != "intra":
+                layer.rotary_query = layer.rotary_key
 
-def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos / sin ``(tokens, 1, head_dim / 2)`` of the RoPE angles at float ``positions`` (fp32)."""
-    exponents = torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
-    angles = positions.float()[:, None] * (1.0 / theta**exponents)[None, :]
-    return angles.cos()[:, None, :], angles.sin()[:, None, :]
+    @property
+    def gather(self) -> torch.Tensor | None:
+        """Flat index into ``input_ids.view(-1)`` of every real token (None when nothing is padded)."""
+        return None if self._gather is None else self._arrays[self._gather]
 
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE (rotate-half convention) on ``x`` ``(tokens, heads, head_dim)``, computed in fp32."""
-    first, second = x.float().chunk(2, dim=-1)
-    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1).to(x.dtype)
+    @property
+    def positions(self) -> torch.Tensor:
+        """Position of every packed input row inside its text (absolute position embeddings)."""
+        return self._arrays[self._positions]
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,80 +393,72 @@ class TiteAttention(nn.Module):
         self.is_causal = False
         self.layer_idx = layer_index
 
-    def pool(self, states: torch.Tensor, cu_seqlens: torch.Tensor):
-        return pool_packed(
-            states, cu_seqlens, self.kernel_size, self.stride, implementation=self.config.pooling_implementation
-        )
-
-    def forward(self, states: torch.Tensor, cu_seqlens: torch.Tensor):
-        """``states`` ``(tokens, in_width)`` -> ``(tokens', width)`` and the new ``cu_seqlens``."""
-        location = self.config.pooling_location if self.kernel_size is not None else None
-        key_states, cu_k = states, cu_seqlens
-        if location in ("pre", "intra"):
-            query_states, cu_q = self.pool(states, cu_seqlens)
-            if location == "pre":  # attention over the pooled sequence only
-                key_states, cu_k = query_states, cu_q
+    def forward(self, states: torch.Tensor, plan: LayerPlan) -> torch.Tensor:
+        """``states`` ``(plan.key.rows or pool input rows, in_width)`` -> ``(plan.output.rows, width)``."""
+        key_states = states
+        if plan.location in ("pre", "intra"):
+            query_states = pool_planned(states, plan.pool, self.config.pooling_implementation)
+            if plan.location == "pre":  # attention over the pooled sequence only
+                key_states = query_states
         else:
-            query_states, cu_q = states, cu_seqlens
+            query_states = states
         residual = query_states
         if self.width != self.in_width:  # upscaling: zero-pad the residual on the feature axis
             residual = F.pad(query_states, (0, self.width - self.in_width))
-
-        key_layout = PackedLayout(cu_k)
         value = self.value(key_states).view(-1, self.heads, self.width // self.heads)
-        if key_layout.max_length == 1:
+        if plan.key.max_length == 1:
             # softmax over a single key is 1: attention is the value projection, so Q, K and RoPE
             # are skipped (FlashAttention varlen also breaks on max_seqlen 1). Pooling keeps a length
             # of 1 at 1, so every query row is its sequence's only key row.
             attended = value
         else:
-            query_layout = key_layout if cu_q is cu_k else PackedLayout(cu_q)
-            attended = self._attend(query_states, key_states, value, query_layout, key_layout, location)
+            attended = self._attend(query_states, key_states, value, plan)
         hidden = self.dropout(self.dense(attended.reshape(-1, self.width))) + residual
-        if location == "post":  # after the residual connection, before the normalisation
-            hidden, cu_q = self.pool(hidden, cu_seqlens)
-        return self.LayerNorm(hidden), cu_q
+        if plan.location == "post":  # after the residual connection, before the normalisation
+            hidden = pool_planned(hidden, plan.pool, self.config.pooling_implementation)
+        return self.LayerNorm(hidden)
 
-    def _attend(self, query_states, key_states, value, query_layout, key_layout, location):
+    def _attend(self, query_states, key_states, value, plan: LayerPlan):
         """Project Q/K (RoPE at integer key positions and window-centre query positions), then
-        attention of the packed rows, dispatched through transformers' attention registry by
-        ``config._attn_implementation`` (eager / sdpa / flash_attention_2 / ...)."""
+        attention of the packed rows, dispatched by ``config._attn_implementation`` through
+        transformers' attention registry (eager / sdpa / flash_attention_2 / ...). ``sdpa`` means
+        PyTorch's own kernels: varlen flash attention on the packed rows where it applies (CUDA,
+        fp16/bf16), padded ``scaled_dot_product_attention`` elsewhere."""
         head_dim = self.width // self.heads
         query = self.query(query_states).view(-1, self.heads, head_dim)
         key = self.key(key_states).view(-1, self.heads, head_dim)
-        if self.config.position_embedding_type == "rotary":
-            key_cos, key_sin = rotary_cos_sin(key_layout.positions(), head_dim, self.config.rope_theta)
-            if location == "intra":
-                centres = window_centres(key_layout.cu_seqlens, self.kernel_size, self.stride)
-                query_cos, query_sin = rotary_cos_sin(centres, head_dim, self.config.rope_theta)
-            else:  # same rows for queries and keys
-                query_cos, query_sin = key_cos, key_sin
-            query = apply_rotary(query, query_cos, query_sin)
-            key = apply_rotary(key, key_cos, key_sin)
+        if plan.rotary_key_index is not None:
+            query, key = apply_rotary(
+                query, key, plan.rotary_query_index, plan.rotary_key_index, self.config.rope_theta,
+                plan.rotary_query, plan.rotary_key,
+            )
         implementation = self.config._attn_implementation or "sdpa"
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
         scaling = head_dim**-0.5
+        if implementation == "sdpa" and plan.varlen and varlen_attention_applies(query, dropout):
+            return packed_flash_attention(query, key, value, plan.query, plan.key, dropout, scaling)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         if implementation.startswith("flash_attention"):
             # packed rows as one "batch" of varlen sequences: no padding at all
             output, _ = attention(
                 self, query[None].transpose(1, 2), key[None].transpose(1, 2), value[None].transpose(1, 2), None,
                 dropout=dropout, scaling=scaling,
-                cu_seq_lens_q=query_layout.cu_seqlens.int(), cu_seq_lens_k=key_layout.cu_seqlens.int(),
-                max_length_q=query_layout.max_length, max_length_k=key_layout.max_length,
+                cu_seq_lens_q=plan.query.cu_seqlens, cu_seq_lens_k=plan.key.cu_seqlens,
+                max_length_q=plan.query.max_length, max_length_k=plan.key.max_length,
             )
             return output[0]
-        mask = None if key_layout.valid is None else key_layout.valid[:, None, None, :]
+        for layout in (plan.query, plan.key):
+            layout.ensure_padding(query.device)
         output, _ = attention(
             self,
-            query_layout.pad(query).transpose(1, 2),
-            key_layout.pad(key).transpose(1, 2),
-            key_layout.pad(value).transpose(1, 2),
-            mask,
+            plan.query.pad(query).transpose(1, 2),
+            plan.key.pad(key).transpose(1, 2),
+            plan.key.pad(value).transpose(1, 2),
+            plan.key.key_mask(),
             dropout=dropout,
             scaling=scaling,
         )
-        return query_layout.unpad(output)
+        return plan.query.unpad(output)
 
 
 class TiteLayer(GradientCheckpointingLayer):
@@ -297,10 +474,10 @@ class TiteLayer(GradientCheckpointingLayer):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
 
-    def forward(self, states: torch.Tensor, cu_seqlens: torch.Tensor):
-        attended, cu_seqlens = self.attention(states, cu_seqlens)
+    def forward(self, states: torch.Tensor, plan: LayerPlan) -> torch.Tensor:
+        attended = self.attention(states, plan)
         hidden = self.dropout(self.output(self.activation(self.intermediate(attended))))
-        return self.LayerNorm(hidden + attended), cu_seqlens
+        return self.LayerNorm(hidden + attended)
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,6 +531,23 @@ class TiteModel(TitePreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
+    def plan(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> TitePlan:
+        """The batch's :class:`TitePlan`: reads the mask on the host once (not at all for a CPU mask)."""
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            raise ValueError(
+                f"input_ids must be (batch, length) with at least one token, got shape {tuple(input_ids.shape)}."
+            )
+        device = input_ids.device
+        dtype = self.embeddings.word_embeddings.weight.dtype
+        if device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+            dtype = torch.get_autocast_dtype("cuda")
+        varlen = (
+            (self.config._attn_implementation or "sdpa") == "sdpa"
+            and varlen_attention_supported(device, dtype)
+            and not (self.training and self.config.attention_probs_dropout_prob > 0 and _flash_attention_forward is None)
+        )
+        return TitePlan(self.config, attention_mask, tuple(input_ids.shape), device, varlen, dtype)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -362,37 +556,102 @@ class TiteModel(TitePreTrainedModel):
         return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
-        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
-            raise ValueError(
-                f"input_ids must be (batch, length) with at least one token, got shape {tuple(input_ids.shape)}."
-            )
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        lengths = attention_mask.sum(-1)
-        if bool((lengths == 0).any()):
-            raise ValueError("A text has no tokens (an all-zero attention_mask row); drop empty texts first.")
-        longest = int(lengths.max())
-        pools = any(kernel is not None for kernel in self.config.kernel_sizes)
-        if pools and longest > self.config.max_position_embeddings:
-            raise ValueError(
-                f"A text has {longest} tokens but the pooling schedule reaches one vector only up to "
-                f"max_position_embeddings={self.config.max_position_embeddings}; truncate to that length."
-            )
-        # unpad once: real tokens are the attention_mask == 1 positions, left-aligned or not
-        valid = attention_mask.bool()
-        cu_seqlens = cu_seqlens_from_lengths(lengths)
-        positions = (torch.cumsum(valid.long(), -1) - 1)[valid]
-        types = token_type_ids[valid] if token_type_ids is not None else None
-        states = self.embeddings(input_ids[valid], positions, types)
-        for layer in self.layers:
-            states, cu_seqlens = layer(states, cu_seqlens)
-        if pools:
+        """``attention_mask`` may be a CPU tensor while ``input_ids`` is on the GPU: then the forward
+        reads nothing from the device; otherwise it reads the mask once (the plan)."""
+        if self._graphs_apply(input_ids):
+            vectors = self._graphed_forward(input_ids, attention_mask, token_type_ids)
+            output = BaseModelOutputWithPooling(last_hidden_state=vectors[:, None], pooler_output=vectors)
+            return output.to_tuple() if return_dict is False else output
+        plan = self.plan(input_ids, attention_mask)
+        flat_ids = input_ids.reshape(-1)
+        types = token_type_ids.reshape(-1) if token_type_ids is not None else None
+        if plan.gather is not None:  # unpad once: the real tokens, left-aligned or not
+            flat_ids = flat_ids.index_select(0, plan.gather)
+            types = types.index_select(0, plan.gather) if types is not None else None
+        states = self.embeddings(flat_ids, plan.positions, types)
+        for layer, layer_plan in zip(self.layers, plan.layers):
+            states = layer(states, layer_plan)
+        if plan.pools:
             vectors = states  # every text is one vector now: (batch, hidden)
             output = BaseModelOutputWithPooling(last_hidden_state=vectors[:, None], pooler_output=vectors)
         else:
-            padded, _ = pad_packed(states, cu_seqlens)
+            padded = plan.output.pad(states)
             output = BaseModelOutputWithPooling(last_hidden_state=padded, pooler_output=padded[:, 0])
         return output.to_tuple() if return_dict is False else output
+
+    # ---------------------------------------------------------------- CUDA graphs (inference)
+
+    def _graphs_apply(self, input_ids: torch.Tensor) -> bool:
+        if not getattr(self.config, "cuda_graphs", False) or not input_ids.is_cuda or self.training:
+            return False
+        if torch.is_grad_enabled() or torch.cuda.is_current_stream_capturing():
+            return False
+        dtype = self.embeddings.word_embeddings.weight.dtype
+        if torch.is_autocast_enabled("cuda"):
+            dtype = torch.get_autocast_dtype("cuda")
+        return (
+            any(kernel is not None for kernel in self.config.kernel_sizes)
+            and (self.config._attn_implementation or "sdpa") == "sdpa"
+            and varlen_attention_supported(input_ids.device, dtype)
+            and fused_rotary_available(input_ids.device, dtype)
+            and self.config.pooling_implementation != "torch"
+        )
+
+    @staticmethod
+    def _bucket(value: int, minimum: int) -> int:
+        """Round up to a multiple of an eighth of the power of two below (at most 12.5 % waste)."""
+        value = max(value, minimum)
+        step = max(1, (1 << (value.bit_length() - 1)) // 8)
+        return -(-value // step) * step
+
+    def _graphed_forward(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
+        """The layers as a CUDA graph replay: the plan's arrays are copied into the bucket's static
+        buffer, the embeddings of the real tokens into its static input rows, then one replay."""
+        from collections import OrderedDict
+
+        device = input_ids.device
+        host_mask = attention_mask.detach().to("cpu") if attention_mask is not None else None  # the one sync
+        lengths = host_mask.sum(-1) if host_mask is not None else torch.full((input_ids.shape[0],), input_ids.shape[1])
+        batch, tokens, longest = int(lengths.numel()), int(lengths.sum()), int(lengths.max())
+        capacity = (self._bucket(batch, 8), self._bucket(tokens, 256), min(
+            1 << max(longest - 1, 1).bit_length(), self.config.max_position_embeddings))
+        dtype = self.embeddings.word_embeddings.weight.dtype
+        if torch.is_autocast_enabled("cuda"):
+            dtype = torch.get_autocast_dtype("cuda")
+        graphs = self.__dict__.setdefault("_cuda_graphs", OrderedDict())
+        key = (device, dtype, capacity)
+        entry = graphs.get(key)
+        plan = TitePlan(self.config, host_mask, tuple(input_ids.shape), device, True, dtype, capacity,
+                        into=entry["plan"] if entry else None)
+        flat_ids = input_ids.reshape(-1).index_select(0, plan.gather[:tokens])
+        types = token_type_ids.reshape(-1).index_select(0, plan.gather[:tokens]) if token_type_ids is not None else None
+        states = self.embeddings(flat_ids, plan.positions[:tokens], types)
+        if entry is None:
+            static_in = states.new_zeros((capacity[1], states.shape[1]))
+            static_in[:tokens].copy_(states)
+
+            def layers(hidden):
+                for layer, layer_plan in zip(self.layers, plan.layers):
+                    hidden = layer(hidden, layer_plan)
+                return hidden
+
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                layers(static_in)  # warm-up outside the capture: kernels compiled, workspaces allocated
+            torch.cuda.current_stream(device).wait_stream(side)
+            pool = self.__dict__.setdefault("_cuda_graph_pool", torch.cuda.graph_pool_handle())
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                static_out = layers(static_in)
+            entry = graphs[key] = {"plan": plan, "graph": graph, "input": static_in, "output": static_out}
+            while len(graphs) > 16:
+                graphs.popitem(last=False)
+        else:
+            graphs.move_to_end(key)
+            entry["input"][:tokens].copy_(states)
+        entry["graph"].replay()
+        return entry["output"][:batch].clone()  # the static output is overwritten by the next replay
 
     @classmethod
     def from_backbone(cls, name_or_path, config: TiteConfig | None = None, **config_overrides):
@@ -681,10 +940,11 @@ __all__ = [
     "TiteModel",
     "TiteForPreTraining",
     "TiteForPreTrainingOutput",
-    "PackedLayout",
+    "TitePlan",
+    "LayerPlan",
+    "SequenceLayout",
     "apply_rotary",
-    "rotary_cos_sin",
+    "rotary_table",
     "bert_to_tite_state_dict",
-    "pad_packed",
-    "unpad_padded",
+    "varlen_attention_supported",
 ]

@@ -28,9 +28,9 @@ import functools
 import logging
 import numbers
 import os
-from typing import NamedTuple
-
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 try:  # optional: everything here works without Triton, through the PyTorch implementation
@@ -43,9 +43,6 @@ except ImportError:  # pragma: no cover - depends on the environment
 logger = logging.getLogger(__name__)
 
 IMPLEMENTATIONS = ("auto", "triton", "torch")
-
-# CUDA caps grid axes 1 and 2 at 65535 blocks: larger batches are launched in chunks.
-_MAX_GRID_BATCH = 65535
 
 _FALLBACK_WARNED = False  # the "triton requested but cannot run" warning is logged once per process
 
@@ -118,19 +115,144 @@ def window_centres(cu_seqlens: torch.Tensor, kernel_size: int, stride: int) -> t
     return window.to(torch.float32) * stride + (kernel_size - 1) / 2
 
 
-class _PackedLayout(NamedTuple):
-    """Validated input and output offsets; host-side sizes come from one device synchronisation."""
-
-    cu_seqlens: torch.Tensor  # on the device of hidden
-    out_cu_seqlens: torch.Tensor
-    lengths: torch.Tensor
-    out_lengths: torch.Tensor
-    total_out: int
-    max_len: int
-    max_out: int
+# --------------------------------------------------------------------------------------------------
+# Pooling plans: every index a pooling step needs, computed on the host from the lengths
+# --------------------------------------------------------------------------------------------------
 
 
-def _layout(hidden: torch.Tensor, cu_seqlens: torch.Tensor, kernel_size: int, stride: int) -> _PackedLayout:
+class DeviceArrays:
+    """Named int32 host arrays moved to a device in ONE transfer (pinned, asynchronous on CUDA).
+
+    ``add`` returns a key; after :meth:`transfer`, ``self[key]`` is the device view of that array.
+    A plan that collects all its indices here costs one copy and no synchronisation.
+    """
+
+    def __init__(self):
+        self._arrays: list[np.ndarray] = []
+        self._views: list[torch.Tensor] | None = None
+        self._flat: torch.Tensor | None = None
+
+    def add(self, array, capacity: int | None = None) -> int:
+        """Register ``array``; with ``capacity``, zero-padded to that many entries (static shapes)."""
+        array = np.ascontiguousarray(array, dtype=np.int32).reshape(-1)
+        if capacity is not None:
+            if array.size > capacity:
+                raise ValueError(f"an index array of {array.size} entries exceeds its capacity {capacity}")
+            array = np.pad(array, (0, capacity - array.size))
+        self._arrays.append(array)
+        return len(self._arrays) - 1
+
+    def transfer(self, device: torch.device, into: DeviceArrays | None = None) -> None:
+        """Copy every array to ``device`` at once; ``into``: reuse that transferred set's device buffer
+        (same sizes, e.g. the static inputs of a CUDA graph) instead of allocating a new one."""
+        sizes = [a.size for a in self._arrays]
+        host = torch.from_numpy(np.concatenate(self._arrays) if self._arrays else np.zeros(0, np.int32))
+        if device.type == "cuda":
+            host = host.pin_memory()
+        if into is not None:
+            if [v.numel() for v in into._views] != sizes:
+                raise ValueError("DeviceArrays.transfer(into=...): the arrays do not have the target's sizes")
+            into._flat.copy_(host, non_blocking=True)
+            self._flat, self._views = into._flat, into._views
+            return
+        self._flat = host.to(device, non_blocking=True)
+        self._views = list(self._flat.split(sizes)) if sizes else []
+
+    def __getitem__(self, key: int) -> torch.Tensor:
+        return self._views[key]
+
+
+def _segment_positions(lengths: np.ndarray) -> np.ndarray:
+    """Position of every packed row inside its own segment (0, 1, ..., n-1 per segment)."""
+    total = int(lengths.sum())
+    starts = np.cumsum(lengths) - lengths
+    return np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+
+
+class PoolPlan:
+    """Everything one pooling step (TITE Eq. 1, pool_{k,s}) needs, for one batch of lengths.
+
+    Built on the host from the input lengths (a NumPy array, so no device value is read); the
+    index arrays are registered with a :class:`DeviceArrays` and become device tensors after its
+    transfer. Host sizes (``total_in``, ``total_out``, ``max_in``, ``max_out``) are Python ints.
+
+    Per output window ``w``: ``window_first[w]`` (its first packed input row) and
+    ``window_count[w]`` (real tokens in it; 0 only for the empty windows ``stride > kernel_size``
+    can leave). Per input row ``t``: ``token_window[t]`` (the first window containing it) and
+    ``token_windows[t]`` (how many windows contain it), for the backward pass. ``bag_indices`` /
+    ``bag_offsets`` list each window's rows for ``torch.nn.functional.embedding_bag``.
+    """
+
+    def __init__(self, lengths: np.ndarray, kernel_size: int, stride: int, arrays: DeviceArrays,
+                 capacity: tuple[int, int, int] | None = None):
+        """``capacity``: ``(input rows, output rows, longest output)`` upper bounds for static shapes
+        (CUDA graphs): arrays are zero-padded to them (padding windows are empty: zero rows) and the
+        host sizes report them instead of the batch's own."""
+        kernel_size, stride = _check_window(kernel_size, stride)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        self.kernel_size, self.stride = kernel_size, stride
+        self.lengths = lengths
+        self.out_lengths = pooled_lengths_host(lengths, kernel_size, stride)
+        self.total_in, self.total_out = int(lengths.sum()), int(self.out_lengths.sum())
+        self.max_in = int(lengths.max()) if lengths.size else 0
+        self.max_out = int(self.out_lengths.max()) if lengths.size else 0
+        self.max_windows = -(-kernel_size // stride)  # at most ceil(k / s) windows contain a token
+        in_starts = np.cumsum(lengths) - lengths
+        out_starts = np.cumsum(self.out_lengths) - self.out_lengths
+        window = _segment_positions(self.out_lengths)  # index of every window inside its sequence
+        window_seq = np.repeat(np.arange(lengths.size), self.out_lengths)
+        first = window * stride
+        count = np.clip(lengths[window_seq] - first, 0, kernel_size)
+        self.window_index = window  # host copy: rotary positions of the window centres
+        position = _segment_positions(lengths)
+        token_seq = np.repeat(np.arange(lengths.size), lengths)
+        # windows containing position p: ceil((p - k + 1) / s) <= w <= min(floor(p / s), n_out - 1)
+        w_lo = (np.maximum(position - (kernel_size - 1), 0) + stride - 1) // stride
+        w_hi = np.minimum(position // stride, self.out_lengths[token_seq] - 1)
+        if kernel_size == stride:  # windows tile each sequence: the rows in order are the bags
+            bag_indices = np.arange(self.total_in)
+        else:
+            bag_indices = np.repeat(in_starts[window_seq] + first - np.cumsum(count) + count, count)
+            bag_indices = bag_indices + np.arange(int(count.sum()))
+        rows_in = rows_out = None
+        if capacity is not None:
+            rows_in, rows_out, longest = capacity
+            self.total_in, self.total_out, self.max_out = rows_in, rows_out, longest
+        self._keys = dict(
+            out_cu_seqlens=arrays.add(np.concatenate(([0], np.cumsum(self.out_lengths)))),
+            window_first=arrays.add(in_starts[window_seq] + first, rows_out),
+            window_count=arrays.add(count, rows_out),
+            token_window=arrays.add(out_starts[token_seq] + w_lo, rows_in),
+            token_windows=arrays.add(np.maximum(w_hi - w_lo + 1, 0), rows_in),
+        )
+        if capacity is None:  # the PyTorch path's bags (their size varies: no static shape)
+            self._keys.update(bag_indices=arrays.add(bag_indices), bag_offsets=arrays.add(np.cumsum(count) - count))
+        self._arrays = arrays
+
+    def __getattr__(self, name):
+        keys = self.__dict__.get("_keys")
+        if keys is not None and name in keys:
+            return self.__dict__["_arrays"][keys[name]]
+        raise AttributeError(name)
+
+    @classmethod
+    def from_cu_seqlens(cls, cu_seqlens: torch.Tensor, kernel_size: int, stride: int, device) -> PoolPlan:
+        """A plan for one pooling call from (possibly device) ``cu_seqlens``: one host read, one copy."""
+        host = cu_seqlens.detach().to("cpu", torch.int64).numpy()
+        arrays = DeviceArrays()
+        plan = cls(np.diff(host), kernel_size, stride, arrays)
+        arrays.transfer(torch.device(device))
+        return plan
+
+
+def pooled_lengths_host(lengths: np.ndarray, kernel_size: int, stride: int) -> np.ndarray:
+    """:func:`pooled_lengths` on a NumPy array (host side, no device involved)."""
+    n_out = (np.maximum(lengths - kernel_size, 0) + stride - 1) // stride + 1
+    return np.where(lengths > 0, n_out, 0).astype(np.int64)
+
+
+def _check_packed(hidden: torch.Tensor, cu_seqlens) -> np.ndarray:
+    """Validate a public pooling call's inputs; returns the lengths (one host read of ``cu_seqlens``)."""
     if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
         shape = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
         raise ValueError(
@@ -140,34 +262,19 @@ def _layout(hidden: torch.Tensor, cu_seqlens: torch.Tensor, kernel_size: int, st
     if not hidden.dtype.is_floating_point:
         raise ValueError(f"hidden must be floating point, got {hidden.dtype}.")
     _check_cu_seqlens_structure(cu_seqlens)
-    host = cu_seqlens.detach().to("cpu", torch.int64)
-    lengths_host = host[1:] - host[:-1]
-    if host[0] != 0 or bool((lengths_host < 0).any()):
+    host = cu_seqlens.detach().to("cpu", torch.int64).numpy()
+    lengths = np.diff(host)
+    if host[0] != 0 or (lengths < 0).any():
         raise ValueError(
             "cu_seqlens must start at 0 and be non-decreasing (cumulative sequence lengths), got "
-            f"{host.tolist()[:8]}{'...' if host.numel() > 8 else ''}."
+            f"{host.tolist()[:8]}{'...' if host.size > 8 else ''}."
         )
     if host[-1] != hidden.shape[0]:
         raise ValueError(
             f"cu_seqlens[-1] must equal hidden.shape[0] (the number of packed tokens): got "
             f"{int(host[-1])} and {hidden.shape[0]}."
         )
-    out_lengths_host = pooled_lengths(lengths_host, kernel_size, stride)
-    cu_seqlens = cu_seqlens.to(hidden.device)
-    out_cu, out_lengths = pooled_cu_seqlens(cu_seqlens, kernel_size, stride)
-    return _PackedLayout(
-        cu_seqlens=cu_seqlens,
-        out_cu_seqlens=out_cu,
-        lengths=cu_seqlens[1:] - cu_seqlens[:-1],
-        out_lengths=out_lengths,
-        total_out=int(out_lengths_host.sum()),
-        max_len=int(lengths_host.max()) if lengths_host.numel() else 0,
-        max_out=int(out_lengths_host.max()) if out_lengths_host.numel() else 0,
-    )
-
-
-def _accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    return lengths
 
 
 # --------------------------------------------------------------------------------------------------
@@ -175,27 +282,13 @@ def _accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
 # --------------------------------------------------------------------------------------------------
 
 
-def _pool_torch(hidden: torch.Tensor, layout: _PackedLayout, kernel_size: int, stride: int) -> torch.Tensor:
-    device, total_out = hidden.device, layout.total_out
-    batch = layout.lengths.numel()
-    seq = torch.repeat_interleave(
-        torch.arange(batch, device=device), layout.out_lengths.long(), output_size=total_out
-    )  # sequence of every output window
-    window = torch.arange(total_out, device=device) - layout.out_cu_seqlens[:-1].long()[seq]
-    first = window * stride  # first position of every window within its sequence
-    length = layout.lengths.long()[seq]
-    base = layout.cu_seqlens[:-1].long()[seq] + first  # first packed row of every window
-    # Real tokens per window; 0 only for the empty windows that stride > kernel_size can leave
-    # at the end of a sequence, whose mean is defined as 0.
-    count = torch.clamp(length - first, min=1, max=kernel_size)
-    acc_dtype = _accumulator_dtype(hidden.dtype)
-    acc = hidden.new_zeros((total_out, hidden.shape[1]), dtype=acc_dtype)
-    # k gathers of one row per window (at least one, so that the output stays in the graph)
-    for offset in range(max(1, min(kernel_size, layout.max_len))):
-        valid = (first + offset) < length
-        rows = torch.where(valid, base + offset, torch.zeros_like(base))
-        acc = acc + torch.where(valid[:, None], hidden.index_select(0, rows).to(acc_dtype), 0.0)
-    return (acc / count[:, None].to(acc_dtype)).to(hidden.dtype)
+def _pool_torch(hidden: torch.Tensor, plan: PoolPlan) -> torch.Tensor:
+    """Windowed means as one ``embedding_bag`` (mode ``mean``; an empty bag is 0)."""
+    source = hidden
+    if hidden.device.type == "cpu" and hidden.dtype in (torch.float16, torch.bfloat16):
+        source = hidden.float()  # accumulate in fp32
+    pooled = F.embedding_bag(plan.bag_indices, source, plan.bag_offsets, mode="mean")
+    return pooled.to(hidden.dtype)
 
 
 def pool_packed_torch(
@@ -203,13 +296,12 @@ def pool_packed_torch(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """TITE Eq. 1 (pool_{k,s}) in plain PyTorch: windowed means over each packed sequence.
 
-    Vectorised (``k`` row gathers, no loop over sequences or windows), fp32 accumulation (fp64
-    for fp64 input), differentiable by autograd. Returns ``(pooled [total_out, dim],
-    out_cu_seqlens)``.
+    One ``embedding_bag`` over precomputed window rows; fp32 accumulation (fp64 for fp64 input),
+    differentiable by autograd. Returns ``(pooled [total_out, dim], out_cu_seqlens)``.
     """
     kernel_size, stride = _check_window(kernel_size, stride)
-    layout = _layout(hidden, cu_seqlens, kernel_size, stride)
-    return _pool_torch(hidden, layout, kernel_size, stride), layout.out_cu_seqlens
+    plan = _public_plan(hidden, cu_seqlens, kernel_size, stride)
+    return _pool_torch(hidden, plan), _out_cu(plan, cu_seqlens, hidden)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -223,58 +315,50 @@ def pool_packed_torch(
 # ``tl.cdiv``, ...) are wrapped when ``triton`` is imported, and in Triton 3.9 the interpreter
 # fails on them ("Cannot call @triton.jit'd outside of the scope of a kernel") whenever
 # ``triton`` was imported before TRITON_INTERPRET=1 was set.
+#
+# Both kernels walk the packed rows directly (grid: row blocks x feature blocks), reading the
+# window / token indices of the plan, so no program idles on padding and loads are coalesced
+# along the feature axis.
 
 
 def _pool_fwd_kernel(
     X,
     Y,
-    CU,
-    OUT_CU,
+    FIRST,
+    COUNT,
+    n_out,
     dim,
     stride_xt,
-    stride_xd,
     stride_yt,
-    stride_yd,
-    batch_offset,
     KERNEL: tl.constexpr,
-    STRIDE: tl.constexpr,
     ACC_FP64: tl.constexpr,
     BLOCK_W: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """Y[window] = mean of the real tokens of the window; grid (dim blocks, window blocks, batch)."""
-    pid_d = tl.program_id(0)
-    pid_w = tl.program_id(1)
-    seq = tl.program_id(2) + batch_offset
-    start = tl.load(CU + seq).to(tl.int64)
-    length = tl.load(CU + seq + 1).to(tl.int64) - start
-    out_start = tl.load(OUT_CU + seq).to(tl.int64)
-    n_out = tl.load(OUT_CU + seq + 1).to(tl.int64) - out_start
-    if pid_w * BLOCK_W >= n_out:
-        return
+    """Y[w] = mean of X[first[w] : first[w] + count[w]] (0 for an empty window)."""
+    pid_w = tl.program_id(0)
+    pid_d = tl.program_id(1)
     window = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     window_ok = window < n_out
     col_ok = cols < dim
-    first = window.to(tl.int64) * STRIDE
+    first = tl.load(FIRST + window, mask=window_ok, other=0).to(tl.int64)
+    count = tl.load(COUNT + window, mask=window_ok, other=0)
     if ACC_FP64:
         acc = tl.full((BLOCK_W, BLOCK_D), 0.0, tl.float64)
     else:
         acc = tl.full((BLOCK_W, BLOCK_D), 0.0, tl.float32)
     for offset in tl.static_range(KERNEL):
-        pos = first + offset
-        ok = window_ok & (pos < length)
+        ok = window_ok & (offset < count)
         x = tl.load(
-            X + (start + pos)[:, None] * stride_xt + cols[None, :] * stride_xd,
+            X + (first + offset)[:, None] * stride_xt + cols[None, :],
             mask=ok[:, None] & col_ok[None, :],
             other=0.0,
         )
         acc += x.to(acc.dtype)
-    # empty windows (only possible with stride > kernel) have count 0: their mean is 0
-    count = tl.maximum(tl.minimum(length - first, KERNEL), 1)
-    out = acc / count.to(acc.dtype)[:, None]
+    out = acc / tl.maximum(count, 1).to(acc.dtype)[:, None]
     tl.store(
-        Y + (out_start + window)[:, None] * stride_yt + cols[None, :] * stride_yd,
+        Y + window.to(tl.int64)[:, None] * stride_yt + cols[None, :],
         out.to(Y.dtype.element_ty),
         mask=window_ok[:, None] & col_ok[None, :],
     )
@@ -283,58 +367,41 @@ def _pool_fwd_kernel(
 def _pool_bwd_kernel(
     GY,
     GX,
-    CU,
-    OUT_CU,
+    TOKEN_WINDOW,
+    TOKEN_WINDOWS,
+    COUNT,
+    n_in,
     dim,
     stride_gyt,
-    stride_gyd,
     stride_gxt,
-    stride_gxd,
-    batch_offset,
-    KERNEL: tl.constexpr,
-    STRIDE: tl.constexpr,
     MAX_WINDOWS: tl.constexpr,
     ACC_FP64: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """GX[t] = sum over windows w containing t of GY[w] / count_w; grid (dim blocks, token blocks, batch)."""
-    pid_d = tl.program_id(0)
-    pid_t = tl.program_id(1)
-    seq = tl.program_id(2) + batch_offset
-    start = tl.load(CU + seq).to(tl.int64)
-    length = tl.load(CU + seq + 1).to(tl.int64) - start
-    out_start = tl.load(OUT_CU + seq).to(tl.int64)
-    n_out = tl.load(OUT_CU + seq + 1).to(tl.int64) - out_start
-    if pid_t * BLOCK_T >= length:
-        return
-    pos = (pid_t * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
+    """GX[t] = sum over the windows w containing t of GY[w] / count[w] (0 for a token in none)."""
+    pid_t = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    token = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    pos_ok = pos < length
+    token_ok = token < n_in
     col_ok = cols < dim
-    # windows containing p: ceil((p - k + 1) / s) <= w <= floor(p / s), clipped to [0, n_out - 1];
-    # numerators are kept >= 0 so integer division rounds the same in every backend
-    w_lo = (tl.maximum(pos - (KERNEL - 1), 0) + (STRIDE - 1)) // STRIDE
-    w_hi = tl.minimum(pos // STRIDE, n_out - 1)
+    first_window = tl.load(TOKEN_WINDOW + token, mask=token_ok, other=0)
+    n_windows = tl.load(TOKEN_WINDOWS + token, mask=token_ok, other=0)
     if ACC_FP64:
         acc = tl.full((BLOCK_T, BLOCK_D), 0.0, tl.float64)
     else:
         acc = tl.full((BLOCK_T, BLOCK_D), 0.0, tl.float32)
-    for j in tl.static_range(MAX_WINDOWS):  # at most ceil(k / s) windows contain a token
-        w = w_lo + j
-        ok = pos_ok & (w <= w_hi)
-        count = tl.maximum(tl.minimum(length - w * STRIDE, KERNEL), 1)
-        g = tl.load(
-            GY + (out_start + w)[:, None] * stride_gyt + cols[None, :] * stride_gyd,
-            mask=ok[:, None] & col_ok[None, :],
-            other=0.0,
-        )
-        acc += g.to(acc.dtype) / count.to(acc.dtype)[:, None]
-    # every real token is written (tokens in no window, possible with stride > kernel, get 0)
+    for j in tl.static_range(MAX_WINDOWS):
+        ok = token_ok & (j < n_windows)
+        w = (first_window + j).to(tl.int64)
+        count = tl.load(COUNT + w, mask=ok, other=1)
+        g = tl.load(GY + w[:, None] * stride_gyt + cols[None, :], mask=ok[:, None] & col_ok[None, :], other=0.0)
+        acc += g.to(acc.dtype) / tl.maximum(count, 1).to(acc.dtype)[:, None]
     tl.store(
-        GX + (start + pos)[:, None] * stride_gxt + cols[None, :] * stride_gxd,
+        GX + token.to(tl.int64)[:, None] * stride_gxt + cols[None, :],
         acc.to(GX.dtype.element_ty),
-        mask=pos_ok[:, None] & col_ok[None, :],
+        mask=token_ok[:, None] & col_ok[None, :],
     )
 
 
@@ -354,66 +421,64 @@ def _triton_kernels(interpret: bool):
     return triton.jit(_pool_fwd_kernel), triton.jit(_pool_bwd_kernel)
 
 
-def _block(n: int, cap: int) -> int:
-    return max(1, min(triton.next_power_of_2(max(n, 1)), cap))
+def _tiles(rows: int, dim: int, element_size: int) -> tuple[int, int, int]:
+    """(rows per program, features per program, warps): 16-byte vectors along the features and
+    about 8 KiB read per program and window offset, so that enough loads are in flight."""
+    block_d = max(1, min(triton.next_power_of_2(max(dim, 1)), 4096 // element_size))
+    block_rows = max(1, min(triton.next_power_of_2(max(rows, 1)), max(1, 8192 // (block_d * element_size)), 64))
+    return block_rows, block_d, 4 if block_rows * block_d >= 2048 else 2
 
 
-def _launch(kernel, out, inp, layout: _PackedLayout, rows_per_seq: int, block_rows: int, **meta) -> None:
-    """Grid (dim blocks, row blocks, batch), in chunks of at most 65535 sequences."""
-    dim = inp.shape[1]
-    batch = layout.lengths.numel()
-    if dim == 0 or rows_per_seq == 0 or batch == 0:
-        return
-    block_d = _block(dim, 128)
-    # launch on the tensor's own GPU, not the current one
-    with torch.cuda.device(inp.device) if inp.is_cuda else contextlib.nullcontext():
-        for batch_offset in range(0, batch, _MAX_GRID_BATCH):
-            n_seq = min(_MAX_GRID_BATCH, batch - batch_offset)
-            grid = (triton.cdiv(dim, block_d), triton.cdiv(rows_per_seq, block_rows), n_seq)
-            kernel[grid](
-                inp,
-                out,
-                layout.cu_seqlens,
-                layout.out_cu_seqlens,
-                dim,
-                inp.stride(0),
-                inp.stride(1),
-                out.stride(0),
-                out.stride(1),
-                batch_offset,
-                BLOCK_D=block_d,
-                **meta,
+def _triton_forward(hidden: torch.Tensor, plan: PoolPlan) -> torch.Tensor:
+    fwd, _ = _triton_kernels(_interpret_mode())
+    if hidden.stride(-1) != 1:
+        hidden = hidden.contiguous()
+    out = hidden.new_empty((plan.total_out, hidden.shape[1]))
+    dim = hidden.shape[1]
+    if plan.total_out and dim:
+        block_w, block_d, warps = _tiles(plan.total_out, dim, hidden.element_size())
+        grid = (triton.cdiv(plan.total_out, block_w), triton.cdiv(dim, block_d))
+        with torch.cuda.device(hidden.device) if hidden.is_cuda else contextlib.nullcontext():
+            fwd[grid](
+                hidden, out, plan.window_first, plan.window_count, plan.total_out, dim,
+                hidden.stride(0), out.stride(0),
+                KERNEL=plan.kernel_size, ACC_FP64=hidden.dtype == torch.float64,
+                BLOCK_W=block_w, BLOCK_D=block_d, num_warps=warps,
             )
+    return out
 
 
 class TritonPackedPool(torch.autograd.Function):
     """TITE Eq. 1 (pool_{k,s}) with Triton forward and backward kernels over packed sequences."""
 
     @staticmethod
-    def forward(ctx, hidden, layout: _PackedLayout, kernel_size: int, stride: int):
-        fwd, _ = _triton_kernels(_interpret_mode())
-        out = hidden.new_empty((layout.total_out, hidden.shape[1]))
-        block_w = _block(layout.max_out, 16)
-        meta = {"KERNEL": kernel_size, "STRIDE": stride, "ACC_FP64": hidden.dtype == torch.float64, "BLOCK_W": block_w}
-        _launch(fwd, out, hidden, layout, layout.max_out, block_w, **meta)
-        ctx.layout = layout
-        ctx.kernel_size, ctx.stride = kernel_size, stride
+    def forward(ctx, hidden, plan: PoolPlan):
+        ctx.plan = plan
         ctx.input_shape = hidden.shape
-        return out
+        return _triton_forward(hidden, plan)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
         if not ctx.needs_input_grad[0]:
-            return None, None, None, None
+            return None, None
         _, bwd = _triton_kernels(_interpret_mode())
-        layout, kernel_size, stride = ctx.layout, ctx.kernel_size, ctx.stride
+        plan = ctx.plan
+        if grad_out.stride(-1) != 1:
+            grad_out = grad_out.contiguous()
         grad_in = grad_out.new_empty(ctx.input_shape)  # every row is written by the kernel
-        block_t = _block(layout.max_len, 32)
-        meta = {"KERNEL": kernel_size, "STRIDE": stride, "MAX_WINDOWS": -(-kernel_size // stride), "BLOCK_T": block_t}
-        meta["ACC_FP64"] = grad_out.dtype == torch.float64
-        _launch(bwd, grad_in, grad_out, layout, layout.max_len, block_t, **meta)
-        return grad_in, None, None, None
+        dim = grad_in.shape[1]
+        if plan.total_in and dim:
+            block_t, block_d, warps = _tiles(plan.total_in, dim, grad_out.element_size())
+            grid = (triton.cdiv(plan.total_in, block_t), triton.cdiv(dim, block_d))
+            with torch.cuda.device(grad_out.device) if grad_out.is_cuda else contextlib.nullcontext():
+                bwd[grid](
+                    grad_out, grad_in, plan.token_window, plan.token_windows, plan.window_count,
+                    plan.total_in, dim, grad_out.stride(0), grad_in.stride(0),
+                    MAX_WINDOWS=plan.max_windows, ACC_FP64=grad_out.dtype == torch.float64,
+                    BLOCK_T=block_t, BLOCK_D=block_d, num_warps=warps,
+                )
+        return grad_in, None
 
 
 def pool_packed_triton(
@@ -427,8 +492,8 @@ def pool_packed_triton(
     reason = _triton_unavailable_reason(hidden)
     if reason is not None:
         raise RuntimeError(f"Triton pooling cannot run: {reason}")
-    layout = _layout(hidden, cu_seqlens, kernel_size, stride)
-    return TritonPackedPool.apply(hidden, layout, kernel_size, stride), layout.out_cu_seqlens
+    plan = _public_plan(hidden, cu_seqlens, kernel_size, stride)
+    return TritonPackedPool.apply(hidden, plan), _out_cu(plan, cu_seqlens, hidden)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -449,6 +514,42 @@ def _triton_unavailable_reason(hidden: torch.Tensor):
     )
 
 
+def uses_triton(hidden: torch.Tensor, implementation: str) -> bool:
+    """Whether :func:`pool_planned` runs the Triton kernels for ``hidden`` (see :func:`pool_packed`)."""
+    global _FALLBACK_WARNED
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
+    if implementation == "torch" or (implementation == "auto" and not hidden.is_cuda):
+        return False
+    reason = _triton_unavailable_reason(hidden)
+    if implementation == "triton" and reason is not None and not _FALLBACK_WARNED:
+        _FALLBACK_WARNED = True
+        logger.warning("pool_packed(implementation='triton'): using PyTorch instead, because %s.", reason)
+    return reason is None
+
+
+def pool_planned(hidden: torch.Tensor, plan: PoolPlan, implementation: str = "auto") -> torch.Tensor:
+    """TITE Eq. 1 (pool_{k,s}) with a ready :class:`PoolPlan`: no host read, one kernel (Triton) or
+    one ``embedding_bag`` (PyTorch). Returns the pooled ``[plan.total_out, dim]`` rows."""
+    if uses_triton(hidden, implementation):
+        if torch.is_grad_enabled() and hidden.requires_grad:
+            return TritonPackedPool.apply(hidden, plan)
+        return _triton_forward(hidden, plan)  # inference: no autograd node
+    return _pool_torch(hidden, plan)
+
+
+def _public_plan(hidden, cu_seqlens, kernel_size, stride) -> PoolPlan:
+    lengths = _check_packed(hidden, cu_seqlens)
+    arrays = DeviceArrays()
+    plan = PoolPlan(lengths, kernel_size, stride, arrays)
+    arrays.transfer(hidden.device)
+    return plan
+
+
+def _out_cu(plan: PoolPlan, cu_seqlens: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    return plan.out_cu_seqlens.to(cu_seqlens.dtype)
+
+
 def pool_packed(
     hidden: torch.Tensor,
     cu_seqlens: torch.Tensor,
@@ -461,27 +562,23 @@ def pool_packed(
     ``implementation``: ``"torch"``; ``"triton"`` (falls back to torch, with one warning per
     process, when Triton cannot run); ``"auto"`` (the compiled Triton kernel for CUDA tensors when
     Triton imports, else torch, silently: Triton's CPU interpreter is for tests, never chosen
-    automatically). ``stride > kernel_size`` is accepted here.
+    automatically). ``stride > kernel_size`` is accepted here. Reads ``cu_seqlens`` on the host
+    once; models pool with a ready :class:`PoolPlan` through :func:`pool_planned` instead.
     """
-    global _FALLBACK_WARNED
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
     kernel_size, stride = _check_window(kernel_size, stride)
-    layout = _layout(hidden, cu_seqlens, kernel_size, stride)
-    use_triton = False
-    if implementation == "triton" or (implementation == "auto" and hidden.is_cuda):
-        reason = _triton_unavailable_reason(hidden)
-        use_triton = reason is None
-        if implementation == "triton" and reason is not None and not _FALLBACK_WARNED:
-            _FALLBACK_WARNED = True
-            logger.warning("pool_packed(implementation='triton'): using PyTorch instead, because %s.", reason)
-    if use_triton:
-        return TritonPackedPool.apply(hidden, layout, kernel_size, stride), layout.out_cu_seqlens
-    return _pool_torch(hidden, layout, kernel_size, stride), layout.out_cu_seqlens
+    plan = _public_plan(hidden, cu_seqlens, kernel_size, stride)
+    return pool_planned(hidden, plan, implementation), _out_cu(plan, cu_seqlens, hidden)
 
 
 __all__ = [
     "IMPLEMENTATIONS",
+    "DeviceArrays",
+    "PoolPlan",
+    "pool_planned",
+    "pooled_lengths_host",
+    "uses_triton",
     "TritonPackedPool",
     "pool_packed",
     "pool_packed_torch",
