@@ -189,9 +189,9 @@ class TitePlan:
     """
 
     def __init__(self, config: TiteConfig, attention_mask, shape, device, varlen: bool, dtype=torch.float32,
-                 capacity: tuple[int, int] | None = None, into: TitePlan | None = None):
-        """``capacity`` ``(sequences, tokens, longest text)``: static shapes for a CUDA graph (varlen attention and
-        Triton kernels only): the batch is padded with empty sequences, every layer's rows with rows
+                 capacity: tuple[int, int, int] | None = None, into: TitePlan | None = None):
+        """``capacity`` ``(sequences, tokens, longest text)``: static shapes for a CUDA graph (varlen
+        attention and Triton kernels only): the batch is padded with empty sequences, every layer's rows with rows
         of no sequence, and host sizes are upper bounds that depend on the capacity alone. ``into``:
         a plan of the same capacity whose device buffer the arrays are copied into (graph replay)."""
         batch, length = shape
@@ -241,22 +241,19 @@ class TitePlan:
                 self.layers.append(LayerPlan(None, None, current, current, current, varlen=varlen))
                 continue
             key = (id(current), kernel, stride)
-            # the schedule's bound after this layer
-            longest = config.sequence_lengths(capacity[2] if capacity else None)[index + 1]
             if key not in pooled:
-                if capacity is None:
-                    pool = PoolPlan(current.lengths, kernel, stride, arrays)
-                    smaller = None
-                elif current.max_length <= 1:  # pooling keeps lengths 0 / 1: the same rows
+                pool_capacity = layout_capacity = None
+                if capacity is not None:  # n_out(L) <= min(L, L / s + 1) for s <= k; lengths 0 and 1 stay
+                    longest = config.sequence_lengths(capacity[2])[index + 1]  # the schedule's bound
                     rows_out = current.rows
-                else:  # n_out(L) <= min(L, L / s + 1) for s <= k
-                    rows_out = min(current.rows, current.rows // stride + capacity[0])
-                if capacity is not None:
-                    pool = PoolPlan(current.lengths, kernel, stride, arrays, (current.rows, rows_out, longest))
-                    smaller = (rows_out, longest)
+                    if current.max_length > 1:
+                        rows_out = min(current.rows, current.rows // stride + capacity[0])
+                    pool_capacity, layout_capacity = (current.rows, rows_out, longest), (rows_out, longest)
+                pool = PoolPlan(current.lengths, kernel, stride, arrays, pool_capacity)
                 pool.centre_key = arrays.add(2 * stride * pool.window_index + (kernel - 1), capacity and pool.total_out)
-                pooled[key] = (pool, SequenceLayout(pool.out_lengths, arrays, padded and capacity is None, smaller))
-                layouts.append(pooled[key][1])
+                smaller = SequenceLayout(pool.out_lengths, arrays, padded and capacity is None, layout_capacity)
+                pooled[key] = (pool, smaller)
+                layouts.append(smaller)
             pool, smaller = pooled[key]
             location = config.pooling_location
             query, keys = {"intra": (smaller, current), "pre": (smaller, smaller)}.get(location, (current, current))

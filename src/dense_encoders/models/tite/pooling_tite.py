@@ -11,14 +11,20 @@ starts at or past ``L``: such an empty window is defined as 0.
 Sequences are packed: ``hidden`` is ``[total_tokens, dim]`` and ``cu_seqlens`` (``[batch + 1]``,
 int32 or int64, ``cu_seqlens[0] == 0``) holds cumulative lengths, as for varlen flash attention.
 
-Two implementations give the same numbers (fp32 accumulation, output in the input dtype):
+A :class:`PoolPlan` holds every index one pooling step needs (per window: its first row and
+token count; per token: the windows it falls in), computed on the host from the lengths and moved
+to the device with the rest of a batch's plan, so pooling never reads a device value. Two
+implementations give the same numbers (fp32 accumulation, output in the input dtype):
 
-* :func:`pool_packed_torch`: plain, vectorised PyTorch; runs anywhere, differentiable by autograd.
-* a Triton kernel pair (forward and backward) behind a :class:`torch.autograd.Function`; runs on
-  CUDA, or on CPU in Triton's interpreter when ``TRITON_INTERPRET=1`` (slow; for tests).
+* :func:`pool_packed_torch`: one ``embedding_bag`` (mode ``mean``) over the windows' rows; runs
+  anywhere, differentiable by autograd.
+* a Triton kernel pair (forward and backward) behind a :class:`torch.autograd.Function`, walking
+  the packed rows at memory speed; runs on CUDA, or on CPU in Triton's interpreter when
+  ``TRITON_INTERPRET=1`` (slow; for tests).
 
-:func:`pool_packed` picks one. Shipped as remote code next to checkpoints: imports ``torch``
-(and, optionally, ``triton``) absolutely and nothing from ``dense_encoders``.
+:func:`pool_planned` (with a plan) and :func:`pool_packed` (from ``cu_seqlens``) pick one.
+Shipped as remote code next to checkpoints: imports ``torch`` and ``numpy`` (and, optionally,
+``triton``) absolutely and nothing from ``dense_encoders``.
 """
 
 from __future__ import annotations
@@ -301,7 +307,7 @@ def pool_packed_torch(
     """
     kernel_size, stride = _check_window(kernel_size, stride)
     plan = _public_plan(hidden, cu_seqlens, kernel_size, stride)
-    return _pool_torch(hidden, plan), _out_cu(plan, cu_seqlens, hidden)
+    return _pool_torch(hidden, plan), _out_cu(plan, cu_seqlens)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -429,22 +435,28 @@ def _tiles(rows: int, dim: int, element_size: int) -> tuple[int, int, int]:
     return block_rows, block_d, 4 if block_rows * block_d >= 2048 else 2
 
 
+def _launch_over_rows(kernel, rows: int, source: torch.Tensor, row_block: str, *args, **meta) -> None:
+    """Grid (row blocks, feature blocks) over ``rows`` packed rows of ``source``'s width."""
+    dim = source.shape[1]
+    if not rows or not dim:
+        return
+    block_rows, block_d, warps = _tiles(rows, dim, source.element_size())
+    grid = (triton.cdiv(rows, block_rows), triton.cdiv(dim, block_d))
+    with torch.cuda.device(source.device) if source.is_cuda else contextlib.nullcontext():
+        kernel[grid](*args, ACC_FP64=source.dtype == torch.float64, BLOCK_D=block_d, num_warps=warps,
+                     **{row_block: block_rows}, **meta)
+
+
 def _triton_forward(hidden: torch.Tensor, plan: PoolPlan) -> torch.Tensor:
     fwd, _ = _triton_kernels(_interpret_mode())
     if hidden.stride(-1) != 1:
         hidden = hidden.contiguous()
     out = hidden.new_empty((plan.total_out, hidden.shape[1]))
-    dim = hidden.shape[1]
-    if plan.total_out and dim:
-        block_w, block_d, warps = _tiles(plan.total_out, dim, hidden.element_size())
-        grid = (triton.cdiv(plan.total_out, block_w), triton.cdiv(dim, block_d))
-        with torch.cuda.device(hidden.device) if hidden.is_cuda else contextlib.nullcontext():
-            fwd[grid](
-                hidden, out, plan.window_first, plan.window_count, plan.total_out, dim,
-                hidden.stride(0), out.stride(0),
-                KERNEL=plan.kernel_size, ACC_FP64=hidden.dtype == torch.float64,
-                BLOCK_W=block_w, BLOCK_D=block_d, num_warps=warps,
-            )
+    _launch_over_rows(
+        fwd, plan.total_out, hidden, "BLOCK_W",
+        hidden, out, plan.window_first, plan.window_count, plan.total_out, hidden.shape[1], hidden.stride(0),
+        out.stride(0), KERNEL=plan.kernel_size,
+    )
     return out
 
 
@@ -467,17 +479,11 @@ class TritonPackedPool(torch.autograd.Function):
         if grad_out.stride(-1) != 1:
             grad_out = grad_out.contiguous()
         grad_in = grad_out.new_empty(ctx.input_shape)  # every row is written by the kernel
-        dim = grad_in.shape[1]
-        if plan.total_in and dim:
-            block_t, block_d, warps = _tiles(plan.total_in, dim, grad_out.element_size())
-            grid = (triton.cdiv(plan.total_in, block_t), triton.cdiv(dim, block_d))
-            with torch.cuda.device(grad_out.device) if grad_out.is_cuda else contextlib.nullcontext():
-                bwd[grid](
-                    grad_out, grad_in, plan.token_window, plan.token_windows, plan.window_count,
-                    plan.total_in, dim, grad_out.stride(0), grad_in.stride(0),
-                    MAX_WINDOWS=plan.max_windows, ACC_FP64=grad_out.dtype == torch.float64,
-                    BLOCK_T=block_t, BLOCK_D=block_d, num_warps=warps,
-                )
+        _launch_over_rows(
+            bwd, plan.total_in, grad_out, "BLOCK_T",
+            grad_out, grad_in, plan.token_window, plan.token_windows, plan.window_count, plan.total_in,
+            grad_in.shape[1], grad_out.stride(0), grad_in.stride(0), MAX_WINDOWS=plan.max_windows,
+        )
         return grad_in, None
 
 
@@ -493,7 +499,7 @@ def pool_packed_triton(
     if reason is not None:
         raise RuntimeError(f"Triton pooling cannot run: {reason}")
     plan = _public_plan(hidden, cu_seqlens, kernel_size, stride)
-    return TritonPackedPool.apply(hidden, plan), _out_cu(plan, cu_seqlens, hidden)
+    return TritonPackedPool.apply(hidden, plan), _out_cu(plan, cu_seqlens)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -546,7 +552,7 @@ def _public_plan(hidden, cu_seqlens, kernel_size, stride) -> PoolPlan:
     return plan
 
 
-def _out_cu(plan: PoolPlan, cu_seqlens: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+def _out_cu(plan: PoolPlan, cu_seqlens: torch.Tensor) -> torch.Tensor:
     return plan.out_cu_seqlens.to(cu_seqlens.dtype)
 
 
@@ -569,7 +575,7 @@ def pool_packed(
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
     kernel_size, stride = _check_window(kernel_size, stride)
     plan = _public_plan(hidden, cu_seqlens, kernel_size, stride)
-    return pool_planned(hidden, plan, implementation), _out_cu(plan, cu_seqlens, hidden)
+    return pool_planned(hidden, plan, implementation), _out_cu(plan, cu_seqlens)
 
 
 __all__ = [
