@@ -215,7 +215,8 @@ def test_tite_loads_as_remote_code_without_the_package(saved_tite, tmp_path):
     from conftest import run_python_without_package
 
     folder, texts, expected = saved_tite
-    assert {"modeling_tite.py", "configuration_tite.py", "pooling_tite.py"} <= {p.name for p in folder.iterdir()}
+    shipped = {"modeling_tite.py", "configuration_tite.py", "pooling_tite.py", "rotary_tite.py"}
+    assert shipped <= {p.name for p in folder.iterdir()}
     code = f"""
 import torch
 from transformers import AutoModel, AutoTokenizer
