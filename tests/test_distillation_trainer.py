@@ -80,6 +80,7 @@ def float64_student_folder(tmp_path, tok):
 # ---- pooling and the student module -------------------------------------------------------
 
 
+@pytest.mark.numerics
 def test_dual_encoder_pooling_and_similarity(tok):
     encoder = tiny_bert(tok).eval()
     batch = tok(["a short text", "a somewhat longer text with more tokens"], padding=True, return_tensors="pt")
@@ -100,6 +101,7 @@ def test_dual_encoder_pooling_and_similarity(tok):
         DualEncoder(encoder, "cls", "l2")
 
 
+@pytest.mark.numerics
 def test_tite_student_uses_its_vector(tok):
     from dense_encoders.models.tite import TiteModel
     from dense_encoders.models.tite.presets import tite_preset
@@ -288,6 +290,7 @@ def distill_argv(student, train_file, output_dir, *extra):
             "--infonce_theta", "1.0", *extra]
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 def test_cli_distill_writes_a_student_that_loads_everywhere(tmp_path, tok, bert_student_folder, capsys):
     train_file = write_training_file(tmp_path / "train.jsonl", make_records())
@@ -349,6 +352,7 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path, tok, floa
         torch.testing.assert_close(weights_two[name], value, **FLOAT64_TOLERANCE, msg=name)
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 def test_cli_distills_into_a_two_layer_all_minilm_student(tmp_path, minilm_path, tok):
     """The real all-MiniLM-L6-v2 as student: pooling (mean) and cosine come from its own configuration."""
@@ -383,6 +387,7 @@ def test_cli_distills_into_a_two_layer_all_minilm_student(tmp_path, minilm_path,
     np.testing.assert_allclose(student.encode(texts), expected.numpy(), atol=1e-5)
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 def test_cli_distills_a_tite_student_that_loads_without_the_package(tmp_path, tok):
     from conftest import run_python_without_package

@@ -98,6 +98,7 @@ def download(hub, tmp_path, repo, revision="", offline=False):
     return json.loads(result.stdout[result.stdout.rindex("RESULT") + 6:].splitlines()[0])
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["tite", "condenser", "infused"])
 def test_round_trip_per_family(hub, tmp_path, tok, family):

@@ -222,6 +222,7 @@ def saved_tite(tmp_path):
     return folder, texts, expected
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 def test_tite_loads_as_remote_code_without_the_package(saved_tite, tmp_path):
     from conftest import run_python_without_package
