@@ -27,6 +27,12 @@ import torch  # noqa: E402
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# DENSE_ENCODERS_DETERMINISTIC=1: run the suite with torch.use_deterministic_algorithms(True), to find
+# tests whose outcome depends on non-deterministic kernels (issue #12). Off by default.
+if os.environ.get("DENSE_ENCODERS_DETERMINISTIC", "") not in ("", "0"):
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+
 import dense_encoders  # noqa: F401,E402  (registers the Auto classes)
 from dense_encoders import CondenserConfig  # noqa: E402
 
@@ -36,6 +42,38 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def pytest_sessionfinish(session, exitstatus):
     if _OWNS_HF_HOME:
         shutil.rmtree(_HF_HOME, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- numerical tolerances
+#
+# Tests that check that two computations are the SAME FUNCTION (gradient cache vs the un-chunked step,
+# accumulation vs the full batch, DDP vs one process, eager vs sdpa, checkpointing, Triton vs PyTorch,
+# resumed vs uninterrupted runs, a model vs a hand-wired reference) run their tiny models in float64.
+# Both sides then differ only by rounding in a different order: at most a few hundred terms of magnitude
+# <= ~10 per sum, i.e. ~1e-13 on any processor (eps64 = 2.2e-16), whatever its vector width or thread
+# count. 1e-10 leaves three orders of margin and still fails on any real difference (a wrong term, a
+# missing scale, a float32 cast: >= 1e-8 here). These tests carry the ``numerics`` marker.
+FLOAT64_TOLERANCE = dict(atol=1e-10, rtol=1e-10)
+EPS32 = torch.finfo(torch.float32).eps  # 1.19e-7
+
+
+def float32_atol(*values: torch.Tensor, depth: int = 1, k: float = 16.0) -> float:
+    """Absolute tolerance for two float32 evaluations of one function whose outputs are ``values``.
+
+    ``k * eps32 * max|value| * sqrt(depth)``: each layer rounds its sums to a few ulps of the largest
+    value it produces, in an order that depends on the processor (vector width, threads, kernels);
+    across ``depth`` layers the errors add like a random walk. ``k = 16`` covers the few ulps of the
+    layer's matmuls, softmax and LayerNorm (whose 1/std re-amplifies absolute errors). For tests where
+    float32 is the point (real float32 weights), not one machine's observed difference.
+    """
+    largest = max(float(v.detach().abs().max()) for v in values if v.numel())
+    return k * EPS32 * largest * depth**0.5
+
+
+def cpu_only_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a CPU-only child (torchrun, a fresh interpreter): no GPU is visible,
+    so transformers' Trainer and accelerate cannot pick ``cuda:<local_rank>`` on a GPU machine."""
+    return dict(os.environ, CUDA_VISIBLE_DEVICES="", **extra)
 
 
 def tiny_condenser_config(**overrides) -> CondenserConfig:
@@ -104,7 +142,7 @@ sys.meta_path.insert(0, _BlockDenseEncoders())
 
 def run_python_without_package(code: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter where ``import dense_encoders`` raises ImportError."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in cpu_only_env().items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(cwd / "hf_home"))
     result = subprocess.run(
         [sys.executable, "-c", BLOCK_PACKAGE + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout

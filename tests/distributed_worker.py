@@ -2,6 +2,8 @@
 
 Each rank holds an UNEQUAL even slice of one global batch of spans; rank 0 writes the loss each
 rank saw and the DDP-averaged gradients, for the test to compare with one process on the global batch.
+The model is float64 (an equivalence test: see conftest's FLOAT64_TOLERANCE) and on the CPU, also
+where a GPU is visible.
 """
 
 import faulthandler
@@ -24,14 +26,14 @@ def main(output_path: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = CoCondenserForPreTraining(tiny_condenser_config(late_mlm=False))
+    model = CoCondenserForPreTraining(tiny_condenser_config(late_mlm=False)).double().to("cpu")
     ddp = DistributedDataParallel(model, find_unused_parameters=True)  # no labels: the heads are unused
     batch = random_mlm_batch(batch_size=8, seed=1)
     start, stop = SLICES[rank]
     local = {k: v[start:stop] for k, v in batch.items() if k != "labels"}
     output = ddp(**local)  # no labels: the contrastive loss alone
     output.loss.backward()
-    losses = [torch.zeros(()) for _ in range(dist.get_world_size())]
+    losses = [torch.zeros((), dtype=torch.float64) for _ in range(dist.get_world_size())]
     dist.all_gather(losses, output.contrastive_loss.detach())
     spans = [torch.zeros((), dtype=torch.long) for _ in range(dist.get_world_size())]
     dist.all_gather(spans, torch.tensor(output.contrastive_spans))

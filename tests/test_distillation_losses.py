@@ -147,6 +147,7 @@ def _embeddings_for_scores(scores: torch.Tensor) -> list[torch.Tensor]:
     return [q] + [scores[:, k : k + 1] for k in range(scores.shape[1])]
 
 
+@pytest.mark.numerics
 def test_margin_mse_matches_sentence_transformers():
     from sentence_transformers.sentence_transformer.losses import MarginMSELoss
 
@@ -159,6 +160,7 @@ def test_margin_mse_matches_sentence_transformers():
     assert ours.mean().item() == pytest.approx(reference.item(), rel=1e-10)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("k", [2, 4])
 @pytest.mark.parametrize("temperature", [1.0, 2.0])
 def test_kl_matches_sentence_transformers(k, temperature):
@@ -196,6 +198,7 @@ def test_sce_is_binary_kl_form_of_proposition_3():
     assert value.item() == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.numerics
 def test_proposition_3_sce_gradient_tends_to_margin_mse_gradient():
     teacher = torch.tensor([[1.3, -0.4]], dtype=torch.float64)
     mask = torch.ones(1, 2, dtype=torch.bool)
@@ -227,6 +230,7 @@ def _random_masked_batch(seed: int = 0):
     return student, teacher, mask
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("name", ["margin_mse", "m3se", "sce", "kl"])
 def test_translation_invariance(name):
     student, teacher, mask = _random_masked_batch()
@@ -352,6 +356,7 @@ LOCAL_TEACHER = [[2.0, 8.0, 4.5]]
     "theta,tau,in_batch,n_candidates",
     [(3.0, 1.0, True, 3 + 2 + 2), (4.0, 1.0, True, 2 + 2 + 2), (3.0, 0.5, False, 3), (4.0, 2.0, False, 2)],
 )
+@pytest.mark.numerics
 def test_infonce_matches_naive_candidate_list(theta, tau, in_batch, n_candidates):
     g = torch.Generator().manual_seed(7)
     scores = torch.randn(1, 9, generator=g, dtype=torch.float64) * 3
@@ -498,6 +503,7 @@ def test_parse_loss_spec():
         parse_loss_spec("  ")
 
 
+@pytest.mark.numerics
 def test_objective_total_is_weighted_sum_of_direct_components():
     g = torch.Generator().manual_seed(5)
     q_emb = torch.randn(3, 4, generator=g, dtype=torch.float64, requires_grad=True)

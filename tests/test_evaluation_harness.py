@@ -82,6 +82,7 @@ def minilm_reference(path: Path, texts: list[str], max_length: int = 256) -> np.
     return F.normalize((states * mask).sum(1) / mask.sum(1), dim=-1).numpy()
 
 
+@pytest.mark.numerics
 def test_sentence_transformers_model_as_configured(minilm_path):
     encoder = RetrievalEncoder(str(minilm_path), show_progress_bar=False)
     assert encoder.similarity == "cosine" and encoder.max_lengths == {"query": 256, "document": 256}
@@ -90,6 +91,7 @@ def test_sentence_transformers_model_as_configured(minilm_path):
     assert not documents.cached and documents.texts_per_second > 0
 
 
+@pytest.mark.numerics
 def test_prompts_and_separate_max_lengths(minilm_path):
     encoder = RetrievalEncoder(
         str(minilm_path), query_prompt="query: ", query_max_length=6, document_max_length=12, show_progress_bar=False
@@ -118,6 +120,7 @@ def plain_bert(tmp_path, tok):
     return folder
 
 
+@pytest.mark.numerics
 def test_plain_checkpoint_needs_a_pooling_and_gets_exactly_it(plain_bert, tok):
     with pytest.raises(ValueError, match=r"no sentence-transformers configuration.*pooling='cls' or pooling='mean'"):
         RetrievalEncoder(str(plain_bert))
@@ -134,6 +137,7 @@ def test_plain_checkpoint_needs_a_pooling_and_gets_exactly_it(plain_bert, tok):
         np.testing.assert_allclose(encoder.encode_documents(DOCUMENTS).embeddings, reference.numpy(), atol=1e-5)
 
 
+@pytest.mark.numerics
 def test_our_model_without_sentence_transformers_files_uses_its_vector(tmp_path, tok):
     from dense_encoders.models.tite import TiteModel
     from dense_encoders.models.tite.presets import tite_preset
@@ -183,6 +187,7 @@ def test_embedding_cache_skips_re_encoding(minilm_path, tmp_path, monkeypatch):
     assert other.cache_key(DOCUMENTS, "document") != encoder.cache_key(DOCUMENTS, "document")
 
 
+@pytest.mark.numerics
 def test_evaluate_retrieval_end_to_end(minilm_path, toy_dataset, tmp_path):
     folder = write_beir(tmp_path / "toy", toy_dataset)
     results = evaluate_retrieval(
@@ -234,6 +239,7 @@ def tiny_cross_encoder(tmp_path, tok):
     return folder, model
 
 
+@pytest.mark.numerics
 def test_rerank_rescores_the_top_k_with_the_cross_encoder(minilm_path, toy_dataset, tiny_cross_encoder, tok):
     folder, model = tiny_cross_encoder
     results = evaluate_retrieval(
@@ -311,6 +317,7 @@ def test_all_minilm_l6_v2_reproduces_its_mteb_scifact_ndcg(minilm_path, tmp_path
     assert abs(results["metrics"]["ndcg@10"] - 0.6451) <= 0.005, results["metrics"]
 
 
+@pytest.mark.numerics
 def test_rerank_score_cache_scores_each_pair_once(toy_dataset, tiny_cross_encoder):
     from sentence_transformers import CrossEncoder
 

@@ -49,6 +49,7 @@ def distilled_tite(tmp_path, tok):
     return output, tmp_path / "toy.json", results
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 def test_tite_card_from_records_and_results(distilled_tite, tok):
     folder, results_path, results = distilled_tite
@@ -80,6 +81,7 @@ def test_tite_card_from_records_and_results(distilled_tite, tok):
     np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-5)
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 def test_infused_and_plain_student_cards(tmp_path, tok):
     from transformers import BertConfig, BertForSequenceClassification, BertModel

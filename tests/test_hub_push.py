@@ -91,12 +91,14 @@ print("RESULT" + json.dumps({"auto": auto.tolist(), "st": st.tolist(), "type": t
 
 def download(hub, tmp_path, repo, revision="", offline=False):
     env = hub.env(hf_home=tmp_path / "hf_home", offline=offline)
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU, as local_embeddings, also on a GPU machine
     result = subprocess.run([sys.executable, "-c", DOWNLOAD, repo, revision, json.dumps(TEXTS)], env=env,
                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout[result.stdout.rindex("RESULT") + 6:].splitlines()[0])
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["tite", "condenser", "infused"])
 def test_round_trip_per_family(hub, tmp_path, tok, family):

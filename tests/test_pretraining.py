@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, random_mlm_batch, tiny_condenser_config
+from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env, random_mlm_batch, tiny_condenser_config
 
 from dense_encoders import CoCondenserForPreTraining
 from dense_encoders.trainer import CondenserPreTrainer, PreTrainingArguments, PreTrainingSetup, RandomState, pretrain
@@ -64,10 +64,11 @@ def parameter_gradients(model) -> dict[str, torch.Tensor]:
     return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("chunk_size", [1, 2, 3, 4])
 def test_grad_cache_gradients_equal_unchunked_step(tmp_path, chunk_size):
     torch.manual_seed(0)
-    model = CoCondenserForPreTraining(tiny_condenser_config())
+    model = CoCondenserForPreTraining(tiny_condenser_config()).double()  # float64: see conftest
     batch = random_mlm_batch(batch_size=8, seed=3)
 
     model.zero_grad()
@@ -81,10 +82,12 @@ def test_grad_cache_gradients_equal_unchunked_step(tmp_path, chunk_size):
     loss = trainer.training_step(trainer.model, dict(batch))
     cached = parameter_gradients(model)
 
-    torch.testing.assert_close(loss, reference_output.loss.detach(), atol=1e-5, rtol=1e-5)
+    assert loss.dtype == reference_output.loss.dtype == torch.float64  # no float32 cast on the way
+    torch.testing.assert_close(loss, reference_output.loss.detach(), **FLOAT64_TOLERANCE)
     assert reference.keys() == cached.keys() and len(reference) > 50
     for name in reference:
-        torch.testing.assert_close(cached[name], reference[name], atol=1e-6, rtol=1e-4, msg=name)
+        assert cached[name].dtype == torch.float64, name
+        torch.testing.assert_close(cached[name], reference[name], **FLOAT64_TOLERANCE, msg=name)
 
 
 def test_random_state_replays_dropout_exactly():
@@ -109,7 +112,8 @@ def test_grad_cache_chunk_size_must_be_positive(tmp_path):
 
 
 def torchrun(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    # CPU and gloo, also on a GPU machine (else rank 1 asks for cuda:1 on a one-GPU machine)
+    env = cpu_only_env(PYTHONPATH=str(REPO_ROOT / "src"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
@@ -118,22 +122,26 @@ def torchrun(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedP
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 def test_contrastive_loss_and_gradients_match_one_process_on_the_global_batch(tmp_path):
     torchrun(str(REPO_ROOT / "tests" / "distributed_worker.py"), str(tmp_path / "ddp.pt"), cwd=tmp_path)
     result = torch.load(tmp_path / "ddp.pt")
 
     torch.manual_seed(0)
-    model = CoCondenserForPreTraining(tiny_condenser_config(late_mlm=False))
+    model = CoCondenserForPreTraining(tiny_condenser_config(late_mlm=False)).double()  # as the workers
     batch = random_mlm_batch(batch_size=8, seed=1)
     output = model(**{k: v for k, v in batch.items() if k != "labels"})
     output.loss.backward()
 
     # both ranks saw all 8 spans (6 + 2) and the loss of the whole global batch
     assert result["spans"].tolist() == [8, 8]
-    torch.testing.assert_close(result["losses"], output.loss.detach().repeat(2), atol=1e-5, rtol=1e-5)
+    assert result["losses"].dtype == torch.float64
+    torch.testing.assert_close(result["losses"], output.loss.detach().repeat(2), **FLOAT64_TOLERANCE)
     # DDP-averaged gradients equal the single-process gradient of the global loss
-    for name, grad in parameter_gradients(model).items():
-        torch.testing.assert_close(result["grads"][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    gradients = parameter_gradients(model)
+    assert result["grads"].keys() == gradients.keys()
+    for name, grad in gradients.items():
+        torch.testing.assert_close(result["grads"][name], grad, **FLOAT64_TOLERANCE, msg=name)
 
 
 @pytest.mark.slow
@@ -157,9 +165,22 @@ def test_torchrun_cli_trains_cocondenser_on_the_global_batch(tmp_path, corpus_fi
 # ---------------------------------------------------------------------------- resume, CLI
 
 
+@pytest.fixture
+def float64_pretraining(monkeypatch):
+    """``pretrain`` builds its model in float64 (equivalence tests: see conftest's FLOAT64_TOLERANCE)."""
+    from dense_encoders.trainer import pretraining
+
+    build_model = pretraining.build_model
+    monkeypatch.setattr(pretraining, "build_model", lambda *a, **k: build_model(*a, **k).double())
+
+
 @pytest.mark.slow
+@pytest.mark.numerics
 @pytest.mark.parametrize("architecture", ["condenser", "cocondenser"])
-def test_resuming_from_a_checkpoint_continues_with_the_same_losses(tmp_path, corpus_file, architecture):
+def test_resuming_from_a_checkpoint_continues_with_the_same_losses(tmp_path, corpus_file, architecture,
+                                                                  float64_pretraining):
+    from safetensors.torch import load_file
+
     setup = PreTrainingSetup(
         architecture=architecture, preset="tiny", corpus=str(corpus_file), max_seq_length=64,
         min_span_tokens=40, max_span_tokens=60,
@@ -170,12 +191,22 @@ def test_resuming_from_a_checkpoint_continues_with_the_same_losses(tmp_path, cor
     shutil.copytree(full / "checkpoint-3", interrupted / "checkpoint-3")
     pretrain(setup, training_args(interrupted, max_steps=6, resume_from_checkpoint=str(interrupted / "checkpoint-3")))
 
+    # the resumed run ends with the uninterrupted run's weights (float64 end to end, AdamW state included)
+    final, resumed_final = load_file(full / "model.safetensors"), load_file(interrupted / "model.safetensors")
+    initial = load_file(full / "checkpoint-3" / "model.safetensors")
+    assert final.keys() == resumed_final.keys() and all(v.dtype == torch.float64 for v in final.values())
+    assert max((final[k] - initial[k]).abs().max().item() for k in final) > 1e-4  # steps 4-6 moved the weights
+    for name, value in final.items():
+        torch.testing.assert_close(resumed_final[name], value, **FLOAT64_TOLERANCE, msg=name)
+
     uninterrupted, resumed = logged(full, "loss"), logged(interrupted, "loss")
     assert sorted(resumed) == [1, 2, 3, 4, 5, 6]  # steps 1-3 come from the checkpoint's trainer state
     assert resumed[1] == uninterrupted[1]
     for step in (4, 5, 6):
-        assert resumed[step] == pytest.approx(uninterrupted[step], abs=1e-4), step
+        # the Trainer sums the logged loss in a float32 tensor: float32's precision, not the model's
+        assert resumed[step] == pytest.approx(uninterrupted[step], rel=1e-6), step
     for component in ("head_mlm_loss", "late_mlm_loss") + (("contrastive_loss",) if architecture == "cocondenser" else ()):
+        # components are logged rounded to 4 decimals: equal float64 values round alike
         assert logged(interrupted, component)[6] == pytest.approx(logged(full, component)[6], abs=1e-4)
 
 

@@ -46,6 +46,7 @@ def test_card_metadata_and_facts_come_from_the_folder(quickstart):
     assert "gao-callan-2021-condenser" in card.text and "gao-callan-2022" not in card.text
 
 
+@pytest.mark.numerics
 def test_card_usage_snippets_run(quickstart):
     folder, _ = quickstart
     card = condenser_model_card(folder, repo_id=str(folder))

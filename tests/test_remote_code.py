@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import run_python_without_package, tiny_condenser_config
+from conftest import float32_atol, run_python_without_package, tiny_condenser_config
 from transformers import AutoTokenizer
 
 from dense_encoders import CoCondenserForPreTraining, CondenserModel
@@ -51,6 +51,7 @@ def test_folder_carries_code_auto_map_and_sentence_transformers_files(saved_coco
     assert json.loads((folder / "config_sentence_transformers.json").read_text())["similarity_fn_name"] == "dot"
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 def test_auto_classes_and_sentence_transformers_load_without_the_package(saved_cocondenser, tmp_path):
     folder, expected = saved_cocondenser
@@ -84,10 +85,13 @@ print("RESULT " + json.dumps({{"encoder": type(encoder).__name__, "pretraining":
     assert info["encoder"] == "CondenserModel" and info["pretraining"] == "CoCondenserForPreTraining"
     assert "transformers_modules" in info["module"]  # the copied remote code, not our package
     remote = torch.load(tmp_path / "remote.pt")
-    torch.testing.assert_close(remote["cls"], expected, atol=1e-6, rtol=0)
-    torch.testing.assert_close(remote["st"], expected, atol=1e-5, rtol=0)
+    # float32 in another process (the same code, its own kernels and threads): k * eps32 * max|CLS| * sqrt(4 layers)
+    atol = float32_atol(expected, depth=4)
+    torch.testing.assert_close(remote["cls"], expected, atol=atol, rtol=0)
+    torch.testing.assert_close(remote["st"], expected, atol=atol, rtol=0)
 
 
+@pytest.mark.numerics
 def test_sentence_transformers_in_process_gives_the_cls_embedding(saved_cocondenser):
     from sentence_transformers import SentenceTransformer
 

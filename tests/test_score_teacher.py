@@ -181,6 +181,7 @@ def test_reference_is_informative(expected_lines):
     assert any(line["document_ids"] != expected_candidates(RUN, TOP_K)[line["query_id"]] for line in expected_lines)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("batch_size, expected_batches", [(1, [1] * 12), (3, [3, 3, 3, 3]), (5, [5, 5, 2]), (32, [12])])
 def test_score_teacher_matches_reference(cross_encoder, expected_lines, tmp_path, monkeypatch, batch_size, expected_batches):
     output = tmp_path / "out" / "teacher.jsonl"
@@ -202,6 +203,7 @@ def test_score_teacher_matches_reference(cross_encoder, expected_lines, tmp_path
     assert settings["cross_encoder"] == str(Path(cross_encoder.model.name_or_path).resolve())
 
 
+@pytest.mark.numerics
 def test_include_texts_and_path_inputs(teacher_setup, expected_lines, tmp_path):
     folder, _ = teacher_setup
     run_file = write_run(tmp_path / "run.trec")
@@ -221,6 +223,7 @@ def test_include_texts_and_path_inputs(teacher_setup, expected_lines, tmp_path):
     assert records == read_training_file(output, corpus=CORPUS)
 
 
+@pytest.mark.numerics
 def test_resume_after_interruption(cross_encoder, expected_lines, tmp_path, monkeypatch):
     output = tmp_path / "teacher.jsonl"
     failing = CountingPredict(cross_encoder, fail_on_call=3)
@@ -264,6 +267,7 @@ def test_resume_after_interruption(cross_encoder, expected_lines, tmp_path, monk
     assert third.pairs == 0 and output.read_bytes() == before
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("complete_lines", [0, 1, 2])
 def test_resume_truncates_partial_last_line(cross_encoder, expected_lines, tmp_path, monkeypatch, complete_lines):
     full = tmp_path / "full.jsonl"
@@ -457,6 +461,7 @@ def write_inputs(folder):
     write_run(folder / "run.trec")
 
 
+@pytest.mark.numerics
 def test_main_with_queries_and_corpus(teacher_setup, expected_lines, tmp_path, capsys):
     write_inputs(tmp_path)
     output = tmp_path / "teacher.jsonl"
@@ -469,6 +474,7 @@ def test_main_with_queries_and_corpus(teacher_setup, expected_lines, tmp_path, c
     assert len(summary) == 1 and "3 queries" in summary[0] and "12 pairs" in summary[0]
 
 
+@pytest.mark.numerics
 def test_main_with_beir_folder(teacher_setup, expected_lines, tmp_path, capsys):
     beir = tmp_path / "beir"
     write_inputs(beir)

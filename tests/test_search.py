@@ -45,6 +45,7 @@ def random_data():
     return torch.randn(10, 8, generator=gen), torch.randn(50, 8, generator=gen)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("similarity", ["dot", "cosine"])
 @pytest.mark.parametrize("k", [1, 5, 50, 80])
 def test_exact_search_matches_reference_with_uneven_chunks(random_data, similarity, k):
@@ -56,6 +57,7 @@ def test_exact_search_matches_reference_with_uneven_chunks(random_data, similari
     assert_matches_reference(result, reference_topk(queries, documents, k, similarity))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("k", [1, 4, 9, 30])
 @pytest.mark.parametrize("document_chunk_size", [1, 4, 7, 100])
 def test_exact_search_heavy_ties_match_reference(k, document_chunk_size):
@@ -132,6 +134,7 @@ def test_empty_queries_return_empty_tensors(random_data):
     assert scores.dtype == torch.float32 and indices.dtype == torch.int64
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("similarity", ["dot", "cosine"])
 @pytest.mark.parametrize("k", [10, 400])
 def test_faiss_search_matches_exact_search(similarity, k):
@@ -167,6 +170,7 @@ def test_search_dispatches_to_exact(random_data):
     torch.testing.assert_close(dispatched[0], exact[0])
 
 
+@pytest.mark.numerics
 def test_search_dispatches_to_faiss(random_data):
     pytest.importorskip("faiss")
     queries, documents = random_data
@@ -219,6 +223,7 @@ def test_topk_to_run_by_hand():
     assert topk_to_run(["q1", "q2"], ["d0", "d1", "d2", "d3"], scores.numpy(), indices.numpy()) == run
 
 
+@pytest.mark.numerics
 def test_topk_to_run_round_trip_with_exact_search(random_data):
     queries, documents = random_data
     scores, indices = exact_search(queries, documents, 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from test_tite_model import batch_of, random_texts
@@ -39,6 +40,7 @@ def naive_decoder(model, vector, token_ids, visible):
     return decoder.LayerNorm(decoder.output(decoder.activation(decoder.intermediate(hidden))) + hidden)
 
 
+@pytest.mark.numerics
 def test_losses_match_naive_per_text_computation_in_a_padded_batch():
     model = tiny_pretraining_model()
     texts = random_texts(4, 16, seed=5)

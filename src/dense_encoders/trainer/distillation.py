@@ -155,10 +155,8 @@ class DistillationTrainer(HubPushMixin, Trainer):
         num_queries, k = teacher.shape
         student = torch.einsum("qh,qkh->qk", queries, documents.view(num_queries, k, -1))
         batch_scores = queries @ documents.T if "infonce" in self.objective.weights else None
-        total, components = self.objective(
-            student.float(), teacher.float(), mask, batch_scores=None if batch_scores is None else batch_scores.float(),
-            global_mask=mask,
-        )
+        # the losses compute in at least float32 and never below the scores' precision (float64 stays float64)
+        total, components = self.objective(student, teacher, mask, batch_scores=batch_scores, global_mask=mask)
         normaliser = num_items_in_batch if num_items_in_batch is not None else num_queries
         loss = _gradient_scaled(total.sum() / normaliser, world_size)
         if model.training:

@@ -23,6 +23,7 @@ from .records import HubPushMixin
 from ..models.condenser.modeling_condenser import (
     CoCondenserForPreTraining,
     CondenserForPreTraining,
+    at_least_float32,
     span_contrastive_loss,
 )
 from ..models.condenser.presets import CONDENSER_PRESETS, condenser_preset
@@ -182,7 +183,7 @@ class CondenserPreTrainer(HubPushMixin, Trainer):
                 )
                 span_embeddings.append(encoded.pooler_output)
         # 2. contrastive loss over the whole batch, gradients w.r.t. the cached representations
-        span_embeddings = torch.cat(span_embeddings).detach().float().requires_grad_()
+        span_embeddings = at_least_float32(torch.cat(span_embeddings).detach()).requires_grad_()
         contrastive, num_spans = span_contrastive_loss(span_embeddings, return_num_spans=True)
         (embedding_grads,) = torch.autograd.grad(contrastive, span_embeddings)
         embedding_grads = embedding_grads.split([piece["input_ids"].shape[0] for piece in chunks])
@@ -195,7 +196,7 @@ class CondenserPreTrainer(HubPushMixin, Trainer):
             sync = contextlib.nullcontext() if last else self.accelerator.no_sync(model)
             with sync, state.replay(), self.compute_loss_context_manager():
                 outputs = model(**piece, compute_contrastive_loss=False)
-                surrogate = (outputs.pooler_output.float() * grads).sum()
+                surrogate = (at_least_float32(outputs.pooler_output) * grads).sum()
                 if labels is not None:
                     weight = int((piece["labels"] != -100).sum()) / total_masked
                     surrogate = surrogate + weight * outputs.head_mlm_loss
@@ -211,7 +212,7 @@ class CondenserPreTrainer(HubPushMixin, Trainer):
                 components["late_mlm_loss"] = late_total
         self._record_outputs(components)
         total = float(contrastive.detach()) + head_total + late_total
-        return torch.tensor(total * scale, device=self.args.device)
+        return torch.tensor(total * scale, dtype=contrastive.dtype, device=self.args.device)
 
 
 @functools.lru_cache(maxsize=None)

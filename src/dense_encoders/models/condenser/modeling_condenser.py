@@ -64,6 +64,15 @@ def gather_with_local_grad(local: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.cat(parts, dim=0), world_size
 
 
+def at_least_float32(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in float32 if it is half precision (fp16 / bf16); float32 and float64 stay as they are.
+
+    Losses are computed in at least float32, and never below the model's precision: a float64 model
+    (the equivalence tests) keeps float64 end to end.
+    """
+    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
+
+
 def span_contrastive_loss(span_embeddings: torch.Tensor, return_num_spans: bool = False):
     r"""coCondenser's corpus-aware span contrastive loss (Gao & Callan 2022, Eq. 5).
 
@@ -89,7 +98,7 @@ def span_contrastive_loss(span_embeddings: torch.Tensor, return_num_spans: bool 
             "which samples exactly two spans per document."
         )
     gathered, world_size = gather_with_local_grad(span_embeddings)
-    gathered = gathered.float()
+    gathered = at_least_float32(gathered)
     scores = gathered @ gathered.T
     scores = scores.masked_fill(torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device), float("-inf"))
     targets = torch.arange(scores.shape[0], device=scores.device) ^ 1
@@ -270,7 +279,7 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
         if not bool(selected.any()):
             return hidden_states.sum() * 0.0
         logits = self.cls(hidden_states[selected])
-        return F.cross_entropy(logits.float(), labels[selected])
+        return F.cross_entropy(at_least_float32(logits), labels[selected])
 
     def condenser_head(self, backbone_outputs, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """Run the head on [last-layer CLS ; hidden_states[skip_from][:, 1:]] (paper Eq. 6)."""
