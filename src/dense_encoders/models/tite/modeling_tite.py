@@ -561,6 +561,8 @@ class TiteModel(TitePreTrainedModel):
             return output.to_tuple() if return_dict is False else output
         plan = self.plan(input_ids, attention_mask)
         flat_ids = input_ids.reshape(-1)
+        if self.embeddings.token_type_embeddings is None:
+            token_type_ids = None  # no token-type table (the default): nothing to gather
         types = token_type_ids.reshape(-1) if token_type_ids is not None else None
         if plan.gather is not None:  # unpad once: the real tokens, left-aligned or not
             flat_ids = flat_ids.index_select(0, plan.gather)
@@ -621,7 +623,9 @@ class TiteModel(TitePreTrainedModel):
         plan = TitePlan(self.config, host_mask, tuple(input_ids.shape), device, True, dtype, capacity,
                         into=entry["plan"] if entry else None)
         flat_ids = input_ids.reshape(-1).index_select(0, plan.gather[:tokens])
-        types = token_type_ids.reshape(-1).index_select(0, plan.gather[:tokens]) if token_type_ids is not None else None
+        types = None
+        if token_type_ids is not None and self.embeddings.token_type_embeddings is not None:
+            types = token_type_ids.reshape(-1).index_select(0, plan.gather[:tokens])
         states = self.embeddings(flat_ids, plan.positions[:tokens], types)
         if entry is None:
             static_in = states.new_zeros((capacity[1], states.shape[1]))
