@@ -32,7 +32,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
 from .configuration_tite import TiteConfig
-from .pooling_tite import DeviceArrays, PoolPlan, _segment_positions, pool_planned
+from .pooling_tite import DeviceArrays, PoolPlan, _segment_positions, plan_parts, pool_planned
 from .rotary_tite import apply_rotary, fused_rotary_available, rotary_table
 
 try:  # PyTorch's own varlen flash attention (CUDA, fp16/bf16; torch >= 2.9): no flash-attn package needed
@@ -234,6 +234,7 @@ class TitePlan:
         self._positions = arrays.add(current.positions_host, capacity and current.rows)
         self.input = current
         layouts, pooled = [current], {}
+        parts = plan_parts(self.device, config.pooling_implementation, torch.is_grad_enabled())
         self.layers: list[LayerPlan] = []
         for index in range(config.num_hidden_layers):
             kernel, stride = config.kernel_sizes[index], config.strides[index]
@@ -249,7 +250,7 @@ class TitePlan:
                     if current.max_length > 1:
                         rows_out = min(current.rows, current.rows // stride + capacity[0])
                     pool_capacity, layout_capacity = (current.rows, rows_out, longest), (rows_out, longest)
-                pool = PoolPlan(current.lengths, kernel, stride, arrays, pool_capacity)
+                pool = PoolPlan(current.lengths, kernel, stride, arrays, pool_capacity, parts)
                 pool.centre_key = arrays.add(2 * stride * pool.window_index + (kernel - 1), capacity and pool.total_out)
                 smaller = SequenceLayout(pool.out_lengths, arrays, padded and capacity is None, layout_capacity)
                 pooled[key] = (pool, smaller)

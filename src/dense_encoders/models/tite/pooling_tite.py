@@ -135,8 +135,9 @@ class DeviceArrays:
 
     def __init__(self):
         self._arrays: list[np.ndarray] = []
-        self._views: list[torch.Tensor] | None = None
+        self._views: dict[int, torch.Tensor] | None = None
         self._flat: torch.Tensor | None = None
+        self._sizes: list[int] | None = None
 
     def add(self, array, capacity: int | None = None) -> int:
         """Register ``array``; with ``capacity``, zero-padded to that many entries (static shapes)."""
@@ -152,20 +153,29 @@ class DeviceArrays:
         """Copy every array to ``device`` at once; ``into``: reuse that transferred set's device buffer
         (same sizes, e.g. the static inputs of a CUDA graph) instead of allocating a new one."""
         sizes = [a.size for a in self._arrays]
-        host = torch.from_numpy(np.concatenate(self._arrays) if self._arrays else np.zeros(0, np.int32))
-        if device.type == "cuda":
-            host = host.pin_memory()
+        # one host buffer (pinned for an asynchronous copy to a GPU), filled array by array
+        host = torch.empty(sum(sizes), dtype=torch.int32, pin_memory=device.type == "cuda")
+        if sizes:
+            np.concatenate(self._arrays, out=host.numpy())
         if into is not None:
-            if [v.numel() for v in into._views] != sizes:
+            if into._sizes != sizes:
                 raise ValueError("DeviceArrays.transfer(into=...): the arrays do not have the target's sizes")
             into._flat.copy_(host, non_blocking=True)
             self._flat, self._views = into._flat, into._views
-            return
-        self._flat = host.to(device, non_blocking=True)
-        self._views = list(self._flat.split(sizes)) if sizes else []
+        else:
+            self._flat = host.to(device, non_blocking=True)
+            self._views = {}
+        self._sizes = sizes
+        self._offsets = np.concatenate(([0], np.cumsum(sizes))).tolist()
 
     def __getitem__(self, key: int) -> torch.Tensor:
-        return self._views[key]
+        view = self._views.get(key)
+        if view is None:  # views are made on first use: a plan holds more arrays than a forward reads
+            view = self._views[key] = self._flat[self._offsets[key] : self._offsets[key + 1]]
+        return view
+
+
+PLAN_PARTS = ("windows", "tokens", "bags")
 
 
 def _segment_positions(lengths: np.ndarray) -> np.ndarray:
@@ -190,10 +200,11 @@ class PoolPlan:
     """
 
     def __init__(self, lengths: np.ndarray, kernel_size: int, stride: int, arrays: DeviceArrays,
-                 capacity: tuple[int, int, int] | None = None):
+                 capacity: tuple[int, int, int] | None = None, needs: frozenset = frozenset(PLAN_PARTS)):
         """``capacity``: ``(input rows, output rows, longest output)`` upper bounds for static shapes
         (CUDA graphs): arrays are zero-padded to them (padding windows are empty: zero rows) and the
-        host sizes report them instead of the batch's own."""
+        host sizes report them instead of the batch's own. ``needs``: which of ``PLAN_PARTS``
+        ("windows" for the Triton forward, "tokens" for its backward, "bags" for PyTorch) to build."""
         kernel_size, stride = _check_window(kernel_size, stride)
         lengths = np.asarray(lengths, dtype=np.int64)
         self.kernel_size, self.stride = kernel_size, stride
@@ -204,34 +215,37 @@ class PoolPlan:
         self.max_out = int(self.out_lengths.max()) if lengths.size else 0
         self.max_windows = -(-kernel_size // stride)  # at most ceil(k / s) windows contain a token
         in_starts = np.cumsum(lengths) - lengths
-        out_starts = np.cumsum(self.out_lengths) - self.out_lengths
         window = _segment_positions(self.out_lengths)  # index of every window inside its sequence
         window_seq = np.repeat(np.arange(lengths.size), self.out_lengths)
         first = window * stride
         count = np.clip(lengths[window_seq] - first, 0, kernel_size)
+        first += in_starts[window_seq]  # first packed row of every window
         self.window_index = window  # host copy: rotary positions of the window centres
-        position = _segment_positions(lengths)
-        token_seq = np.repeat(np.arange(lengths.size), lengths)
-        # windows containing position p: ceil((p - k + 1) / s) <= w <= min(floor(p / s), n_out - 1)
-        w_lo = (np.maximum(position - (kernel_size - 1), 0) + stride - 1) // stride
-        w_hi = np.minimum(position // stride, self.out_lengths[token_seq] - 1)
-        if kernel_size == stride:  # windows tile each sequence: the rows in order are the bags
-            bag_indices = np.arange(self.total_in)
-        else:
-            bag_indices = np.repeat(in_starts[window_seq] + first - np.cumsum(count) + count, count)
-            bag_indices = bag_indices + np.arange(int(count.sum()))
         rows_in = rows_out = None
         if capacity is not None:
             rows_in, rows_out, longest = capacity
             self.total_in, self.total_out, self.max_out = rows_in, rows_out, longest
-        self._keys = dict(
-            out_cu_seqlens=arrays.add(np.concatenate(([0], np.cumsum(self.out_lengths)))),
-            window_first=arrays.add(in_starts[window_seq] + first, rows_out),
-            window_count=arrays.add(count, rows_out),
-            token_window=arrays.add(out_starts[token_seq] + w_lo, rows_in),
-            token_windows=arrays.add(np.maximum(w_hi - w_lo + 1, 0), rows_in),
-        )
-        if capacity is None:  # the PyTorch path's bags (their size varies: no static shape)
+        self._keys = dict(out_cu_seqlens=arrays.add(np.concatenate(([0], np.cumsum(self.out_lengths)))))
+        if "windows" in needs:
+            self._keys.update(window_first=arrays.add(first, rows_out), window_count=arrays.add(count, rows_out))
+        if "tokens" in needs:
+            if kernel_size == stride:  # windows tile each sequence in order: one window per token
+                token_window = np.repeat(np.arange(window.size), count)
+                token_windows = np.ones(int(lengths.sum()), dtype=np.int64)
+            else:  # windows containing p: ceil((p - k + 1) / s) <= w <= min(floor(p / s), n_out - 1)
+                position = _segment_positions(lengths)
+                token_seq = np.repeat(np.arange(lengths.size), lengths)
+                w_lo = (np.maximum(position - (kernel_size - 1), 0) + stride - 1) // stride
+                w_hi = np.minimum(position // stride, self.out_lengths[token_seq] - 1)
+                out_starts = np.cumsum(self.out_lengths) - self.out_lengths
+                token_window, token_windows = out_starts[token_seq] + w_lo, np.maximum(w_hi - w_lo + 1, 0)
+            self._keys.update(token_window=arrays.add(token_window, rows_in),
+                              token_windows=arrays.add(token_windows, rows_in))
+        if "bags" in needs and capacity is None:  # PyTorch's bags (their size varies: no static shape)
+            if kernel_size == stride:  # the rows in order are the bags
+                bag_indices = np.arange(int(lengths.sum()))
+            else:
+                bag_indices = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
             self._keys.update(bag_indices=arrays.add(bag_indices), bag_offsets=arrays.add(np.cumsum(count) - count))
         self._arrays = arrays
 
@@ -239,6 +253,8 @@ class PoolPlan:
         keys = self.__dict__.get("_keys")
         if keys is not None and name in keys:
             return self.__dict__["_arrays"][keys[name]]
+        if name in ("window_first", "window_count", "token_window", "token_windows", "bag_indices", "bag_offsets"):
+            raise AttributeError(f"this PoolPlan was built without {name!r} (see its `needs`)")
         raise AttributeError(name)
 
     @classmethod
@@ -534,6 +550,21 @@ def uses_triton(hidden: torch.Tensor, implementation: str) -> bool:
     return reason is None
 
 
+def plan_parts(device, implementation: str, backward: bool) -> frozenset:
+    """The :class:`PoolPlan` parts :func:`pool_planned` will read for tensors on ``device`` (as
+    :func:`uses_triton` decides): the Triton windows (+ tokens when a backward may follow), else bags."""
+    device = torch.device(device)
+    triton_runs = (
+        implementation != "torch"
+        and (implementation == "triton" or device.type == "cuda")
+        and triton_available()
+        and (device.type == "cuda" or _interpret_mode())
+    )
+    if not triton_runs:
+        return frozenset({"bags"})
+    return frozenset({"windows", "tokens"} if backward else {"windows"})
+
+
 def pool_planned(hidden: torch.Tensor, plan: PoolPlan, implementation: str = "auto") -> torch.Tensor:
     """TITE Eq. 1 (pool_{k,s}) with a ready :class:`PoolPlan`: no host read, one kernel (Triton) or
     one ``embedding_bag`` (PyTorch). Returns the pooled ``[plan.total_out, dim]`` rows."""
@@ -582,6 +613,7 @@ __all__ = [
     "IMPLEMENTATIONS",
     "DeviceArrays",
     "PoolPlan",
+    "plan_parts",
     "pool_planned",
     "pooled_lengths_host",
     "uses_triton",
