@@ -19,7 +19,7 @@ from transformers.models.bert.modeling_bert import BertLayer
 from dense_encoders.models.tite import modeling_tite as M
 from dense_encoders.models.tite import rotary_tite as R
 from dense_encoders.models.tite.modeling_tite import TiteModel
-from dense_encoders.models.tite.pooling_tite import pooled_cu_seqlens, window_centres
+from dense_encoders.models.tite.pooling_tite import PLAN_PARTS, pooled_cu_seqlens, window_centres
 from dense_encoders.models.tite.presets import TINY_PRESETS, tite_preset
 
 POOLING = sorted(name for name in TINY_PRESETS if name != "tiny-tite-no-pooling")
@@ -43,8 +43,14 @@ def ragged_batch(lengths: list[int], width: int | None = None, seed: int = 0) ->
 # ---------------------------------------------------------------------------- plan = recomputation
 
 
+@pytest.fixture
+def every_plan_part(monkeypatch):
+    """Plans with the Triton windows and tokens as well as the PyTorch bags (a CPU plan has bags only)."""
+    monkeypatch.setattr(M, "plan_parts", lambda device, implementation, backward: frozenset(PLAN_PARTS))
+
+
 @pytest.mark.parametrize("name", POOLING + ["tiny-tite-no-pooling"])
-def test_plan_equals_the_per_layer_recomputation(name):
+def test_plan_equals_the_per_layer_recomputation(name, every_plan_part):
     model = tiny(name)
     config = model.config
     lengths = [config.max_position_embeddings, 1, 7, 2, config.max_position_embeddings - 3, 5]
@@ -77,6 +83,15 @@ def test_plan_equals_the_per_layer_recomputation(name):
                     first.append(int(cu[seq]) + w * stride)
                     count.append(min(kernel, n - w * stride))
             assert layer.pool.window_first.tolist() == first and layer.pool.window_count.tolist() == count
+            # the PyTorch path's bags list the same rows; the backward's tokens point at their windows
+            bags = layer.pool.bag_indices.tolist()
+            offsets = layer.pool.bag_offsets.tolist() + [len(bags)]
+            assert [bags[offsets[w]:offsets[w + 1]] for w in range(len(first))] == \
+                [list(range(f, f + c)) for f, c in zip(first, count)]
+            token_window, token_windows = layer.pool.token_window.tolist(), layer.pool.token_windows.tolist()
+            for w, (f, c) in enumerate(zip(first, count)):
+                for row in range(f, f + c):
+                    assert token_window[row] <= w < token_window[row] + token_windows[row]
         assert layer.key.max_length == int(lengths_in.max()) or layer.location == "pre"
         assert layer.query.max_length == int((layer.query.cu_seqlens.diff()).max())
         if layer.rotary_key is not None:  # rotary rows = cos / sin at the recomputed positions
@@ -262,7 +277,27 @@ def test_plan_arrays_move_in_one_transfer(monkeypatch):
     assert len(calls) == 1 and calls[0] > 2 * model.config.num_hidden_layers // 2
 
 
-def test_static_capacity_plans_have_the_same_shapes_for_every_batch_of_a_bucket():
+def test_plans_build_only_what_the_forward_reads(monkeypatch):
+    """CPU: PyTorch bags only; CUDA with Triton: the kernels' windows, plus tokens when a backward may follow."""
+    from dense_encoders.models.tite import pooling_tite as P
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert P.plan_parts("cpu", "auto", True) == {"bags"}
+    monkeypatch.setattr(P, "triton_available", lambda: True)
+    assert P.plan_parts("cuda", "auto", False) == {"windows"}
+    assert P.plan_parts("cuda", "auto", True) == {"windows", "tokens"}
+    assert P.plan_parts("cuda", "torch", True) == {"bags"}
+    assert P.plan_parts("cpu", "triton", True) == {"bags"}  # falls back to PyTorch without the interpreter
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert P.plan_parts("cpu", "triton", False) == {"windows"}
+    monkeypatch.setattr(P, "triton_available", lambda: False)
+    assert P.plan_parts("cuda", "auto", True) == {"bags"}
+    with pytest.raises(AttributeError, match="built without 'window_first'"):
+        model = tiny("tiny-tite-2-late")
+        model.plan(**ragged_batch([16, 3])).layers[1].pool.window_first
+
+
+def test_static_capacity_plans_have_the_same_shapes_for_every_batch_of_a_bucket(every_plan_part):
     """CUDA-graph plans: two different batches of one bucket give arrays of identical sizes (so the second
     is copied into the first one's buffer), real entries equal to the ordinary plan's, and host sizes
     that are upper bounds depending on the bucket alone."""
