@@ -5,6 +5,7 @@ Skipped without CUDA (CI has none); run on a GPU machine with ``python -m pytest
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 
@@ -37,6 +38,17 @@ def ragged(lengths, width=None, seed=0, device="cuda"):
     ids = torch.randint(1, 60, (len(lengths), width), generator=generator)
     mask = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
     return {"input_ids": (ids * mask).to(device), "attention_mask": mask.to(device)}
+
+
+@contextlib.contextmanager
+def sync_debug_mode(mode: str):
+    """Run the block under torch.cuda.set_sync_debug_mode(mode), after the queued work has finished."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode(mode)
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 def force_padded_attention(monkeypatch):
@@ -172,12 +184,8 @@ def test_a_forward_with_a_cpu_mask_never_synchronises():
     batch["attention_mask"] = batch["attention_mask"].cpu()
     with torch.no_grad():
         model(**batch)  # warm-up: kernels compiled, rotary tables cached
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
+        with sync_debug_mode("error"):
             vectors = model(**batch).pooler_output
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
     assert vectors.shape == (3, model.config.hidden_size)
 
 
@@ -186,14 +194,9 @@ def test_a_forward_with_a_cuda_mask_synchronises_once():
     batch = ragged([16, 4, 9])
     with torch.no_grad():
         model(**batch)
-        torch.cuda.synchronize()
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, sync_debug_mode("warn"):
             warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                model(**batch)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
+            model(**batch)
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     assert len(syncs) == 1, [str(w.message) for w in syncs]
 
@@ -222,10 +225,6 @@ def test_cuda_graph_replays_do_not_synchronise_beyond_the_mask_read():
     batch["attention_mask"] = batch["attention_mask"].cpu()
     with torch.no_grad():
         first = model(**batch).pooler_output  # capture
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
+        with sync_debug_mode("error"):
             replayed = model(**batch).pooler_output
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(first, replayed)

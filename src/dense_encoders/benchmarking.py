@@ -510,7 +510,7 @@ def pooling_bandwidth(device: str | torch.device, dtype: torch.dtype = torch.bfl
         return {"available": False, "reason": "needs the triton package"}
     import triton.testing
 
-    from .models.tite.pooling_tite import DeviceArrays, PoolPlan, TritonPackedPool, pool_planned
+    from .models.tite.pooling_tite import DeviceArrays, PoolPlan, _triton_backward, pool_planned
 
     generator = torch.Generator().manual_seed(seed)
     if lengths:
@@ -546,12 +546,7 @@ def pooling_bandwidth(device: str | torch.device, dtype: torch.dtype = torch.bfl
     if backward:
         grad_out = torch.randn(plan.total_out, dim, device=device, dtype=dtype)
 
-        class _Context:  # what TritonPackedPool.forward stores; calling backward directly skips autograd
-            needs_input_grad = (True, False)
-
-        context = _Context()
-        context.plan, context.input_shape = plan, hidden.shape
-        backward_ms = triton.testing.do_bench(lambda: TritonPackedPool.backward(context, grad_out),
+        backward_ms = triton.testing.do_bench(lambda: _triton_backward(grad_out, plan, hidden.shape),
                                               return_mode="median")
         result.update(backward_ms=backward_ms, backward_gbps=gbps(moved, backward_ms))
         result["backward_fraction_of_copy"] = result["backward_gbps"] / result["copy_gbps"]

@@ -18,6 +18,7 @@ absolutely, its sibling files relatively, nothing from ``dense_encoders``.
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,11 +64,17 @@ def varlen_attention_supported(device: torch.device, dtype: torch.dtype) -> bool
     return dtype in (torch.float16, torch.bfloat16) and _flash_capable(index)
 
 
-def varlen_attention_applies(query: torch.Tensor, dropout: float) -> bool:
-    """Varlen flash attention for these packed queries (attention dropout needs the direct operator)."""
+def varlen_attention_runs(device: torch.device, dtype: torch.dtype, dropout: float) -> bool:
+    """Varlen flash attention for tensors of this device and dtype (attention dropout needs the direct
+    operator): what a plan prepares for and what a layer then runs."""
     if dropout > 0.0 and _flash_attention_forward is None:
         return False
-    return varlen_attention_supported(query.device, query.dtype)
+    return varlen_attention_supported(device, dtype)
+
+
+def varlen_attention_applies(query: torch.Tensor, dropout: float) -> bool:
+    """:func:`varlen_attention_runs` for these packed queries."""
+    return varlen_attention_runs(query.device, query.dtype, dropout)
 
 
 def packed_flash_attention(query, key, value, query_layout, key_layout, dropout: float, scale: float):
@@ -222,7 +229,6 @@ class TitePlan:
             )
         self.device = torch.device(device)
         self.varlen = varlen
-        self.batch_size, self.tokens = int(lengths.size), int(lengths.sum())
         arrays = DeviceArrays()
         if capacity is not None and gather is None:
             gather = np.arange(int(lengths.sum()))
@@ -532,6 +538,12 @@ class TiteModel(TitePreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
+    def _compute_dtype(self, device: torch.device) -> torch.dtype:
+        """The dtype the layers compute in: the weights', or the CUDA autocast dtype."""
+        if device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+            return torch.get_autocast_dtype("cuda")
+        return self.embeddings.word_embeddings.weight.dtype
+
     def plan(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> TitePlan:
         """The batch's :class:`TitePlan`: reads the mask on the host once (not at all for a CPU mask)."""
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
@@ -539,14 +551,9 @@ class TiteModel(TitePreTrainedModel):
                 f"input_ids must be (batch, length) with at least one token, got shape {tuple(input_ids.shape)}."
             )
         device = input_ids.device
-        dtype = self.embeddings.word_embeddings.weight.dtype
-        if device.type == "cuda" and torch.is_autocast_enabled("cuda"):
-            dtype = torch.get_autocast_dtype("cuda")
-        varlen = (
-            (self.config._attn_implementation or "sdpa") == "sdpa"
-            and varlen_attention_supported(device, dtype)
-            and not (self.training and self.config.attention_probs_dropout_prob > 0 and _flash_attention_forward is None)
-        )
+        dtype = self._compute_dtype(device)
+        dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
+        varlen = (self.config._attn_implementation or "sdpa") == "sdpa" and varlen_attention_runs(device, dtype, dropout)
         return TitePlan(self.config, attention_mask, tuple(input_ids.shape), device, varlen, dtype)
 
     def forward(
@@ -589,9 +596,7 @@ class TiteModel(TitePreTrainedModel):
             return False
         if torch.is_grad_enabled() or torch.cuda.is_current_stream_capturing():
             return False
-        dtype = self.embeddings.word_embeddings.weight.dtype
-        if torch.is_autocast_enabled("cuda"):
-            dtype = torch.get_autocast_dtype("cuda")
+        dtype = self._compute_dtype(input_ids.device)
         return (
             any(kernel is not None for kernel in self.config.kernel_sizes)
             and (self.config._attn_implementation or "sdpa") == "sdpa"
@@ -610,17 +615,13 @@ class TiteModel(TitePreTrainedModel):
     def _graphed_forward(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
         """The layers as a CUDA graph replay: the plan's arrays are copied into the bucket's static
         buffer, the embeddings of the real tokens into its static input rows, then one replay."""
-        from collections import OrderedDict
-
         device = input_ids.device
         host_mask = attention_mask.detach().to("cpu") if attention_mask is not None else None  # the one sync
         lengths = host_mask.sum(-1) if host_mask is not None else torch.full((input_ids.shape[0],), input_ids.shape[1])
         batch, tokens, longest = int(lengths.numel()), int(lengths.sum()), int(lengths.max())
         capacity = (self._bucket(batch, 8), self._bucket(tokens, 256), min(
             1 << max(longest - 1, 1).bit_length(), self.config.max_position_embeddings))
-        dtype = self.embeddings.word_embeddings.weight.dtype
-        if torch.is_autocast_enabled("cuda"):
-            dtype = torch.get_autocast_dtype("cuda")
+        dtype = self._compute_dtype(device)
         graphs = self.__dict__.setdefault("_cuda_graphs", OrderedDict())
         key = (device, dtype, capacity)
         entry = graphs.get(key)

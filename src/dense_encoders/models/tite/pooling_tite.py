@@ -190,7 +190,7 @@ class PoolPlan:
 
     Built on the host from the input lengths (a NumPy array, so no device value is read); the
     index arrays are registered with a :class:`DeviceArrays` and become device tensors after its
-    transfer. Host sizes (``total_in``, ``total_out``, ``max_in``, ``max_out``) are Python ints.
+    transfer. Host sizes (``total_in``, ``total_out``, ``max_out``) are Python ints.
 
     Per output window ``w``: ``window_first[w]`` (its first packed input row) and
     ``window_count[w]`` (real tokens in it; 0 only for the empty windows ``stride > kernel_size``
@@ -211,7 +211,6 @@ class PoolPlan:
         self.lengths = lengths
         self.out_lengths = pooled_lengths_host(lengths, kernel_size, stride)
         self.total_in, self.total_out = int(lengths.sum()), int(self.out_lengths.sum())
-        self.max_in = int(lengths.max()) if lengths.size else 0
         self.max_out = int(self.out_lengths.max()) if lengths.size else 0
         self.max_windows = -(-kernel_size // stride)  # at most ceil(k / s) windows contain a token
         in_starts = np.cumsum(lengths) - lengths
@@ -256,15 +255,6 @@ class PoolPlan:
         if name in ("window_first", "window_count", "token_window", "token_windows", "bag_indices", "bag_offsets"):
             raise AttributeError(f"this PoolPlan was built without {name!r} (see its `needs`)")
         raise AttributeError(name)
-
-    @classmethod
-    def from_cu_seqlens(cls, cu_seqlens: torch.Tensor, kernel_size: int, stride: int, device) -> PoolPlan:
-        """A plan for one pooling call from (possibly device) ``cu_seqlens``: one host read, one copy."""
-        host = cu_seqlens.detach().to("cpu", torch.int64).numpy()
-        arrays = DeviceArrays()
-        plan = cls(np.diff(host), kernel_size, stride, arrays)
-        arrays.transfer(torch.device(device))
-        return plan
 
 
 def pooled_lengths_host(lengths: np.ndarray, kernel_size: int, stride: int) -> np.ndarray:
@@ -476,6 +466,19 @@ def _triton_forward(hidden: torch.Tensor, plan: PoolPlan) -> torch.Tensor:
     return out
 
 
+def _triton_backward(grad_out: torch.Tensor, plan: PoolPlan, input_shape) -> torch.Tensor:
+    _, bwd = _triton_kernels(_interpret_mode())
+    if grad_out.stride(-1) != 1:
+        grad_out = grad_out.contiguous()
+    grad_in = grad_out.new_empty(input_shape)  # every row is written by the kernel
+    _launch_over_rows(
+        bwd, plan.total_in, grad_out, "BLOCK_T",
+        grad_out, grad_in, plan.token_window, plan.token_windows, plan.window_count, plan.total_in,
+        grad_in.shape[1], grad_out.stride(0), grad_in.stride(0), MAX_WINDOWS=plan.max_windows,
+    )
+    return grad_in
+
+
 class TritonPackedPool(torch.autograd.Function):
     """TITE Eq. 1 (pool_{k,s}) with Triton forward and backward kernels over packed sequences."""
 
@@ -490,17 +493,7 @@ class TritonPackedPool(torch.autograd.Function):
     def backward(ctx, grad_out):
         if not ctx.needs_input_grad[0]:
             return None, None
-        _, bwd = _triton_kernels(_interpret_mode())
-        plan = ctx.plan
-        if grad_out.stride(-1) != 1:
-            grad_out = grad_out.contiguous()
-        grad_in = grad_out.new_empty(ctx.input_shape)  # every row is written by the kernel
-        _launch_over_rows(
-            bwd, plan.total_in, grad_out, "BLOCK_T",
-            grad_out, grad_in, plan.token_window, plan.token_windows, plan.window_count, plan.total_in,
-            grad_in.shape[1], grad_out.stride(0), grad_in.stride(0), MAX_WINDOWS=plan.max_windows,
-        )
-        return grad_in, None
+        return _triton_backward(grad_out, ctx.plan, ctx.input_shape), None
 
 
 def pool_packed_triton(
@@ -523,17 +516,21 @@ def pool_packed_triton(
 # --------------------------------------------------------------------------------------------------
 
 
-def _triton_unavailable_reason(hidden: torch.Tensor):
-    """None when the Triton kernels can run on ``hidden``, else why not and how to enable them."""
+def _triton_unavailable_reason(hidden_or_device):
+    """None when the Triton kernels can run on a tensor (or device), else why not and how to enable them."""
     if not triton_available():
         return "the `triton` package is not installed (pip install triton, on a machine with a CUDA GPU)"
-    if getattr(hidden, "is_cuda", False) or _interpret_mode():
+    device = torch.device(getattr(hidden_or_device, "device", hidden_or_device))
+    if device.type == "cuda" or _interpret_mode():
         return None
-    device = hidden.device if isinstance(hidden, torch.Tensor) else "cpu"
     return (
         f"the tensor is on {device}, and Triton kernels need a CUDA tensor; move it to the GPU, or set "
         "TRITON_INTERPRET=1 before the first pooling call to run them in Triton's (slow) CPU interpreter"
     )
+
+
+def _triton_requested(device: torch.device, implementation: str) -> bool:
+    return implementation == "triton" or (implementation == "auto" and device.type == "cuda")
 
 
 def uses_triton(hidden: torch.Tensor, implementation: str) -> bool:
@@ -541,7 +538,7 @@ def uses_triton(hidden: torch.Tensor, implementation: str) -> bool:
     global _FALLBACK_WARNED
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
-    if implementation == "torch" or (implementation == "auto" and not hidden.is_cuda):
+    if not _triton_requested(hidden.device, implementation):
         return False
     reason = _triton_unavailable_reason(hidden)
     if implementation == "triton" and reason is not None and not _FALLBACK_WARNED:
@@ -551,16 +548,10 @@ def uses_triton(hidden: torch.Tensor, implementation: str) -> bool:
 
 
 def plan_parts(device, implementation: str, backward: bool) -> frozenset:
-    """The :class:`PoolPlan` parts :func:`pool_planned` will read for tensors on ``device`` (as
-    :func:`uses_triton` decides): the Triton windows (+ tokens when a backward may follow), else bags."""
+    """The :class:`PoolPlan` parts :func:`pool_planned` will read for tensors on ``device`` (the decision
+    of :func:`uses_triton`): the Triton windows (+ tokens when a backward may follow), else bags."""
     device = torch.device(device)
-    triton_runs = (
-        implementation != "torch"
-        and (implementation == "triton" or device.type == "cuda")
-        and triton_available()
-        and (device.type == "cuda" or _interpret_mode())
-    )
-    if not triton_runs:
+    if not _triton_requested(device, implementation) or _triton_unavailable_reason(device) is not None:
         return frozenset({"bags"})
     return frozenset({"windows", "tokens"} if backward else {"windows"})
 
