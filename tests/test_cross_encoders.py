@@ -140,7 +140,8 @@ print(json.dumps({{"auto": pooled.tolist(), "st": st.encode({TEXTS!r}).tolist(),
     result = json.loads(stdout[stdout.rindex('{"auto"'):].splitlines()[0])
     assert result["type"] == "InfusedDualEncoderModel"
     np.testing.assert_allclose(result["auto"], expected, atol=1e-5)
-    np.testing.assert_allclose(result["st"], expected, atol=1e-5)
+    # cosine similarity (the paper's MultipleNegativesRankingLoss): sentence-transformers ships unit vectors
+    np.testing.assert_allclose(result["st"], expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
 
 
 def test_errors(cross_encoder_folder, tmp_path, tok):
@@ -289,7 +290,7 @@ def test_cli_infuse_trains_and_reports(cross_encoder_folder, tiny_beir, tmp_path
     torch.manual_seed(3)
     BertModel(tiny_config(tok), add_pooling_layer=False).save_pretrained(baseline)
     tok.save_pretrained(baseline)
-    from dense_encoders.sentence_transformers_files import write_sentence_transformers_files
+    from dense_encoders.checkpoint_folder import write_sentence_transformers_files
 
     write_sentence_transformers_files(baseline, pooling="mean", similarity="cosine")
     output = tmp_path / "de-2"

@@ -10,7 +10,7 @@ from conftest import float32_atol, run_python_without_package, tiny_condenser_co
 from transformers import AutoTokenizer
 
 from dense_encoders import CoCondenserForPreTraining, CondenserModel
-from dense_encoders.sentence_transformers_files import write_sentence_transformers_files
+from dense_encoders.checkpoint_folder import write_sentence_transformers_files
 from dense_encoders.tokenization import bundled_tokenizer_path
 
 SENTENCES = ["dense retrieval with a single vector", "the condenser head reads the late CLS vector"]
@@ -110,4 +110,4 @@ def test_writing_sentence_transformers_files_keeps_the_head(saved_cocondenser):
 
 def test_writing_sentence_transformers_files_needs_a_saved_model(tmp_path):
     with pytest.raises(FileNotFoundError, match="save_pretrained"):
-        write_sentence_transformers_files(tmp_path)
+        write_sentence_transformers_files(tmp_path, pooling="cls", similarity="dot")

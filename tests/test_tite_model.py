@@ -204,7 +204,6 @@ def test_bad_inputs_are_rejected():
 
 @pytest.fixture
 def saved_tite(tmp_path):
-    from dense_encoders.sentence_transformers_files import write_sentence_transformers_files
     from dense_encoders.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer()
@@ -214,7 +213,7 @@ def saved_tite(tmp_path):
     folder = tmp_path / "tite"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    write_sentence_transformers_files(folder, pooling="cls", similarity="cosine")
+    # save_pretrained wrote the sentence-transformers files (CLS, dot product)
     texts = ["dense retrieval", "a token independent text encoder pools to one vector"]
     with torch.no_grad():
         expected = model(**tokenizer(texts, padding=True, truncation=True, return_tensors="pt")).pooler_output
@@ -227,7 +226,8 @@ def test_tite_loads_as_remote_code_without_the_package(saved_tite, tmp_path):
     from conftest import run_python_without_package
 
     folder, texts, expected = saved_tite
-    shipped = {"modeling_tite.py", "configuration_tite.py", "pooling_tite.py", "rotary_tite.py"}
+    shipped = {"modeling_tite.py", "configuration_tite.py", "pooling_tite.py", "rotary_tite.py",
+               "sentence_transformers_tite.py", "modules.json", "1_Pooling"}
     assert shipped <= {p.name for p in folder.iterdir()}
     code = f"""
 import torch

@@ -96,7 +96,11 @@ def _quickstart(argv: list[str]) -> int:
         description="Offline first run (minutes on 2 CPU cores): all-MiniLM-L6-v2 as teacher, a TITE warm-started "
         "from it and its first two layers as students, distilled on the retrieval set the package carries (or "
         "--data), evaluated, timed side by side and saved as Hub-ready folders with cards; one summary table. "
-        "A second run reuses the caches.",
+        "A second run with the same settings into the same --output-dir reuses its caches (embeddings, teacher "
+        "scores, students): the folder counts as this quickstart's own when its quickstart.json records the same "
+        "settings (--data, --teacher, --tite-preset, --student-layers, --epochs, --batch-size, --seed). Any other "
+        "non-empty folder (another command's output, or a quickstart with other settings) is refused; "
+        "--overwrite-output-dir clears it first.",
         epilog="examples:\n  dense-encoders quickstart\n  dense-encoders quickstart --data ../shared/data/beir-scifact "
         "--output-dir runs/quickstart-scifact\n  dense-encoders quickstart --push me/quickstart",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -111,8 +115,11 @@ def _quickstart(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="Queries per training step.")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--push", metavar="REPO_PREFIX", help="Push the students to REPO_PREFIX-tite and -N-layer.")
+    parser.add_argument("--overwrite-output-dir", action="store_true",
+                        help="Delete the contents of --output-dir first (also this quickstart's own caches).")
     options = parser.parse_args(argv)
-    run_quickstart(output_dir=options.output_dir, push=options.push, data=options.data, teacher=options.teacher,
+    run_quickstart(output_dir=options.output_dir, push=options.push, overwrite_output_dir=options.overwrite_output_dir,
+                   data=options.data, teacher=options.teacher,
                    tite_preset=options.tite_preset, student_layers=options.student_layers, epochs=options.epochs,
                    batch_size=options.batch_size, seed=options.seed)
     return 0
@@ -162,6 +169,8 @@ def _evaluate(argv: list[str]) -> int:
     parser.add_argument("--output", help="Write the results JSON here.")
     parser.add_argument("--run-output", help="Write the first-stage run here (TREC format).")
     parser.add_argument("--no-progress", action="store_true", help="No progress bars.")
+    parser.add_argument("--allow-missing-weights", action="store_true",
+                        help="Evaluate a checkpoint whose weights miss (or add) tensors of its model; refused by default.")
     options = parser.parse_args(argv)
     results = evaluate_retrieval(
         options.model,
@@ -183,6 +192,7 @@ def _evaluate(argv: list[str]) -> int:
         document_max_length=options.document_max_length,
         cache_dir=options.cache_dir,
         show_progress_bar=not options.no_progress,
+        allow_missing_weights=options.allow_missing_weights,
     )
     print(format_summary(results))
     if options.output:
@@ -290,6 +300,7 @@ def _infuse(argv: list[str]) -> int:
     import json as json_module
 
     from .trainer.infusion import METHODS, format_report, retrieve_rerank_report, train_infused
+    from .trainer.output_dir import DASHED_FLAGS, prepare_output_dir
 
     parser = argparse.ArgumentParser(
         prog="dense-encoders infuse",
@@ -301,7 +312,11 @@ def _infuse(argv: list[str]) -> int:
     parser.add_argument("--cross-encoder", required=True, help="Sequence-classification cross-encoder.")
     parser.add_argument("--train-data", required=True, help="BEIR folder with qrels/<split>.tsv for training.")
     parser.add_argument("--split", default="train")
-    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--output-dir", required=True,
+                        help="A new or empty folder (models, initial/, teacher scores, report.json); a non-empty "
+                        "one is refused.")
+    parser.add_argument("--overwrite-output-dir", action="store_true",
+                        help="Delete the contents of --output-dir (an earlier run) before training.")
     parser.add_argument("--method", choices=METHODS, default="mnrl",
                         help="mnrl: MultipleNegativesRankingLoss + BM25 negatives (the seed); distill: the CE's scores.")
     parser.add_argument("--num-copied-layers", type=int, default=1, help="CE layers copied (default 1).")
@@ -325,6 +340,8 @@ def _infuse(argv: list[str]) -> int:
                   learning_rate=options.learning_rate, max_length=options.max_length, losses=options.losses,
                   candidates=options.candidates, seed=options.seed)
     output = Path(options.output_dir)
+    prepare_output_dir(output, overwrite=options.overwrite_output_dir, flags=DASHED_FLAGS,
+                       inputs=(options.cross_encoder, options.train_data, options.eval_data, options.baseline))
     trained = {}
     layers = options.num_copied_layers + options.num_new_layers
     if options.random_init or options.also_random:

@@ -201,7 +201,7 @@ def infuse(
 
 def save_dual_encoder(model, tokenizer, folder: str | Path, similarity: str = "cosine") -> Path:
     """Weights, remote code, tokenizer and sentence-transformers files (pooling from the config)."""
-    from .sentence_transformers_files import native_pooling, write_sentence_transformers_files
+    from .checkpoint_folder import native_pooling, write_sentence_transformers_files
 
     folder = Path(folder)
     model.save_pretrained(folder)

@@ -5,7 +5,9 @@
 a model card generated from the folder's records (:func:`dense_encoders.hub_cards.model_card`).
 The upload is staged in a temporary folder: the local folder is never modified, whatever happens.
 Pickled weights are refused; training state (optimizer, scheduler, RNG states, pickled training
-arguments) is never uploaded. Errors name the repository, say that nothing local changed and how to
+arguments) is never uploaded. Incomplete or mixed folders are refused
+(:func:`dense_encoders.checkpoint_folder.publishing_problems`); one of our models' folders without
+sentence-transformers files gets its native ones in the upload. Errors name the repository, say that nothing local changed and how to
 retry, and never contain the token.
 """
 
@@ -18,6 +20,8 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+
+from .checkpoint_folder import missing_sentence_transformers_files, publishing_problems
 
 logger = logging.getLogger(__name__)
 
@@ -60,19 +64,21 @@ def upload_files(folder: str | Path) -> list[Path]:
         )
     if not any(f.suffix == ".safetensors" for f in files):
         raise ValueError(f"{folder} has no .safetensors weights: save the model with save_pretrained(folder)")
-    config = json.loads((folder / "config.json").read_text())
-    for target in (config.get("auto_map") or {}).values():
-        module = str(target).split("--")[-1].rsplit(".", 1)[0] + ".py"
-        if not (folder / module).is_file():
-            raise ValueError(
-                f"{folder} declares remote code {target!r} in config.json but {module} is missing: re-save the "
-                "model with dense_encoders installed (model.save_pretrained(folder)) so its code files are copied"
-            )
+    problems = publishing_problems(folder)
+    if problems:
+        raise ValueError("\n".join(problems))
     return files
 
 
 def _stage(folder: Path, files: list[Path], card_text: str | None) -> Path:
+    """A scratch copy (hard links where possible) of ``files``, plus the card and the sentence-transformers
+    files one of our models' folder lacks; new files only, so the local folder is never written through a link."""
     staging = Path(tempfile.mkdtemp(prefix="dense-encoders-push-"))
+    for relative, text in missing_sentence_transformers_files(folder).items():
+        logger.info("adding %s (the model's native sentence-transformers pipeline) to the upload", relative)
+        target = staging / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
     for relative in files:
         target = staging / relative
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -117,13 +123,7 @@ def push_to_hub(
             folder = Path(scratch) / "model"
             path_or_model.save_pretrained(folder)
             if tokenizer is not None:
-                from .sentence_transformers_files import native_pooling, write_sentence_transformers_files
-
                 tokenizer.save_pretrained(folder)
-                if path_or_model.config.model_type in ("tite", "condenser", "infused_dual_encoder"):
-                    write_sentence_transformers_files(folder, pooling=native_pooling(path_or_model.config),
-                                                      similarity="cosine" if path_or_model.config.model_type ==
-                                                      "infused_dual_encoder" else "dot")
         files = upload_files(folder)
         card_text = str(model_card(folder, repo_id=repo_id, results=results, license=license)) if card else None
         files = [f for f in files if not (card and f.as_posix() == "README.md")]
@@ -192,8 +192,10 @@ def check_remote_code(path_or_repo: str | Path, revision: str | None = None, tok
         raise ValueError(f"{path_or_repo} has no config.json")
     warnings = []
     auto_map = json.loads(config_path.read_text()).get("auto_map") or {}
+    modules = {}  # one check per file, however many auto classes it serves
     for target in sorted(set(auto_map.values())):
-        module = str(target).split("--")[-1].rsplit(".", 1)[0] + ".py"
+        modules.setdefault(str(target).split("--")[-1].rsplit(".", 1)[0] + ".py", target)
+    for module, target in modules.items():
         path = fetch(module)
         if path is None:
             raise ValueError(

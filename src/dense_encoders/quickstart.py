@@ -15,7 +15,9 @@
    files, card with the results), optionally pushed; one summary table.
 
 Everything is cached under the output folder: a second run reuses the embeddings, the teacher
-scores and the trained students.
+scores and the trained students. The folder is this quickstart's own when its ``quickstart.json``
+records the same settings (``QuickstartSettings``); any other non-empty folder (another command's
+output, a quickstart with other settings) is refused unless ``overwrite_output_dir`` clears it first.
 """
 
 from __future__ import annotations
@@ -51,6 +53,38 @@ class QuickstartSettings:
     candidates: int = 20
     learning_rate: float = 1e-4
     seed: int = 42
+
+
+MARKER = "quickstart.json"  # the settings this folder's caches were made with
+
+
+def _recorded_settings(output: Path) -> dict | None:
+    """The settings a quickstart recorded in ``output`` (``quickstart.json``; ``summary.json`` of older runs)."""
+    for name in (MARKER, "summary.json"):
+        path = output / name
+        if path.is_file():
+            try:
+                return json.loads(path.read_text()).get("settings")
+            except (json.JSONDecodeError, AttributeError):
+                return None
+    return None
+
+
+def prepare_quickstart_output(output: Path, settings: "QuickstartSettings", overwrite: bool = False) -> None:
+    """Refuse ``output`` unless it is new, empty or this quickstart's own earlier output (same recorded
+    settings: its caches are reused); ``overwrite`` clears it first. Then record the settings."""
+    from .trainer.output_dir import DASHED_FLAGS, OutputDirError, prepare_output_dir
+
+    current = json.loads(json.dumps(asdict(settings)))
+    recorded = _recorded_settings(output)
+    if overwrite or recorded is None:  # a fresh folder passes, anything else is another run
+        prepare_output_dir(output, overwrite=overwrite, flags=DASHED_FLAGS, inputs=(settings.data, settings.teacher))
+    elif recorded != current:
+        changed = ", ".join(f"{k} {recorded.get(k)!r} -> {v!r}" for k, v in current.items() if recorded.get(k) != v)
+        raise OutputDirError(f"{output} holds a quickstart run with other settings ({changed or 'unreadable'}).\n"
+                             "Pass --overwrite-output-dir to delete it first, or choose another --output-dir.")
+    output.mkdir(parents=True, exist_ok=True)
+    (output / MARKER).write_text(json.dumps({"settings": current}, indent=2) + "\n")
 
 
 def _teacher_path(teacher: str | None) -> str:
@@ -92,8 +126,9 @@ def _distill_student(name: str, student: str, train_file: Path, corpus: Path, ou
             output.glob("*.safetensors")):
         print(f"[quickstart] {name}: reusing {output}")
         return output
-    args = DistillationArguments(
-        output_dir=str(output), num_train_epochs=settings.epochs, per_device_train_batch_size=settings.batch_size,
+    args = DistillationArguments(  # the folder is the quickstart's: a stale or partial student there is replaced
+        output_dir=str(output), overwrite_output_dir=True, num_train_epochs=settings.epochs,
+        per_device_train_batch_size=settings.batch_size,
         learning_rate=settings.learning_rate, warmup_steps=0.1, logging_steps=5, seed=settings.seed,
         use_cpu=not torch.cuda.is_available(), disable_tqdm=False,
     )
@@ -118,7 +153,8 @@ def _encode_speed(models: dict[str, str], texts: list[str], rounds: int = 2) -> 
     return {name: len(texts) / seconds for name, seconds in best.items()}
 
 
-def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | None = None, **overrides) -> dict:
+def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | None = None,
+                   overwrite_output_dir: bool = False, **overrides) -> dict:
     """Run the quickstart (module doc); returns the summary (also printed as a table)."""
     from .evaluation import evaluate_retrieval, load_beir, save_results
     from .hub_cards import model_card
@@ -127,6 +163,7 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | Non
 
     settings = QuickstartSettings(**overrides)
     output = Path(output_dir)
+    prepare_quickstart_output(output, settings, overwrite=overwrite_output_dir)  # before anything is loaded
     cache = output / "embeddings"
     data = Path(settings.data) if settings.data else default_data()
     teacher = _teacher_path(settings.teacher)

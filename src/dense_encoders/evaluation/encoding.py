@@ -5,8 +5,8 @@ Every model is run as a :class:`~sentence_transformers.SentenceTransformer`:
 * a folder or Hub id with ``modules.json`` (any sentence-transformers model, and every folder our
   pre-training writes) is loaded as its own configuration prescribes (pooling, normalisation,
   max length, prompts, similarity);
-* our models without sentence-transformers files (``tite``, ``condenser``) use their vector
-  (``pooler_output`` / [CLS]) and dot product;
+* our models without sentence-transformers files (saved by an older version) use their native
+  pipeline (:func:`dense_encoders.checkpoint_folder.native_pipeline`: the vector of ``pooler_output``);
 * any other ``AutoModel`` checkpoint needs an explicit ``pooling="cls"`` or ``"mean"``: guessing is
   how users of CLS-trained encoders silently got mean pooling.
 
@@ -29,27 +29,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..sentence_transformers_files import native_pooling
+from ..checkpoint_folder import check_checkpoint_weights, has_sentence_transformers_files, is_ours, native_pipeline
 
 logger = logging.getLogger(__name__)
 
 POOLING_MODES = ("cls", "mean")
-OUR_MODEL_TYPES = ("tite", "condenser", "infused_dual_encoder")
 SUPPORTED_SIMILARITIES = ("cosine", "dot")
-
-
-def _has_sentence_transformers_files(name_or_path: str) -> bool:
-    if Path(name_or_path).is_dir():
-        return (Path(name_or_path) / "modules.json").is_file()
-    from transformers.utils import cached_file
-
-    found = cached_file(
-        name_or_path,
-        "modules.json",
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-    )
-    return found is not None
 
 
 def load_sentence_transformer(
@@ -58,8 +43,12 @@ def load_sentence_transformer(
     pooling: str | None = None,
     device: str | None = None,
     trust_remote_code: bool = True,
+    allow_missing_weights: bool = False,
 ):
-    """``model`` (a SentenceTransformer, a folder or a Hub id) as a SentenceTransformer; see the module doc."""
+    """``model`` (a SentenceTransformer, a folder or a Hub id) as a SentenceTransformer; see the module doc.
+
+    A folder or Hub id whose weights miss (or add) tensors of the model it declares is refused
+    (:func:`~dense_encoders.checkpoint_folder.check_checkpoint_weights`) unless ``allow_missing_weights``."""
     from sentence_transformers import SentenceTransformer
 
     if pooling is not None and pooling not in POOLING_MODES:
@@ -69,7 +58,10 @@ def load_sentence_transformer(
             raise ValueError("pooling= is for plain transformers checkpoints; this SentenceTransformer declares its own")
         return model.to(device) if device else model
     name_or_path = str(model)
-    if pooling is None and _has_sentence_transformers_files(name_or_path):
+    check_checkpoint_weights(
+        name_or_path, allow_missing_weights=allow_missing_weights, trust_remote_code=trust_remote_code
+    )
+    if pooling is None and has_sentence_transformers_files(name_or_path):
         return SentenceTransformer(name_or_path, device=device, trust_remote_code=trust_remote_code)
 
     from sentence_transformers.base.modules.transformer import Transformer
@@ -77,7 +69,8 @@ def load_sentence_transformer(
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    ours = config.model_type in OUR_MODEL_TYPES
+    ours = is_ours(config)
+    similarity = native_pipeline(config)[1] if ours else None
     if config.model_type == "tite" and pooling == "mean":
         raise ValueError("TITE returns one vector per text (pooler_output); use pooling='cls' (or leave it unset)")
     if pooling is None:
@@ -86,11 +79,11 @@ def load_sentence_transformer(
                 f"{name_or_path} has no sentence-transformers configuration (modules.json), so its pooling is "
                 "unknown: pass pooling='cls' or pooling='mean' (CLI: --pooling)."
             )
-        pooling = native_pooling(config)
+        pooling = native_pipeline(config)[0]
     remote = {"trust_remote_code": trust_remote_code}
     transformer = Transformer(name_or_path, model_kwargs=remote, config_kwargs=remote, processor_kwargs=remote)
     modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
-    return SentenceTransformer(modules=modules, device=device, similarity_fn_name="dot" if ours else None)
+    return SentenceTransformer(modules=modules, device=device, similarity_fn_name=similarity)
 
 
 def model_fingerprint(model) -> str:
@@ -144,6 +137,7 @@ class RetrievalEncoder:
         cache_dir: str | Path | None = None,
         show_progress_bar: bool = True,
         name: str | None = None,
+        allow_missing_weights: bool = False,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: must be at least 1")
@@ -151,7 +145,10 @@ class RetrievalEncoder:
             if value is not None and value < 1:
                 raise ValueError(f"{option}={value}: must be at least 1")
         self.name = name or (str(model) if isinstance(model, (str, os.PathLike)) else type(model).__name__)
-        self.model = load_sentence_transformer(model, pooling=pooling, device=device, trust_remote_code=trust_remote_code)
+        self.model = load_sentence_transformer(
+            model, pooling=pooling, device=device, trust_remote_code=trust_remote_code,
+            allow_missing_weights=allow_missing_weights,
+        )
         self.batch_size = batch_size
         self.prompts = {
             "query": query_prompt if query_prompt is not None else self.model.prompts.get("query", ""),

@@ -128,6 +128,7 @@ def evaluate_retrieval(
         rerank_run, rerank_seconds = rerank(
             cross_encoder, dataset, run, top_k=rerank_top_k, batch_size=rerank_batch_size,
             show_progress_bar=encoder.show_progress_bar, score_cache=rerank_cache,
+            allow_missing_weights=encoder_options.get("allow_missing_weights", False),
         )
         rerank_metrics, rerank_per_query = compute_metrics(dataset.qrels, rerank_run, measures or DEFAULT_MEASURES)
         pairs = sum(len(documents_of_query) for documents_of_query in rerank_run.values())

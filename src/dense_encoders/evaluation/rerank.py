@@ -17,11 +17,23 @@ def top_documents(run: Run, top_k: int) -> dict[str, list[str]]:
     }
 
 
-def load_cross_encoder(cross_encoder, device: str | None = None, trust_remote_code: bool = True):
+def load_cross_encoder(
+    cross_encoder, device: str | None = None, trust_remote_code: bool = True, allow_missing_weights: bool = False
+):
+    """A sentence-transformers ``CrossEncoder`` (as is, or loaded from a folder / Hub id); a checkpoint whose
+    weights miss or add tensors of its model is refused unless ``allow_missing_weights``."""
     from sentence_transformers import CrossEncoder
+
+    from ..checkpoint_folder import check_checkpoint_weights
 
     if isinstance(cross_encoder, CrossEncoder):
         return cross_encoder
+    check_checkpoint_weights(
+        str(cross_encoder),
+        auto_class="AutoModelForSequenceClassification",
+        allow_missing_weights=allow_missing_weights,
+        trust_remote_code=trust_remote_code,
+    )
     return CrossEncoder(str(cross_encoder), device=device, trust_remote_code=trust_remote_code)
 
 
@@ -35,6 +47,7 @@ def rerank(
     show_progress_bar: bool = True,
     device: str | None = None,
     score_cache: dict | None = None,
+    allow_missing_weights: bool = False,
 ) -> tuple[Run, float]:
     """Scores of ``cross_encoder`` for the ``top_k`` documents of every query of ``run``.
 
@@ -43,7 +56,7 @@ def rerank(
     ``score_cache`` (a dict, shared between calls with the same cross-encoder) keeps every pair's
     score so that re-ranking several runs of the same queries scores each pair once.
     """
-    model = load_cross_encoder(cross_encoder, device=device)
+    model = load_cross_encoder(cross_encoder, device=device, allow_missing_weights=allow_missing_weights)
     owners: list[tuple[str, str]] = []
     pairs: list[tuple[str, str]] = []
     for query_id, doc_ids in top_documents(run, top_k).items():

@@ -10,10 +10,12 @@ Whatever the folder does not record is left out, never invented.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..checkpoint_folder import OUR_MODEL_TYPES, missing_sentence_transformers_files, read_pipeline
 from .condenser import condenser_description
 
 TITE_BIBTEX = """@inproceedings{schlatt-2025-tite,
@@ -46,18 +48,14 @@ def _read_json(path: Path) -> dict | None:
 
 def _st_settings(folder: Path) -> tuple[str | None, str | None, bool]:
     """(pooling, similarity, normalised) from the folder's sentence-transformers files."""
-    modules = _read_json(folder / "modules.json") or []
-    pooling, normalised = None, False
-    for module in modules:
-        if module.get("type", "").endswith("Pooling"):
-            config = _read_json(folder / module.get("path", "") / "config.json") or {}
-            pooling = config.get("pooling_mode") or next(
-                (m for m in ("cls", "mean", "max") if config.get(f"pooling_mode_{m}_token" if m == "cls" else
-                                                                   f"pooling_mode_{m}_tokens")), None)
-        if module.get("type", "").endswith("Normalize"):
-            normalised = True
-    similarity = (_read_json(folder / "config_sentence_transformers.json") or {}).get("similarity_fn_name")
-    return pooling, similarity, normalised
+    declared = read_pipeline(folder)
+    if not declared and (missing := missing_sentence_transformers_files(folder)):  # a push adds these
+        with tempfile.TemporaryDirectory() as scratch:
+            for relative, text in missing.items():
+                (Path(scratch) / relative).parent.mkdir(parents=True, exist_ok=True)
+                (Path(scratch) / relative).write_text(text, encoding="utf-8")
+            declared = read_pipeline(scratch)
+    return declared.get("pooling"), declared.get("similarity"), declared.get("normalize", False)
 
 
 def _describe(config: dict) -> tuple[str, list[str], list[str]]:
@@ -146,7 +144,7 @@ def _results(folder: Path, results: list) -> list[dict]:
 
 def _usage(repo: str, model_type: str | None, pooling: str | None, similarity: str | None, normalised: bool) -> str:
     similarity = similarity or "cosine"
-    ours = model_type in ("tite", "condenser", "infused_dual_encoder")
+    ours = model_type in OUR_MODEL_TYPES
     if ours:
         vector = "model(**batch).pooler_output"
     elif pooling == "mean":
@@ -205,7 +203,7 @@ def model_card(
                 ))
     data = ModelCardData(
         model_name=name,
-        library_name="sentence-transformers" if (folder / "modules.json").is_file() else "transformers",
+        library_name="sentence-transformers" if pooling is not None else "transformers",
         pipeline_tag="feature-extraction",
         tags=[*tags, "dense-encoders", "sentence-transformers", "dense-retrieval", "feature-extraction"],
         base_model=base_model or recorded_base,

@@ -28,9 +28,16 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Trainer, TrainingArguments
 
+from ..checkpoint_folder import OUR_MODEL_TYPES, has_sentence_transformers_files, is_ours, native_pipeline
 from ..data.distillation import SAMPLING_STRATEGIES, DistillationCollator, training_records_to_dataset
 from ..models.condenser.modeling_condenser import gather_with_local_grad
 from .losses import DistillationObjective, parse_loss_spec
+from .output_dir import (
+    overwrite_output_dir_field,
+    prepare_trainer_output_dir,
+    resume_from_checkpoint_field,
+    write_training_args,
+)
 from .pretraining import CollatorEpochCallback
 from .records import HubPushMixin
 
@@ -38,7 +45,6 @@ logger = logging.getLogger(__name__)
 
 POOLINGS = ("cls", "mean", "pooler")
 SIMILARITIES = ("dot", "cosine")
-OUR_MODEL_TYPES = ("tite", "condenser", "infused_dual_encoder")
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,7 +192,7 @@ class DistillationTrainer(HubPushMixin, Trainer):
         if tokenizer is not None:
             tokenizer.save_pretrained(output_dir)
             write_student_sentence_transformers_files(output_dir, dual.pooling, dual.similarity)
-        torch.save(self.args, Path(output_dir) / "training_args.bin")
+        write_training_args(self.args, output_dir)  # JSON, not the Trainer's pickle
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         dual = self.accelerator.unwrap_model(model if model is not None else self.model)
@@ -198,7 +204,7 @@ class DistillationTrainer(HubPushMixin, Trainer):
 def write_student_sentence_transformers_files(folder: str | Path, pooling: str, similarity: str) -> None:
     from transformers import AutoConfig
 
-    from ..sentence_transformers_files import native_pooling, write_sentence_transformers_files
+    from ..checkpoint_folder import native_pooling, write_sentence_transformers_files
 
     if pooling == "pooler":  # only allowed for our models: the pooling that reproduces pooler_output
         pooling = native_pooling(AutoConfig.from_pretrained(folder, trust_remote_code=True))
@@ -222,6 +228,8 @@ class DistillationArguments(TrainingArguments):
     logging_steps: float = field(default=10, metadata={"help": "Log every N steps."})
     save_strategy: str = field(default="no", metadata={"help": "Checkpoints during training: no / steps / epoch."})
     report_to: str = field(default="none", metadata={"help": "Loggers (tensorboard, wandb, ...)."})
+    overwrite_output_dir: bool = overwrite_output_dir_field()
+    resume_from_checkpoint: str | None = resume_from_checkpoint_field()
 
 
 @dataclass
@@ -245,6 +253,9 @@ class DistillationSetup:
     sampling: str = field(default="random", metadata={"help": "random / top / log-random (teacher's best always kept)."})
     query_max_length: int = field(default=32, metadata={"help": "Query token limit."})
     document_max_length: int = field(default=512, metadata={"help": "Document token limit."})
+    allow_missing_weights: bool = field(
+        default=False, metadata={"help": "Train a student whose weights miss (or add) tensors of its model (refused by default)."}
+    )
 
     def __post_init__(self):
         if not self.student:
@@ -273,10 +284,8 @@ class DistillationSetup:
 
 def student_conventions(name_or_path: str) -> tuple[str | None, str | None, str]:
     """(pooling, similarity, transformer folder) a checkpoint declares: sentence-transformers files
-    first, then our model types (pooler_output, dot); (None, None, path) when nothing is declared."""
-    from ..evaluation.encoding import _has_sentence_transformers_files
-
-    if _has_sentence_transformers_files(name_or_path):
+    first, then our model types (pooler_output, their native similarity); (None, None, path) when nothing is declared."""
+    if has_sentence_transformers_files(name_or_path):
         from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer(name_or_path, trust_remote_code=True, device="cpu")
@@ -298,8 +307,8 @@ def student_conventions(name_or_path: str) -> tuple[str | None, str | None, str]
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=True)
-    if config.model_type in OUR_MODEL_TYPES:
-        return "pooler", "dot", name_or_path
+    if is_ours(config):
+        return "pooler", native_pipeline(config)[1], name_or_path
     return None, None, name_or_path
 
 
@@ -316,8 +325,13 @@ def keep_first_layers(encoder: nn.Module, num_layers: int) -> nn.Module:
 
 
 def build_student(setup: DistillationSetup) -> DualEncoder:
+    """The student as a :class:`DualEncoder`; a checkpoint whose weights miss (or add) tensors of its model
+    is refused unless ``setup.allow_missing_weights`` (training from partly random weights is not a warm start)."""
     from transformers import AutoModel
 
+    from ..checkpoint_folder import check_checkpoint_weights
+
+    check_checkpoint_weights(setup.student, allow_missing_weights=setup.allow_missing_weights)
     pooling, similarity, folder = student_conventions(setup.student)
     pooling = setup.pooling or pooling
     if pooling is None:
@@ -351,13 +365,22 @@ def load_training_records(setup: DistillationSetup) -> list[dict]:
     )
 
 
-def distill(setup: DistillationSetup, args: DistillationArguments) -> Path:
-    """Train ``setup.student`` on ``setup.train_file`` and save it to ``args.output_dir``."""
+def distill(setup: DistillationSetup, args: DistillationArguments, *, check_output_dir: bool = True) -> Path:
+    """Train ``setup.student`` on ``setup.train_file`` and save it to ``args.output_dir``.
+
+    The folder must be new or empty, or hold the run that ``args.resume_from_checkpoint`` resumes
+    (``--overwrite_output_dir`` clears it first; :mod:`dense_encoders.trainer.output_dir`).
+    ``check_output_dir=False``: a caller that owns the folder (``infuse``) has checked it already."""
     from transformers import AutoTokenizer
 
     from ..hub_cards import model_card
     from .records import write_training_environment
 
+    if check_output_dir:  # before anything is loaded
+        checkpoint = prepare_trainer_output_dir(
+            args, inputs=(setup.student, setup.train_file, setup.corpus, setup.queries))
+    else:
+        checkpoint = args.resume_from_checkpoint
     objective = DistillationObjective(setup.losses, setup.loss_options())
     records = load_training_records(setup)
     too_few = [r for r in records if len(r["documents"]) < objective.min_documents]
@@ -394,7 +417,7 @@ def distill(setup: DistillationSetup, args: DistillationArguments) -> Path:
         processing_class=tokenizer,
         objective=objective,
     )
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=checkpoint)
     output_dir = Path(args.output_dir)
     if trainer.args.should_save:  # the records first: the card (and a push) read them
         output_dir.mkdir(parents=True, exist_ok=True)

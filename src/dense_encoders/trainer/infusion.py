@@ -100,6 +100,9 @@ def train_mnrl(
     )
     trainer.train()
     model.save(str(output_dir))
+    from .output_dir import write_training_args
+
+    write_training_args(args, output_dir)  # JSON, never the Trainer's pickle
     return Path(output_dir)
 
 
@@ -128,7 +131,10 @@ def train_infused(
     seed: int = 0,
 ) -> Path:
     """Build DE-(N+M)-CE (or -Rand with ``random_init``) from ``cross_encoder`` and train it on the
-    ``split`` of a BEIR folder by ``method`` (module doc). Returns the saved folder."""
+    ``split`` of a BEIR folder by ``method`` (module doc). Returns the saved folder.
+
+    ``output_dir`` is not checked here: ``dense-encoders infuse`` checks (or clears) its ``--output-dir``
+    once for all the models it trains into it (:func:`dense_encoders.trainer.output_dir.prepare_output_dir`)."""
     if method not in METHODS:
         raise ValueError(f"method={method!r}: choose one of {METHODS}")
     dataset = train_data if isinstance(train_data, RetrievalDataset) else load_beir(train_data, split=split)
@@ -155,7 +161,7 @@ def train_infused(
         args = DistillationArguments(output_dir=str(output_dir), num_train_epochs=epochs,
                                      per_device_train_batch_size=batch_size,
                                      learning_rate=learning_rate, seed=seed, use_cpu=_no_gpu())
-        distill(setup, args)
+        distill(setup, args, check_output_dir=False)  # the folder already holds initial/ and the teacher scores
     return output_dir
 
 

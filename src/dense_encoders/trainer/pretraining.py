@@ -19,6 +19,12 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
+from .output_dir import (
+    overwrite_output_dir_field,
+    prepare_trainer_output_dir,
+    resume_from_checkpoint_field,
+    write_training_args,
+)
 from .records import HubPushMixin
 from ..models.condenser.modeling_condenser import (
     CoCondenserForPreTraining,
@@ -61,6 +67,8 @@ class PreTrainingArguments(TrainingArguments):
     learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate (paper: 1e-4)."})
     warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up: a fraction of training if < 1 (paper: 0.1)."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (paper: 0.01)."})
+    overwrite_output_dir: bool = overwrite_output_dir_field()
+    resume_from_checkpoint: str | None = resume_from_checkpoint_field()
 
     def __post_init__(self):
         super().__post_init__()
@@ -119,6 +127,22 @@ class CondenserPreTrainer(HubPushMixin, Trainer):
             self.add_callback(CollatorEpochCallback(self.data_collator))
         self._component_sums: dict[str, float] = {}
         self._component_counts: dict[str, int] = {}
+
+    # ---- saving ----------------------------------------------------------------------------
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """The Trainer's save, with the arguments as ``training_args.json`` instead of a pickle."""
+        super()._save(output_dir, state_dict=state_dict)
+        if self.args.should_save:
+            write_training_args(self.args, output_dir if output_dir is not None else self.args.output_dir)
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """On resume: tied weights (the MLM / bag-of-words decoders) are never saved; they are tied
+        again instead of being reported as missing keys. Anything else still is."""
+        tied = set(getattr(self.model, "all_tied_weights_keys", None) or {})
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        if len(missing) < len(load_result.missing_keys):
+            self.model.tie_weights()
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     # ---- logging -------------------------------------------------------------------------
     def _record(self, name: str, value: torch.Tensor | float | None) -> None:
@@ -325,14 +349,16 @@ def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer, seed: int | N
 
 def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state,
-    sentence-transformers files (CLS pooling, dot product) and a model card to ``args.output_dir``."""
+    sentence-transformers files (CLS pooling, dot product; written by ``save_pretrained``) and a model card to ``args.output_dir``."""
     from ..hub_cards import model_card
     from .records import write_training_environment
-    from ..sentence_transformers_files import write_sentence_transformers_files
     from ..tokenization import load_tokenizer
 
     if setup.streaming and args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
+    # before anything is loaded: a used folder is refused (or cleared with --overwrite_output_dir)
+    checkpoint = prepare_trainer_output_dir(
+        args, inputs=(setup.init_from, setup.backbone, setup.tokenizer, setup.corpus))
     set_seed(args.seed)  # the model's fresh weights (head, or all of them) too
     tokenizer = load_tokenizer(setup.tokenizer or setup.backbone or setup.init_from)
     model = build_model(setup, vocab_size=len(tokenizer))
@@ -351,7 +377,7 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     trainer = CondenserPreTrainer(
         model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer
     )
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=checkpoint)
     output_dir = Path(args.output_dir)
     if trainer.is_world_process_zero():
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -361,8 +387,8 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
         tokenizer.save_pretrained(output_dir)
         trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
         (output_dir / "pretraining_setup.json").write_text(json.dumps(vars(setup), indent=2) + "\n")
-        write_sentence_transformers_files(output_dir, pooling="cls", similarity="dot")
         write_training_environment(trainer, output_dir)
+        write_training_args(args, output_dir)
         model_card(output_dir, repo_id=trainer.hub_model_id).save(output_dir / "README.md")
         logger.info("Saved %s to %s", type(final).__name__, output_dir)
     trainer.accelerator.wait_for_everyone()  # no process leaves before the model is on disk

@@ -220,6 +220,7 @@ def score_teacher(
     include_texts: bool = False,
     show_progress_bar: bool = True,
     device: str | None = None,
+    allow_missing_weights: bool = False,
 ) -> dict:
     """Write the cross-encoder's raw scores of each run query's ``top_k`` documents to ``output``.
 
@@ -233,11 +234,21 @@ def score_teacher(
     An existing ``output`` written with the same settings is resumed: its queries are skipped and an
     incomplete final line is removed. Returns ``{"queries_written", "queries_skipped_already_done",
     "pairs_scored"}`` for this call.
+
+    A cross-encoder checkpoint whose weights miss (or add) tensors of its model is refused before anything
+    is written, unless ``allow_missing_weights``: teacher scores from a partly random model are no scores.
     """
     import torch
 
+    from ..checkpoint_folder import check_checkpoint_weights
+
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: must be at least 1")
+    if isinstance(cross_encoder, (str, os.PathLike)):
+        check_checkpoint_weights(
+            str(cross_encoder), auto_class="AutoModelForSequenceClassification",
+            allow_missing_weights=allow_missing_weights,
+        )
     run_path = None
     if isinstance(run, (str, os.PathLike)):
         run_path = str(Path(run).resolve())
@@ -276,7 +287,7 @@ def score_teacher(
         output.touch()
         return stats
 
-    model = load_cross_encoder(cross_encoder, device=device)
+    model = load_cross_encoder(cross_encoder, device=device, allow_missing_weights=allow_missing_weights)
     if device is not None and not isinstance(cross_encoder, (str, os.PathLike)):
         model.to(device)
     if model.num_labels != 1:
@@ -507,6 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--include-texts", action="store_true", help="Also write the document texts into each line.")
     parser.add_argument("--device", help="Device for the cross-encoder, e.g. cuda:0 (default: the best available).")
     parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
+    parser.add_argument("--allow-missing-weights", action="store_true",
+                        help="Score with a cross-encoder whose weights miss (or add) tensors of its model; refused by default.")
     return parser
 
 
@@ -534,6 +547,7 @@ def main(argv: list[str]) -> int:
         include_texts=options.include_texts,
         show_progress_bar=not options.no_progress,
         device=options.device,
+        allow_missing_weights=options.allow_missing_weights,
     )
     print(
         f"Wrote teacher scores of {stats['queries_written']} queries ({stats['pairs_scored']} pairs) to "

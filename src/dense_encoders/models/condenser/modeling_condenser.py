@@ -24,8 +24,17 @@ from transformers.models.bert.modeling_bert import BertLayer, BertModel, BertOnl
 from transformers.utils import ModelOutput, logging
 
 from .configuration_condenser import CondenserConfig
+from .sentence_transformers_condenser import SentenceTransformersFilesMixin
 
 logger = logging.get_logger(__name__)
+
+
+class _BelowErrors:
+    """Logging filter: drops records below ERROR (transformers' load report while we write our own)."""
+
+    def filter(self, record) -> bool:
+        return record.levelno >= logging.ERROR
+
 
 # Config keys that exist only for Condenser; a plain BERT export drops them.
 _CONDENSER_ONLY_KEYS = ("n_head_layers", "skip_from", "late_mlm", "auto_map", "model_type", "architectures")
@@ -146,14 +155,22 @@ class CondenserForPreTrainingOutput(ModelOutput):
 # --------------------------------------------------------------------------------------------
 
 
-class CondenserPreTrainedModel(BertPreTrainedModel):
-    """Shared base: BERT's weight init and attention back-ends (eager / sdpa / flash), Condenser config."""
+class CondenserPreTrainedModel(SentenceTransformersFilesMixin, BertPreTrainedModel):
+    """Shared base: BERT's weight init and attention back-ends (eager / sdpa / flash), Condenser config.
+
+    ``save_pretrained`` also writes the sentence-transformers files of the encoder inside (CLS, dot).
+    """
 
     config_class = CondenserConfig
     config: CondenserConfig
     base_model_prefix = "bert"
     # plain BERT checkpoints carry a pooler; pre-training checkpoints carry the heads
     _keys_to_ignore_on_load_unexpected = [r"(^|\.)pooler\.", r"^c_head\.", r"^cls\."]
+
+    @classmethod
+    def native_sentence_transformers_pipeline(cls, config) -> tuple[str, str]:
+        """The last layer's [CLS] vector, compared by dot product (Condenser, Sec. 4)."""
+        return "cls", "dot"
 
     def export_backbone(self, save_directory: str | os.PathLike, tokenizer=None, **save_kwargs) -> None:
         """Write the backbone as a plain BERT checkpoint (safetensors, no remote code).
@@ -182,7 +199,7 @@ class CondenserPreTrainedModel(BertPreTrainedModel):
             tokenizer.save_pretrained(save_directory)
 
 
-class CondenserModel(BertModel):
+class CondenserModel(SentenceTransformersFilesMixin, BertModel):
     """The Condenser retrieval encoder: a BERT backbone, no pooler weights.
 
     ``pooler_output`` is the last layer's CLS vector, the embedding the papers retrieve with
@@ -193,6 +210,7 @@ class CondenserModel(BertModel):
     config: CondenserConfig
     _keys_to_ignore_on_load_unexpected = CondenserPreTrainedModel._keys_to_ignore_on_load_unexpected
     export_backbone = CondenserPreTrainedModel.export_backbone
+    native_sentence_transformers_pipeline = CondenserPreTrainedModel.native_sentence_transformers_pipeline
 
     def __init__(self, config: CondenserConfig, add_pooling_layer: bool = False):
         if add_pooling_layer:
@@ -339,20 +357,38 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
         headless: pre-training on from them trains a random head first.
         """
         want_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs)
+        # transformers' load report (a line per missing head tensor) is replaced by the warnings below
+        report_logger = logging.get_logger("transformers.modeling_utils")
+        below_errors = _BelowErrors()
+        report_logger.addFilter(below_errors)
+        try:
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+            )
+        finally:
+            report_logger.removeFilter(below_errors)
         missing = set(info.get("missing_keys", ()))
+        no_mlm_head = any(key.startswith("cls.predictions.transform.") for key in missing)
         if any(key.startswith("c_head.") for key in missing):
             logger.warning(
-                f"{pretrained_model_name_or_path} has no Condenser head (c_head.*): the head of this "
+                f"{pretrained_model_name_or_path} has no Condenser head (c_head.*"
+                f"{', nor an MLM prediction head' if no_mlm_head else ''}): the head of this "
                 f"{cls.__name__} is FRESHLY INITIALISED. Continuing pre-training from a headless checkpoint "
                 "(such as the Hub copies of the reference models) first trains a random head, whose gradients "
                 "can corrupt the backbone; start from a checkpoint saved by CondenserForPreTraining.save_pretrained "
                 "to keep the head, or use CondenserForPreTraining.from_backbone for a deliberate warm start."
             )
-        if any(key.startswith("cls.predictions.transform.") for key in missing):
+        elif no_mlm_head:
             logger.warning(
                 f"{pretrained_model_name_or_path} has no MLM prediction head (cls.predictions.*): it was freshly "
                 "initialised (the decoder stays tied to the input embeddings)."
+            )
+        other = sorted(key for key in missing if not key.startswith(("c_head.", "cls.predictions.")))
+        unexpected = sorted(info.get("unexpected_keys", ()))
+        if other or unexpected:  # what the silenced report would have said beyond the heads
+            logger.warning(
+                f"{pretrained_model_name_or_path}: {len(other)} weights missing from the checkpoint were randomly "
+                f"initialised {other[:5]}; {len(unexpected)} checkpoint tensors were not used {unexpected[:5]}."
             )
         return (model, info) if want_info else model
 

@@ -12,6 +12,7 @@ from transformers import BertModel, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_infused import InfusedDualEncoderConfig
+from .sentence_transformers_infused import SentenceTransformersFilesMixin
 
 # model types whose encoder is transformers' BertModel layout (embeddings + encoder.layer[i])
 BERT_FAMILY = ("bert",)
@@ -25,12 +26,18 @@ def mean_pool(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
-class InfusedDualEncoderModel(BertModel):
+class InfusedDualEncoderModel(SentenceTransformersFilesMixin, BertModel):
     """The infused dual encoder; ``pooler_output`` is the mean over non-padding tokens (seed 002)."""
 
     config_class = InfusedDualEncoderConfig
     config: InfusedDualEncoderConfig
     _keys_to_ignore_on_load_unexpected = [r"^pooler\.", r"^classifier\.", r"^bert\.pooler\."]
+
+    @classmethod
+    def native_sentence_transformers_pipeline(cls, config) -> tuple[str, str]:
+        """``config.pooling`` (mean in the paper) with cosine similarity, as trained with
+        sentence-transformers' MultipleNegativesRankingLoss."""
+        return config.pooling, "cosine"
 
     def __init__(self, config: InfusedDualEncoderConfig, add_pooling_layer: bool = False):
         if add_pooling_layer:

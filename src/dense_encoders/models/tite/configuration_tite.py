@@ -13,6 +13,13 @@ from transformers import PretrainedConfig
 POOLING_LOCATIONS = ("pre", "intra", "post")
 POOLING_IMPLEMENTATIONS = ("auto", "triton", "torch")
 POSITION_EMBEDDING_TYPES = ("rotary", "absolute")
+# Written into every saved ``config.json`` so that ``AutoModel.from_pretrained(folder, trust_remote_code=True)``
+# (and so sentence-transformers) finds the encoder even in a folder a pre-training class saved.
+TITE_AUTO_MAP = {
+    "AutoConfig": "configuration_tite.TiteConfig",
+    "AutoModel": "modeling_tite.TiteModel",
+    "AutoModelForPreTraining": "modeling_tite.TiteForPreTraining",
+}
 
 
 def pooled_length(length: int, kernel_size: int | None, stride: int | None) -> int:
@@ -109,6 +116,7 @@ class TiteConfig(PretrainedConfig):
         self.tie_word_embeddings = tie_word_embeddings
         self.cuda_graphs = bool(cuda_graphs)
         super().__init__(pad_token_id=pad_token_id, **kwargs)
+        self.auto_map = {**TITE_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
         self.validate_tite()
 
     @property

@@ -35,6 +35,7 @@ from transformers.utils import ModelOutput, logging
 from .configuration_tite import TiteConfig
 from .pooling_tite import DeviceArrays, PoolPlan, _segment_positions, plan_parts, pool_planned
 from .rotary_tite import apply_rotary, fused_rotary_available, rotary_table
+from .sentence_transformers_tite import SentenceTransformersFilesMixin
 
 try:  # PyTorch's own varlen flash attention (CUDA, fp16/bf16; torch >= 2.9): no flash-attn package needed
     from torch.nn.attention.varlen import varlen_attn
@@ -492,7 +493,10 @@ class TiteLayer(GradientCheckpointingLayer):
 # --------------------------------------------------------------------------------------------
 
 
-class TitePreTrainedModel(PreTrainedModel):
+class TitePreTrainedModel(SentenceTransformersFilesMixin, PreTrainedModel):
+    """Shared base; ``save_pretrained`` also writes the sentence-transformers files (the vector sits at
+    position 0 of ``last_hidden_state``: CLS pooling, dot product)."""
+
     config_class = TiteConfig
     config: TiteConfig
     base_model_prefix = "tite"
@@ -500,6 +504,11 @@ class TitePreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _no_split_modules = ["TiteLayer"]
+
+    @classmethod
+    def native_sentence_transformers_pipeline(cls, config) -> tuple[str, str]:
+        """The text's single vector (position 0 of ``last_hidden_state``), compared by dot product."""
+        return "cls", "dot"
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -525,6 +534,9 @@ class TiteModel(TitePreTrainedModel):
     ``(batch, 1, hidden)`` the same vector as a length-1 sequence. A configuration without pooling
     returns the padded token states instead and its first token as ``pooler_output``.
     """
+
+    # a pre-training checkpoint (TiteForPreTraining) loaded as the encoder: its decoder and heads are dropped
+    _keys_to_ignore_on_load_unexpected = [r"^(mae_decoder|mae_head|bow_head)\."]
 
     def __init__(self, config: TiteConfig):
         super().__init__(config)
@@ -717,7 +729,10 @@ class TiteModel(TitePreTrainedModel):
                 f"max_position_embeddings={config.max_position_embeddings} exceeds the backbone's "
                 f"{source_config.max_position_embeddings} learned positions; lower it."
             )
-        bert = BertModel.from_pretrained(name_or_path, add_pooling_layer=False)
+        class BertBackbone(BertModel):  # what a warm start drops is expected: no load report for it
+            _keys_to_ignore_on_load_unexpected = [r"(^|\.)pooler\.", r"^cls\."]
+
+        bert = BertBackbone.from_pretrained(name_or_path, add_pooling_layer=False)
         state = bert_to_tite_state_dict(bert.state_dict())
         positions = state.pop("embeddings.position_embeddings.weight")
         token_types = state.pop("embeddings.token_type_embeddings.weight")

@@ -1,0 +1,183 @@
+# Copied from dense_encoders.models.condenser.sentence_transformers_condenser: keep the copies identical
+# (tests/test_checkpoint_folder.py checks it; each model folder ships its own copy as remote code).
+"""The sentence-transformers module files of a checkpoint folder, written as plain JSON.
+
+``save_pretrained`` of every model family calls :func:`write_sentence_transformers_files`, so a folder
+saved anywhere (with its tokenizer) loads in ``SentenceTransformer`` with the pooling that reproduces
+the model's ``pooler_output``. Without these files sentence-transformers falls back to mean pooling,
+which silently cost accuracy for users of the reference Condenser checkpoints.
+
+The layout is sentence-transformers' own (6.x), byte for byte: a ``Transformer`` module saved in the
+folder's root, ``Pooling`` in ``1_Pooling`` and, for a model trained with cosine similarity,
+``Normalize`` in ``2_Normalize``. Nothing here imports sentence-transformers or the dense-encoders package: the file is
+shipped as remote code next to the modeling file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import metadata
+
+# The sentence-transformers release whose folder layout these files follow; recorded as the writing
+# version when sentence-transformers itself is not installed where the folder is saved.
+SENTENCE_TRANSFORMERS_LAYOUT_VERSION = "6.0.0"
+TRANSFORMER_MODULE = "sentence_transformers.base.modules.transformer.Transformer"
+POOLING_MODULE = "sentence_transformers.sentence_transformer.modules.pooling.Pooling"
+NORMALIZE_MODULE = "sentence_transformers.base.modules.normalize.Normalize"
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+POOLING_MODES = ("cls", "mean")
+SIMILARITIES = ("dot", "cosine")
+
+
+def _installed_version(distribution: str, fallback: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return fallback
+
+
+def sentence_transformers_files(
+    embedding_dimension: int,
+    pooling: str,
+    similarity: str,
+    prompts: dict[str, str] | None = None,
+    normalize: bool = False,
+) -> dict[str, str]:
+    """``{relative path: text}`` of the pipeline Transformer -> Pooling(``pooling``) [-> Normalize].
+
+    ``normalize`` appends ``Normalize`` (unit vectors, as models trained with cosine similarity ship);
+    it needs ``similarity="cosine"``. ``prompts`` maps ``"query"`` / ``"document"`` to the text
+    prepended on that side (empty by default, as sentence-transformers writes them).
+    """
+    if pooling not in POOLING_MODES:
+        raise ValueError(f"pooling={pooling!r}: choose one of {POOLING_MODES}")
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"similarity={similarity!r}: choose one of {SIMILARITIES}")
+    if normalize and similarity != "cosine":
+        raise ValueError("normalize=True makes unit vectors: it goes with similarity='cosine', not dot product")
+    import torch
+    import transformers
+
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": TRANSFORMER_MODULE},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": POOLING_MODULE},
+    ]
+    files = {
+        "1_Pooling/config.json": json.dumps(
+            {"embedding_dimension": int(embedding_dimension), "pooling_mode": pooling, "include_prompt": True}, indent=4
+        ),
+    }
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": NORMALIZE_MODULE})
+        files["2_Normalize/config.json"] = json.dumps(
+            {"module_input_name": "sentence_embedding", "module_output_name": "sentence_embedding"}, indent=4
+        )
+    files["modules.json"] = json.dumps(modules, indent=2)
+    files["sentence_bert_config.json"] = json.dumps(
+        {
+            "transformer_task": "feature-extraction",
+            "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
+            "module_output_name": "token_embeddings",
+        },
+        indent=4,
+    )
+    versions = {
+        "pytorch": torch.__version__,
+        "sentence_transformers": _installed_version("sentence-transformers", SENTENCE_TRANSFORMERS_LAYOUT_VERSION),
+        "transformers": transformers.__version__,
+    }
+    files["config_sentence_transformers.json"] = json.dumps(
+        {
+            "__version__": versions,
+            "default_prompt_name": None,
+            "model_type": "SentenceTransformer",
+            "prompts": {"query": "", "document": "", **(prompts or {})},
+            "similarity_fn_name": similarity,
+        },
+        indent=2,
+        sort_keys=True,
+    )
+    return files
+
+
+def read_saved_settings(folder: str | os.PathLike) -> dict:
+    """``{"prompts", "similarity", "normalize"}`` from a folder's sentence-transformers files (what a training
+    run chose), so saving a model again into that folder keeps them; ``{}`` without the files."""
+    path = os.path.join(folder, "config_sentence_transformers.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        saved = json.load(handle)
+    settings = {"normalize": False}
+    modules_path = os.path.join(folder, "modules.json")
+    if os.path.isfile(modules_path):
+        with open(modules_path, encoding="utf-8") as handle:
+            settings["normalize"] = any(str(m.get("type", "")).endswith(".Normalize") for m in json.load(handle))
+    if isinstance(saved.get("prompts"), dict):
+        settings["prompts"] = dict(saved["prompts"])
+    if saved.get("similarity_fn_name") in SIMILARITIES:
+        settings["similarity"] = saved["similarity_fn_name"]
+    return settings
+
+
+def write_sentence_transformers_files(
+    folder: str | os.PathLike,
+    embedding_dimension: int,
+    pooling: str,
+    similarity: str,
+    prompts: dict[str, str] | None = None,
+    normalize: bool = False,
+) -> list[str]:
+    """Write :func:`sentence_transformers_files` into ``folder``; returns the written paths.
+
+    A module folder of an earlier pipeline that this one does not have (``2_Normalize`` after a switch
+    to dot product) is removed, so the folder never describes two pipelines.
+    """
+    files = sentence_transformers_files(embedding_dimension, pooling, similarity, prompts, normalize)
+    stale = os.path.join(folder, "2_Normalize", "config.json")
+    if "2_Normalize/config.json" not in files and os.path.isfile(stale):
+        os.remove(stale)
+        if not os.listdir(os.path.dirname(stale)):
+            os.rmdir(os.path.dirname(stale))
+    written = []
+    for relative, text in files.items():
+        path = os.path.join(folder, *relative.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        written.append(path)
+    return written
+
+
+class SentenceTransformersFilesMixin:
+    """Makes ``save_pretrained`` write the sentence-transformers files beside the weights.
+
+    A model class names its pipeline in :meth:`native_sentence_transformers_pipeline`; the vectors are
+    then exactly ``pooler_output``. Saving again into a folder keeps the prompts, similarity and
+    normalisation a training run wrote there.
+    """
+
+    @classmethod
+    def native_sentence_transformers_pipeline(cls, config) -> tuple[str, str]:
+        """``(pooling, similarity)`` under which sentence-transformers reproduces ``pooler_output``."""
+        raise NotImplementedError(f"{cls.__name__} does not declare its sentence-transformers pipeline")
+
+    def save_pretrained(self, save_directory: str | os.PathLike, is_main_process: bool = True, *args, **kwargs):
+        super().save_pretrained(save_directory, is_main_process, *args, **kwargs)
+        if is_main_process and os.path.isdir(save_directory):
+            pooling, similarity = self.native_sentence_transformers_pipeline(self.config)
+            saved = read_saved_settings(save_directory)
+            similarity = saved.get("similarity", similarity)
+            normalize = saved.get("normalize", False) and similarity == "cosine"
+            write_sentence_transformers_files(
+                save_directory, self.config.hidden_size, pooling, similarity, saved.get("prompts"), normalize
+            )
+
+
+__all__ = [
+    "SentenceTransformersFilesMixin",
+    "read_saved_settings",
+    "sentence_transformers_files",
+    "write_sentence_transformers_files",
+]
