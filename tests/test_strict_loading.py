@@ -69,15 +69,19 @@ def no_report(text: str) -> bool:
 @contextlib.contextmanager
 def transformers_log():
     """Everything transformers logs meanwhile (its handler writes to the stderr of import time, which
-    capfd does not see); our own loggers propagate to the root logger (caplog)."""
+    capfd does not see); our own loggers propagate to the root logger (caplog). transformers' verbosity is
+    held at WARNING meanwhile: an earlier test (a Trainer's log level) may have lowered it to ERROR."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     logger = logging.getLogger("transformers")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
     logger.addHandler(handler)
     try:
         yield stream
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def test_the_capture_sees_a_load_report(tmp_path, tok):
