@@ -109,6 +109,7 @@ def test_files_are_byte_for_byte_what_sentence_transformers_writes(tmp_path, tok
     assert (folder / "2_Normalize").exists() == (theirs / "2_Normalize").exists()
 
 
+@pytest.mark.numerics
 def test_save_pretrained_then_sentence_transformers_equals_pooler_output_without_the_package(tmp_path, tok):
     """Every family, the *ForPreTraining classes included, in a process where dense_encoders cannot be
     imported: SentenceTransformer(folder) gives AutoModel's pooler_output (CLS, never mean by default)."""
@@ -167,6 +168,7 @@ def _strip_sentence_transformers_files(folder: Path) -> None:
     shutil.rmtree(folder / "1_Pooling")
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 def test_push_adds_missing_files_to_the_upload_only(hub, tmp_path, tok):  # noqa: F811
     """A folder saved before save_pretrained wrote sentence-transformers files: the upload gets the
