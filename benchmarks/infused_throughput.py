@@ -1,4 +1,5 @@
-"""Encode throughput of a cross-encoder-infused DE-2 vs its 6- and 12-layer sources (seed 002, Table 1).
+"""Encode throughput of a cross-encoder-infused DE-2 vs its 6- and 12-layer sources
+(*Can Cross Encoders Produce Useful Sentence Embeddings?*, Table 1).
 
 Rows (all BERT-family, MiniLM width: 384 hidden, 12 heads, FFN 1536, vocab 30522, sdpa attention,
 mean pooling over non-padding tokens, random weights with a fixed seed: speed does not depend on
@@ -16,7 +17,7 @@ batch is run by every model back to back (order rotating), texts/s from each rou
 times, the median round reported with the min-max range.
 
 Layer-count bound: the speed-up if time were proportional to the number of encoder layers
-(12 / 2 = 6x, 6 / 2 = 3x); "of bound" = measured speed-up / bound. The seed measured 5.15x for
+(12 / 2 = 6x, 6 / 2 = 3x); "of bound" = measured speed-up / bound. The paper measured 5.15x for
 12 -> 2 layers.
 
 Usage (repository root)::

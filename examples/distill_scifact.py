@@ -35,7 +35,7 @@ from dense_encoders.trainer.distillation import (  # noqa: E402
     build_student,
     distill,
 )
-from dense_encoders.trainer.teacher import run_to_training_file  # noqa: E402
+from dense_encoders.data.distillation import run_to_training_file  # noqa: E402
 
 
 def main() -> None:

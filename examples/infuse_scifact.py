@@ -1,4 +1,5 @@
-"""Seed 002 on real weights, offline: a cross-encoder fine-tuned here, its layers, DE-2-CE, Table 1.
+"""*Can Cross Encoders Produce Useful Sentence Embeddings?* on real weights,
+offline: a cross-encoder fine-tuned here, its layers, DE-2-CE, Table 1.
 
 No MS MARCO cross-encoder can be downloaded on this machine, so step 1 makes one:
 
@@ -16,7 +17,7 @@ Usage (repository root)::
 
     python examples/infuse_scifact.py --work-dir runs/infuse-scifact
 
-With the Hub reachable, the seed's own setting is (README, "Cross-encoder embeddings")::
+With the Hub reachable, the paper's own setting is (README, "Cross-encoder embeddings")::
 
     dense-encoders layerwise --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 \
         --dual-encoder sentence-transformers/msmarco-MiniLM-L-12-v3 --data BEIR_FOLDERS...
@@ -33,8 +34,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 
 from dense_encoders.cli import main as cli  # noqa: E402
-from dense_encoders.evaluation import load_beir  # noqa: E402
-from dense_encoders.trainer.infusion import bm25_run  # noqa: E402
+from dense_encoders.data.bm25 import bm25_run  # noqa: E402
+from dense_encoders.data.retrieval import load_beir  # noqa: E402
 
 
 def fine_tune_cross_encoder(base: str, data: Path, output: Path, *, negatives: int, epochs: float, seed: int) -> Path:

@@ -120,7 +120,7 @@ def test_streaming_equals_eager(tmp_path):
 def test_malformed_json_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "ok"}\n\n{"text": "broken"\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}:3: malformed JSON"):
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}:3: not valid JSON"):
         load_corpus(path)
 
 

@@ -1,4 +1,4 @@
-"""Cross-encoder embeddings (seed 002): layer-wise embeddings, infused dual encoders, their errors."""
+"""Cross-encoder embeddings (*Can Cross Encoders Produce Useful Sentence Embeddings?*): layer-wise embeddings, infused dual encoders, their errors."""
 
 from __future__ import annotations
 
@@ -11,12 +11,8 @@ from conftest import float32_atol
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification, BertModel
 
 from dense_encoders import InfusedDualEncoderConfig, InfusedDualEncoderModel
-from dense_encoders.cross_encoders import (
-    dual_encoder_layerwise_embeddings,
-    infuse,
-    layerwise_embeddings,
-    save_dual_encoder,
-)
+from dense_encoders.evaluation.layerwise import dual_encoder_layerwise_embeddings, layerwise_embeddings
+from dense_encoders.trainer.infusion import infuse, save_dual_encoder
 
 TEXTS = ["dense retrieval with cross encoders", "a", "which layer of the cross encoder embeds best?"]
 
@@ -256,7 +252,7 @@ def tiny_beir(tmp_path):
 
 def test_bm25_triplets_use_unjudged_bm25_candidates(tiny_beir):
     from dense_encoders.evaluation import load_beir
-    from dense_encoders.trainer.infusion import bm25_run, mine_bm25_triplets
+    from dense_encoders.data.bm25 import bm25_run, mine_bm25_triplets
 
     folder, corpus, queries, qrels = tiny_beir
     dataset = load_beir(folder, split="train")
@@ -290,7 +286,7 @@ def test_cli_infuse_trains_and_reports(cross_encoder_folder, tiny_beir, tmp_path
     torch.manual_seed(3)
     BertModel(tiny_config(tok), add_pooling_layer=False).save_pretrained(baseline)
     tok.save_pretrained(baseline)
-    from dense_encoders.checkpoint_folder import write_sentence_transformers_files
+    from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
 
     write_sentence_transformers_files(baseline, pooling="mean", similarity="cosine")
     output = tmp_path / "de-2"

@@ -11,7 +11,7 @@ import torch
 from huggingface_hub import ModelCard
 
 from dense_encoders.cli import main
-from dense_encoders.hub_cards import model_card
+from dense_encoders.hub import model_card
 
 
 def run_snippets(card_text: str) -> list[np.ndarray]:
@@ -86,8 +86,8 @@ def test_tite_card_from_records_and_results(distilled_tite, tok):
 def test_infused_and_plain_student_cards(tmp_path, tok):
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-    from dense_encoders.cross_encoders import infuse, save_dual_encoder
-    from dense_encoders.checkpoint_folder import write_sentence_transformers_files
+    from dense_encoders.trainer.infusion import infuse, save_dual_encoder
+    from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
 
     torch.manual_seed(0)
     ce = tmp_path / "ce"

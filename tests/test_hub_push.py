@@ -49,7 +49,7 @@ def condenser_folder(tmp_path, tok):
 def infused_folder(tmp_path, tok):
     from transformers import BertConfig, BertForSequenceClassification
 
-    from dense_encoders.cross_encoders import infuse, save_dual_encoder
+    from dense_encoders.trainer.infusion import infuse, save_dual_encoder
 
     torch.manual_seed(0)
     ce = tmp_path / "ce"

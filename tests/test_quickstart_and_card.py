@@ -4,19 +4,61 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from dense_encoders.hub_cards import condenser_model_card
-from dense_encoders.quickstart import SENTENCES, run_pretraining_demo
+from dense_encoders.hub.condenser_card import condenser_model_card
+from dense_encoders.quickstart import SENTENCES
+
+
+def _pretrain_tiny_condenser(output_dir: str | Path = "pretraining-demo", max_steps: int = 100, seed: int = 42) -> dict:
+    """Pre-train a tiny Condenser for ``max_steps`` steps on the bundled corpus, save it, reload it two
+    ways (AutoModel with remote code, SentenceTransformer) and encode two sentences. (Formerly
+    ``dense_encoders.quickstart.run_pretraining_demo``, which nothing in the package called.)"""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoTokenizer
+
+    from dense_encoders.trainer.pretraining import PreTrainingArguments, PreTrainingSetup, pretrain
+
+    output_dir = Path(output_dir) / "condenser-tiny"
+    setup = PreTrainingSetup(architecture="condenser", preset="tiny", max_seq_length=128)
+    args = PreTrainingArguments(
+        output_dir=str(output_dir), max_steps=max_steps, per_device_train_batch_size=16,
+        logging_steps=max(1, max_steps // 10), save_strategy="no", seed=seed, learning_rate=5e-4,
+        use_cpu=not torch.cuda.is_available(), disable_tqdm=False,
+    )
+    started = time.perf_counter()
+    pretrain(setup, args)
+    seconds = time.perf_counter() - started
+    tokenizer = AutoTokenizer.from_pretrained(output_dir, trust_remote_code=True)
+    encoder = AutoModel.from_pretrained(output_dir, trust_remote_code=True).eval()
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        cls_vectors = encoder(**batch).pooler_output
+    st_vectors = SentenceTransformer(str(output_dir), trust_remote_code=True, device="cpu").encode(
+        SENTENCES, convert_to_tensor=True)
+    history = json.loads((output_dir / "trainer_state.json").read_text()).get("log_history", [])
+    losses = [entry["loss"] for entry in history if "loss" in entry] or [None]
+    return {
+        "saved_to": str(output_dir),
+        "train_seconds": round(seconds, 1),
+        "first_logged_loss": losses[0],
+        "last_logged_loss": losses[-1],
+        "encoder_class": type(encoder).__name__,
+        "embedding_shape": list(cls_vectors.shape),
+        "dot_similarity": round(float(cls_vectors[0] @ cls_vectors[1]), 4),
+        "sentence_transformers_matches_cls": bool(torch.allclose(st_vectors.cpu(), cls_vectors, atol=1e-5)),
+    }
 
 
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory):
     output = tmp_path_factory.mktemp("quickstart")
-    summary = run_pretraining_demo(output_dir=output, max_steps=8, seed=3)
+    summary = _pretrain_tiny_condenser(output_dir=output, max_steps=8, seed=3)
     return output / "condenser-tiny", summary
 
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from dense_encoders.evaluation.data import DataFormatError
+from dense_encoders.data.distillation import read_training_file
+from dense_encoders.data.format import DataFormatError
 from dense_encoders.trainer import teacher
+from dense_encoders.cli.train import score_teacher as main
 from dense_encoders.trainer.teacher import (
-    main,
     meta_path,
-    read_training_file,
     score_teacher,
 )
 
@@ -508,7 +508,7 @@ def test_main_argument_errors(tmp_path, capsys):
 
 
 def test_run_to_training_file_uses_the_run_scores(tmp_path):
-    from dense_encoders.trainer.teacher import run_to_training_file
+    from dense_encoders.data.distillation import run_to_training_file
 
     run = {"q1": {"d4": 0.2, "d1": 0.9, "d3": 0.9}, "q3": {"d3": -0.5}}
     output = tmp_path / "out" / "train.jsonl"

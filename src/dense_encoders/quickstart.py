@@ -156,10 +156,11 @@ def _encode_speed(models: dict[str, str], texts: list[str], rounds: int = 2) -> 
 def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | None = None,
                    overwrite_output_dir: bool = False, **overrides) -> dict:
     """Run the quickstart (module doc); returns the summary (also printed as a table)."""
-    from .evaluation import evaluate_retrieval, load_beir, save_results
-    from .hub_cards import model_card
+    from .data.distillation import run_to_training_file
+    from .data.retrieval import load_beir
+    from .evaluation import evaluate_retrieval, save_results
+    from .hub import model_card
     from .models.tite import TiteModel, tite_preset
-    from .trainer.teacher import run_to_training_file
 
     settings = QuickstartSettings(**overrides)
     output = Path(output_dir)
@@ -245,44 +246,4 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def run_pretraining_demo(output_dir: str | Path = "pretraining-demo", max_steps: int = 100, seed: int = 42) -> dict:
-    """Pre-train a tiny Condenser for ``max_steps`` steps on the bundled corpus, save it, reload it two
-    ways (AutoModel with remote code, SentenceTransformer) and encode two sentences."""
-    from sentence_transformers import SentenceTransformer
-    from transformers import AutoModel, AutoTokenizer
-
-    from .trainer.pretraining import PreTrainingArguments, PreTrainingSetup, pretrain
-
-    output_dir = Path(output_dir) / "condenser-tiny"
-    setup = PreTrainingSetup(architecture="condenser", preset="tiny", max_seq_length=128)
-    args = PreTrainingArguments(
-        output_dir=str(output_dir), max_steps=max_steps, per_device_train_batch_size=16,
-        logging_steps=max(1, max_steps // 10), save_strategy="no", seed=seed, learning_rate=5e-4,
-        use_cpu=not torch.cuda.is_available(), disable_tqdm=False,
-    )
-    started = time.perf_counter()
-    pretrain(setup, args)
-    seconds = time.perf_counter() - started
-    tokenizer = AutoTokenizer.from_pretrained(output_dir, trust_remote_code=True)
-    encoder = AutoModel.from_pretrained(output_dir, trust_remote_code=True).eval()
-    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        cls_vectors = encoder(**batch).pooler_output
-    st_vectors = SentenceTransformer(str(output_dir), trust_remote_code=True, device="cpu").encode(
-        SENTENCES, convert_to_tensor=True)
-    history = json.loads((output_dir / "trainer_state.json").read_text()).get("log_history", [])
-    losses = [entry["loss"] for entry in history if "loss" in entry] or [None]
-    return {
-        "saved_to": str(output_dir),
-        "train_seconds": round(seconds, 1),
-        "first_logged_loss": losses[0],
-        "last_logged_loss": losses[-1],
-        "encoder_class": type(encoder).__name__,
-        "embedding_shape": list(cls_vectors.shape),
-        "dot_similarity": round(float(cls_vectors[0] @ cls_vectors[1]), 4),
-        "sentence_transformers_matches_cls": bool(torch.allclose(st_vectors.cpu(), cls_vectors, atol=1e-5)),
-    }
-
-
-__all__ = ["QuickstartSettings", "SENTENCES", "default_data", "format_summary", "run_pretraining_demo",
-           "run_quickstart"]
+__all__ = ["QuickstartSettings", "SENTENCES", "default_data", "format_summary", "run_quickstart"]

@@ -1,7 +1,21 @@
-"""Data pipeline for Condenser / coCondenser pre-training: corpora, whole-word masking, spans."""
+"""Every data file format of the package, for training and evaluation alike, and the collators.
+
+* :mod:`.format`: what every file shares: :class:`DataFormatError` (``file:line``), the JSON-lines
+  reader, and :func:`document_text`, the one place where a document (title + text) becomes a string;
+* :mod:`.retrieval`: BEIR folders (corpus, queries, qrels), TREC qrels, (query, positive) pairs,
+  :class:`RetrievalDataset`; :mod:`.runs`: TREC runs; :mod:`.bm25`: BM25 runs and hard negatives;
+* :mod:`.corpus`: pre-training corpora; :mod:`.masking`, :mod:`.spans`: the pre-training collators;
+* :mod:`.distillation`: the distillation training file and its collator.
+
+``trainer/`` and ``evaluation/`` read their files from here; this package imports neither.
+"""
 
 from .corpus import SUPPORTED_EXTENSIONS, default_corpus_path, load_corpus, tokenize_for_condenser
+from .distillation import DistillationCollator, read_training_file, run_to_training_file
+from .format import DataFormatError, document_text
 from .masking import WholeWordMaskingCollator
+from .retrieval import RetrievalDataset, load_beir, load_dataset_for_evaluation, load_pairs
+from .runs import read_trec_run, write_trec_run
 from .spans import CoCondenserCollator, add_spans, split_into_spans
 
 __all__ = [
@@ -13,4 +27,15 @@ __all__ = [
     "CoCondenserCollator",
     "add_spans",
     "split_into_spans",
+    "DataFormatError",
+    "DistillationCollator",
+    "RetrievalDataset",
+    "document_text",
+    "load_beir",
+    "load_dataset_for_evaluation",
+    "load_pairs",
+    "read_training_file",
+    "read_trec_run",
+    "run_to_training_file",
+    "write_trec_run",
 ]

@@ -8,10 +8,11 @@ consecutive blocks that fit Condenser's ``max_length`` once ``[CLS]``/``[SEP]`` 
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 from typing import Any, Optional, Union
+
+from .format import DataFormatError, document_text, json_lines
 
 __all__ = ["SUPPORTED_EXTENSIONS", "default_corpus_path", "load_corpus", "tokenize_for_condenser"]
 
@@ -22,12 +23,6 @@ _JSON_EXTENSIONS = (".jsonl", ".json")
 def default_corpus_path() -> pathlib.Path:
     """Packaged tiny demo corpus (``dense_encoders/resources/tiny_corpus.jsonl``)."""
     return pathlib.Path(__file__).resolve().parent.parent / "resources" / "tiny_corpus.jsonl"
-
-
-def _join_title(title: Any, text: str) -> str:
-    if isinstance(title, str) and title.strip():
-        return f"{title} {text}"
-    return text
 
 
 def _resolve_files(source: Union[str, os.PathLike]) -> list[pathlib.Path]:
@@ -57,25 +52,16 @@ def _read_txt(path: pathlib.Path) -> list[str]:
 
 def _read_json_lines(path: pathlib.Path, text_field: str, title_field: Optional[str]) -> list[str]:
     texts = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: malformed JSON ({err.msg} at column {err.colno})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object per line, got {type(record).__name__}")
-            if text_field not in record:
-                raise ValueError(
-                    f"{path}:{lineno}: record has no {text_field!r} field (fields: {sorted(record)}); "
-                    "pass text_field=<the field holding the document text>"
-                )
-            text = record[text_field]
-            if not isinstance(text, str):
-                raise ValueError(f"{path}:{lineno}: field {text_field!r} must be a string, got {type(text).__name__}")
-            texts.append(_join_title(record.get(title_field) if title_field else None, text))
+    for lineno, record in json_lines(path):
+        if text_field not in record:
+            raise DataFormatError(
+                path, lineno, f"record has no {text_field!r} field (fields: {sorted(record)}); "
+                "pass text_field=<the field holding the document text>"
+            )
+        text = record[text_field]
+        if not isinstance(text, str):
+            raise DataFormatError(path, lineno, f"field {text_field!r} must be a string, got {type(text).__name__}")
+        texts.append(document_text({"title": record.get(title_field) if title_field else None, "text": text}))
     return texts
 
 
@@ -103,7 +89,7 @@ def _from_datasets_object(dataset, text_field: str, title_field: Optional[str], 
     def _to_text(batch):
         texts = batch[text_field]
         titles = batch.get(title_field) if use_title else None
-        return {"text": [_join_title(t, x) for t, x in zip(titles or [None] * len(texts), texts)]}
+        return {"text": [document_text({"title": t, "text": x}) for t, x in zip(titles or [None] * len(texts), texts)]}
 
     return dataset.map(_to_text, batched=True).select_columns(["text"])
 
@@ -143,7 +129,7 @@ def _stream_files(files: list[pathlib.Path], text_field: str, title_field: Optio
                             f"a record in {list(_files)} has no string {text_field!r} field (got {text!r}); "
                             "pass text_field=<the field holding the document text>"
                         )
-                    out.append(_join_title(title, text))
+                    out.append(document_text({"title": title, "text": text}))
                 return {"text": out}
 
             stream = stream.map(_to_text, batched=True)
@@ -162,7 +148,8 @@ def load_corpus(
 
     ``source``: a ``.txt`` file (one document per non-empty line, stripped), a ``.jsonl``/``.json``
     file of one JSON object per line (``text_field``; a non-empty ``title_field`` is prepended,
-    BEIR-style ``title + " " + text``), a directory (all supported files in it, sorted by name), or
+    BEIR-style ``title + " " + text``: :func:`~dense_encoders.data.format.document_text`, the same
+    string evaluation makes of a document), a directory (all supported files in it, sorted by name), or
     a ``datasets.Dataset``/``IterableDataset`` with a ``text_field`` column (title joined likewise).
     Files are read and validated eagerly (errors name ``file:line``) unless ``streaming=True``,
     which returns a lazy ``datasets.IterableDataset`` built with ``datasets.load_dataset``. An
@@ -223,7 +210,7 @@ def tokenize_for_condenser(dataset, tokenizer, max_length: int = 128, text_colum
 
     kwargs: dict[str, Any] = {}
     if isinstance(dataset, datasets.Dataset):
-        kwargs = {"desc": "tokenizing for Condenser"}
+        kwargs = {"desc": f"tokenizing into blocks of {max_length} tokens"}
     blocks = dataset.select_columns([text_column]).map(
         _blocks, input_columns=text_column, batched=True, remove_columns=[text_column], **kwargs
     )

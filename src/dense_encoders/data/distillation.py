@@ -1,23 +1,196 @@
-"""Distillation data: teacher-scored candidate lists and the collator that samples and tokenizes them.
+"""Distillation data: the training file of teacher-scored candidate lists, and the collator that
+samples and tokenizes them.
 
-Training file format (jsonl, one query per line; see :mod:`dense_encoders.trainer.teacher`, which
-writes it from a run and a cross-encoder)::
+Training file format (jsonl, one query per line; :func:`dense_encoders.trainer.teacher.score_teacher`
+writes it from a run and a cross-encoder, :func:`run_to_training_file` from a run whose scores are the
+teacher's)::
 
     {"query_id": "q1", "query": "query text", "document_ids": ["d3", "d7"], "scores": [8.21, 1.5]}
 
 ``"documents"`` (texts) may be inlined instead of or next to ``"document_ids"``; with ids only, a
-corpus resolves them. ``"scores"`` are raw teacher scores, one per document.
+corpus resolves them. ``"scores"`` are raw teacher scores, one per document, in the teacher's
+ranking order (descending).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from .format import DataFormatError, document_text, is_json_number, json_lines
 from .masking import EXAMPLE_INDEX, example_generator
+from .runs import Run, read_trec_run, top_documents
+
+# --------------------------------------------------------------------------------------------
+# The training file
+# --------------------------------------------------------------------------------------------
+
+
+def training_line(
+    query_id: str, query: str, scored: list[tuple[str, float]], corpus: Mapping, include_texts: bool
+) -> bytes:
+    """One line of the training file: the query's ``(document id, teacher score)`` pairs by descending
+    score (ties: document id), with the documents' texts from ``corpus`` when ``include_texts``."""
+    ranked = sorted(scored, key=lambda item: (-item[1], item[0]))
+    record = {"query_id": query_id, "query": query, "document_ids": [doc_id for doc_id, _ in ranked]}
+    if include_texts:
+        record["documents"] = [document_text(corpus[doc_id]) for doc_id, _ in ranked]
+    record["scores"] = [score for _, score in ranked]
+    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def run_to_training_file(
+    run: Run | str | Path, output: str | Path, *, queries: dict[str, str], top_k: int = 100
+) -> int:
+    """Write the training format from a run whose scores ARE the teacher's (e.g. a bi-encoder
+    teacher's retrieval run): each query's ``top_k`` documents with their run scores. Returns the
+    number of queries written; queries of the run missing from ``queries`` raise a ValueError."""
+    run = read_trec_run(run) if isinstance(run, (str, Path)) else run
+    missing = [query_id for query_id in run if query_id not in queries]
+    if missing:
+        raise ValueError(f"{len(missing)} run queries are not in the queries, e.g. {missing[:3]}")
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "w", encoding="utf-8") as handle:
+        for query_id, doc_ids in top_documents(run, top_k).items():
+            line = {"query_id": query_id, "query": queries[query_id], "document_ids": doc_ids,
+                    "scores": [float(run[query_id][doc_id]) for doc_id in doc_ids]}
+            handle.write(json.dumps(line) + "\n")
+    return len(run)
+
+
+def _optional_id(path: Path, line_number: int, record: dict, name: str) -> str | None:
+    value = record.get(name)
+    if value is None:
+        return None
+    if is_json_number(value):
+        return str(value)
+    if not isinstance(value, str):
+        raise DataFormatError(path, line_number, f"{name!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _string_list(path: Path, line_number: int, record: dict, name: str) -> list[str]:
+    values = record[name]
+    if not isinstance(values, list):
+        raise DataFormatError(path, line_number, f"{name!r} must be a list, got {type(values).__name__}")
+    for position, value in enumerate(values, start=1):
+        if not isinstance(value, str):
+            raise DataFormatError(
+                path, line_number, f"{name!r} item {position} must be a string, got {type(value).__name__}"
+            )
+    return values
+
+
+def _query_of(path: Path, line_number: int, record: dict, query_id: str | None, queries) -> str:
+    """The line's ``"query"`` text, or the text of its ``"query_id"`` in ``queries``."""
+    query = record.get("query")
+    if query is not None:
+        if not isinstance(query, str):
+            raise DataFormatError(path, line_number, f"'query' must be a string, got {type(query).__name__}")
+        return query
+    if query_id is None:
+        raise DataFormatError(path, line_number, "needs 'query' text or a 'query_id'")
+    if queries is None:
+        raise DataFormatError(
+            path, line_number, f"no 'query' text, and no queries were given to look up query_id {query_id!r}"
+        )
+    if query_id not in queries:
+        raise DataFormatError(path, line_number, f"query_id {query_id!r} is not in the queries")
+    return queries[query_id]
+
+
+def _documents_of(path: Path, line_number: int, record: dict, document_ids: list[str] | None, corpus) -> list[str]:
+    """The line's ``"documents"`` texts, or the texts of its ``"document_ids"`` in ``corpus``."""
+    if record.get("documents") is not None:
+        documents = _string_list(path, line_number, record, "documents")
+        if document_ids is not None and len(document_ids) != len(documents):
+            raise DataFormatError(path, line_number, f"{len(document_ids)} document_ids for {len(documents)} documents")
+    elif document_ids is None:
+        raise DataFormatError(path, line_number, "needs 'documents' texts or 'document_ids'")
+    elif corpus is None:
+        raise DataFormatError(
+            path, line_number, "no 'documents' texts, and no corpus was given to look up 'document_ids'"
+        )
+    else:
+        unknown = [doc_id for doc_id in document_ids if doc_id not in corpus]
+        if unknown:
+            raise DataFormatError(
+                path, line_number, f"document id {unknown[0]!r} is not in the corpus"
+                + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+            )
+        documents = [document_text(corpus[doc_id]) for doc_id in document_ids]
+    if not documents:
+        raise DataFormatError(path, line_number, "no documents")
+    return documents
+
+
+def _scores_of(path: Path, line_number: int, record: dict, documents: list[str]) -> list[float]:
+    """The line's ``"scores"``: one finite number per document."""
+    if "scores" not in record:
+        raise DataFormatError(path, line_number, "missing field 'scores'")
+    scores = record["scores"]
+    if not isinstance(scores, list):
+        raise DataFormatError(path, line_number, f"'scores' must be a list, got {type(scores).__name__}")
+    if len(scores) != len(documents):
+        raise DataFormatError(path, line_number, f"{len(scores)} scores for {len(documents)} documents")
+    for position, score in enumerate(scores, start=1):
+        if not is_json_number(score):
+            raise DataFormatError(path, line_number, f"score {position} is not a number: {score!r}")
+        if math.isnan(score):
+            raise DataFormatError(path, line_number, f"score {position} is NaN")
+        if math.isinf(score):
+            raise DataFormatError(path, line_number, f"score {position} is {'inf' if score > 0 else '-inf'}")
+    return [float(score) for score in scores]
+
+
+def read_training_file(
+    path: str | Path,
+    *,
+    corpus: Mapping[str, Mapping[str, str]] | None = None,
+    queries: Mapping[str, str] | None = None,
+) -> list[dict]:
+    """Read and validate a distillation training file (the format of this module's docstring).
+
+    Each line needs the query (``"query"`` text, or a ``"query_id"`` found in ``queries``), at least
+    one document (``"documents"`` texts, or ``"document_ids"`` found in ``corpus``) and ``"scores"``:
+    one finite number per document. Any problem raises :class:`DataFormatError` naming ``file:line``
+    (score positions counted from 1). Returns one record per line: ``{"query_id", "query",
+    "document_ids", "documents", "scores"}`` with document texts and float scores; ``query_id`` and
+    ``document_ids`` are None where the line has none.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"training file not found: {path}")
+    records: list[dict] = []
+    for line_number, record in json_lines(path):
+        query_id = _optional_id(path, line_number, record, "query_id")
+        query = _query_of(path, line_number, record, query_id, queries)
+        document_ids = _string_list(path, line_number, record, "document_ids") if "document_ids" in record else None
+        documents = _documents_of(path, line_number, record, document_ids, corpus)
+        records.append(
+            {
+                "query_id": query_id,
+                "query": query,
+                "document_ids": document_ids,
+                "documents": documents,
+                "scores": _scores_of(path, line_number, record, documents),
+                "line": line_number,
+            }
+        )
+    if not records:
+        raise ValueError(f"{path} holds no training examples")
+    return records
+
+
+# --------------------------------------------------------------------------------------------
+# Sampling and batching
+# --------------------------------------------------------------------------------------------
 
 SAMPLING_STRATEGIES = ("random", "top", "log-random")
 
@@ -146,7 +319,7 @@ class DistillationCollator:
 
 
 def training_records_to_dataset(records: list[dict]):
-    """Records of :func:`~dense_encoders.trainer.teacher.read_training_file` as a ``datasets.Dataset``
+    """Records of :func:`read_training_file` as a ``datasets.Dataset``
     with ``query``, ``documents``, ``scores``, ``query_id`` and ``example_index`` columns."""
     import datasets
 
@@ -163,4 +336,12 @@ def training_records_to_dataset(records: list[dict]):
     )
 
 
-__all__ = ["SAMPLING_STRATEGIES", "DistillationCollator", "sample_documents", "training_records_to_dataset"]
+__all__ = [
+    "SAMPLING_STRATEGIES",
+    "DistillationCollator",
+    "read_training_file",
+    "run_to_training_file",
+    "sample_documents",
+    "training_line",
+    "training_records_to_dataset",
+]

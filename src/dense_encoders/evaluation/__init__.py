@@ -1,17 +1,20 @@
-"""Retrieval evaluation: BEIR data, encoding with any encoder, exact/FAISS search, ir-measures metrics,
-significance tests, cross-encoder re-ranking, and a results JSON that cards and reports read."""
+"""Retrieval evaluation: encoding with any encoder, exact/FAISS search, ir-measures metrics, significance
+tests, cross-encoder re-ranking, and a results JSON that cards and reports read.
 
-from .data import (
-    DataFormatError,
+The data it reads (BEIR folders, pairs files, qrels, TREC runs) lives in :mod:`dense_encoders.data`;
+its loaders are re-exported here for convenience.
+"""
+
+from ..data.format import DataFormatError
+from ..data.retrieval import (
     RetrievalDataset,
     load_beir,
     load_dataset_for_evaluation,
     load_pairs,
     read_beir_qrels,
     read_trec_qrels,
-    read_trec_run,
-    write_trec_run,
 )
+from ..data.runs import read_trec_run, write_trec_run
 from .encoding import EncodedTexts, RetrievalEncoder, load_sentence_transformer
 from .harness import evaluate_retrieval, format_summary, load_results, save_results
 from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test

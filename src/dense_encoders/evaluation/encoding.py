@@ -6,7 +6,7 @@ Every model is run as a :class:`~sentence_transformers.SentenceTransformer`:
   pre-training writes) is loaded as its own configuration prescribes (pooling, normalisation,
   max length, prompts, similarity);
 * our models without sentence-transformers files (saved by an older version) use their native
-  pipeline (:func:`dense_encoders.checkpoint_folder.native_pipeline`: the vector of ``pooler_output``);
+  pipeline (:func:`dense_encoders.hub.checkpoint_folder.native_pipeline`: the vector of ``pooler_output``);
 * any other ``AutoModel`` checkpoint needs an explicit ``pooling="cls"`` or ``"mean"``: guessing is
   how users of CLS-trained encoders silently got mean pooling.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint_folder import check_checkpoint_weights, has_sentence_transformers_files, is_ours, native_pipeline
+from ..hub.checkpoint_folder import check_checkpoint_weights, has_sentence_transformers_files, is_ours, native_pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def load_sentence_transformer(
     """``model`` (a SentenceTransformer, a folder or a Hub id) as a SentenceTransformer; see the module doc.
 
     A folder or Hub id whose weights miss (or add) tensors of the model it declares is refused
-    (:func:`~dense_encoders.checkpoint_folder.check_checkpoint_weights`) unless ``allow_missing_weights``."""
+    (:func:`~dense_encoders.hub.checkpoint_folder.check_checkpoint_weights`) unless ``allow_missing_weights``."""
     from sentence_transformers import SentenceTransformer
 
     if pooling is not None and pooling not in POOLING_MODES:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from .data import RetrievalDataset, load_dataset_for_evaluation, write_trec_run
+from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
+from ..data.runs import write_trec_run
 from .encoding import SUPPORTED_SIMILARITIES, RetrievalEncoder
 from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
@@ -102,19 +103,8 @@ def evaluate_retrieval(
     max lengths, batch size, cache_dir, ...). Returns the results dict (module doc), also written to
     ``output`` as JSON; ``run_output`` gets the first-stage run in TREC format.
     """
-    dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(data, split=split)
-    if not dataset.queries or not dataset.corpus:
-        raise ValueError(f"dataset {dataset.name!r} ({dataset.split}) has no queries or no documents")
-    encoder = model if isinstance(model, RetrievalEncoder) else RetrievalEncoder(model, **encoder_options)
-    if isinstance(model, RetrievalEncoder) and encoder_options:
-        raise ValueError(f"encoder options {sorted(encoder_options)} given together with a ready RetrievalEncoder")
-    similarity = similarity or encoder.similarity
-    if similarity not in SUPPORTED_SIMILARITIES:
-        raise ValueError(
-            f"similarity {similarity!r} (declared by the model or given) is not supported for retrieval; "
-            f"pass similarity= one of {SUPPORTED_SIMILARITIES}"
-        )
-
+    dataset = _dataset(data, split)
+    encoder, similarity = _encoder(model, similarity, encoder_options)
     query_ids, doc_ids = dataset.query_ids(), dataset.document_ids()
     queries = encoder.encode_queries(dataset.query_texts(query_ids))
     documents = encoder.encode_documents(dataset.document_texts(doc_ids))
@@ -122,25 +112,13 @@ def evaluate_retrieval(
         dataset, queries.embeddings, documents.embeddings, k=k, similarity=similarity,
         search_backend=search_backend, measures=measures,
     )
-
     reranked = None
     if cross_encoder is not None:
-        rerank_run, rerank_seconds = rerank(
-            cross_encoder, dataset, run, top_k=rerank_top_k, batch_size=rerank_batch_size,
+        reranked = _rerank_stage(
+            cross_encoder, dataset, run, top_k=rerank_top_k, batch_size=rerank_batch_size, measures=measures,
             show_progress_bar=encoder.show_progress_bar, score_cache=rerank_cache,
             allow_missing_weights=encoder_options.get("allow_missing_weights", False),
         )
-        rerank_metrics, rerank_per_query = compute_metrics(dataset.qrels, rerank_run, measures or DEFAULT_MEASURES)
-        pairs = sum(len(documents_of_query) for documents_of_query in rerank_run.values())
-        reranked = {
-            "model": str(cross_encoder) if isinstance(cross_encoder, (str, Path)) else type(cross_encoder).__name__,
-            "top_k": rerank_top_k,
-            "metrics": rerank_metrics,
-            "per_query": rerank_per_query,
-            "seconds": rerank_seconds,
-            "pairs_per_s": pairs / rerank_seconds if rerank_seconds > 0 else None,
-        }
-
     results = {
         "format": RESULTS_FORMAT,
         "model": encoder.name,
@@ -172,6 +150,44 @@ def evaluate_retrieval(
     if run_output is not None:
         write_trec_run(run, run_output)
     return results
+
+
+def _dataset(data: RetrievalDataset | str | Path, split: str) -> RetrievalDataset:
+    dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(data, split=split)
+    if not dataset.queries or not dataset.corpus:
+        raise ValueError(f"dataset {dataset.name!r} ({dataset.split}) has no queries or no documents")
+    return dataset
+
+
+def _encoder(model, similarity: str | None, encoder_options: dict) -> tuple[RetrievalEncoder, str]:
+    """The :class:`RetrievalEncoder` of ``model`` and the similarity to search with (the model's own by default)."""
+    encoder = model if isinstance(model, RetrievalEncoder) else RetrievalEncoder(model, **encoder_options)
+    if isinstance(model, RetrievalEncoder) and encoder_options:
+        raise ValueError(f"encoder options {sorted(encoder_options)} given together with a ready RetrievalEncoder")
+    similarity = similarity or encoder.similarity
+    if similarity not in SUPPORTED_SIMILARITIES:
+        raise ValueError(
+            f"similarity {similarity!r} (declared by the model or given) is not supported for retrieval; "
+            f"pass similarity= one of {SUPPORTED_SIMILARITIES}"
+        )
+    return encoder, similarity
+
+
+def _rerank_stage(
+    cross_encoder, dataset: RetrievalDataset, run: dict, *, top_k: int, measures, **rerank_options
+) -> dict:
+    """The ``"rerank"`` entry of the results: ``cross_encoder`` re-scores each query's ``top_k`` of ``run``."""
+    rerank_run, seconds = rerank(cross_encoder, dataset, run, top_k=top_k, **rerank_options)
+    metrics, per_query = compute_metrics(dataset.qrels, rerank_run, measures or DEFAULT_MEASURES)
+    pairs = sum(len(documents_of_query) for documents_of_query in rerank_run.values())
+    return {
+        "model": str(cross_encoder) if isinstance(cross_encoder, (str, Path)) else type(cross_encoder).__name__,
+        "top_k": top_k,
+        "metrics": metrics,
+        "per_query": per_query,
+        "seconds": seconds,
+        "pairs_per_s": pairs / seconds if seconds > 0 else None,
+    }
 
 
 def compare_systems(

@@ -1,9 +1,18 @@
-"""Layer-wise retrieval quality of a cross-encoder vs a dual encoder (seed 002, Figures 3-5).
+"""Layer-wise retrieval quality of a cross-encoder vs a dual encoder (*Can Cross Encoders
+Produce Useful Sentence Embeddings?*, Figures 3-5).
 
-For every dataset and every layer, the layer's mean-pooled embeddings (see
-:mod:`dense_encoders.cross_encoders`) retrieve by cosine similarity through the evaluation harness;
-Hits@10 and MRR@10 are reported per layer for both encoders, written as CSV / JSON, plotted with
-matplotlib, and compared across datasets with a paired two-tailed t-test at each layer (scipy).
+Layer-wise embeddings (the paper's Sec. 3.1): "to embed a single sentence, we simply pair it with
+itself ... we mean pool over the tokens of the sentence for each layer, excluding padding and
+separator tokens". The sentence occurs twice in the pair; by default both copies are pooled
+(``copies="both"``: every token of the pair except padding and special tokens), ``copies="first"``
+pools the first copy only (the other reading of "the tokens of the sentence"). Layer 0 is the
+embedding output, layer i the output of encoder layer i. A dual encoder's layers are pooled the same
+way over each text alone.
+
+For every dataset and every layer, the layer's mean-pooled embeddings retrieve by cosine similarity
+through the evaluation harness; Hits@10 and MRR@10 are reported per layer for both encoders, written
+as CSV / JSON, plotted with matplotlib, and compared across datasets with a paired two-tailed t-test
+at each layer (scipy).
 """
 
 from __future__ import annotations
@@ -13,11 +22,135 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..cross_encoders import dual_encoder_layerwise_embeddings, layerwise_embeddings
-from .data import RetrievalDataset, load_dataset_for_evaluation
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
+from ..hub.cross_encoder import cross_encoder_model_and_tokenizer
 from .harness import search_and_score
 
 MEASURES = {"hits@10": "Success@10", "mrr@10": "RR@10"}
+
+
+# --------------------------------------------------------------------------------------------
+# Embeddings of every layer
+# --------------------------------------------------------------------------------------------
+
+
+def _resolve_layers(layers: Sequence[int] | None, num_layers: int) -> list[int]:
+    if layers is None:
+        return list(range(num_layers + 1))
+    resolved = []
+    for layer in layers:
+        if not isinstance(layer, (int, np.integer)) or not -(num_layers + 1) <= layer <= num_layers:
+            raise ValueError(
+                f"layer {layer!r} is out of range: this model has layers 0 (embeddings) .. {num_layers}"
+            )
+        resolved.append(int(layer) % (num_layers + 1))
+    return resolved
+
+
+@torch.no_grad()
+def layerwise_embeddings(
+    cross_encoder,
+    texts: Sequence[str],
+    layers: Sequence[int] | None = None,
+    *,
+    tokenizer=None,
+    copies: str = "both",
+    batch_size: int = 32,
+    max_length: int | None = None,
+    device: str | None = None,
+    show_progress_bar: bool = False,
+) -> dict[int, np.ndarray]:
+    """``{layer: [len(texts), hidden]}``: each text paired with itself, each layer mean-pooled over
+    the text's tokens without padding and special/separator tokens (module doc, Sec. 3.1 of the paper).
+
+    ``max_length`` bounds the PAIR (default: the tokenizer's limit), so each copy gets about half.
+    """
+    if copies not in ("both", "first"):
+        raise ValueError(f"copies={copies!r}: choose 'both' (every token of the pair) or 'first'")
+    if not texts:
+        raise ValueError("no texts to embed")
+    model, tokenizer = cross_encoder_model_and_tokenizer(cross_encoder, tokenizer, device)
+    num_layers = model.config.num_hidden_layers
+    layers = _resolve_layers(layers, num_layers)
+    base = model.base_model
+    device = next(model.parameters()).device
+    order = np.argsort([-len(t) for t in texts], kind="stable")  # length-sorted batches
+    outputs = {layer: np.zeros((len(texts), model.config.hidden_size), dtype=np.float32) for layer in layers}
+    starts = range(0, len(texts), batch_size)
+    for start in tqdm(starts, desc="layer-wise CE embeddings", disable=not show_progress_bar):
+        indices = order[start : start + batch_size]
+        batch_texts = [texts[i] for i in indices]
+        batch = tokenizer(
+            batch_texts, batch_texts, padding=True, truncation=True, max_length=max_length,
+            return_tensors="pt", return_special_tokens_mask=True,
+        )
+        keep = batch.pop("special_tokens_mask").eq(0) & batch["attention_mask"].bool()
+        if copies == "first":
+            sequence_ids = torch.tensor(
+                [[s == 0 for s in batch.sequence_ids(row)] for row in range(len(batch_texts))], dtype=torch.bool
+            )
+            keep &= sequence_ids
+        hidden = base(**{k: v.to(device) for k, v in batch.items()}, output_hidden_states=True).hidden_states
+        weights = keep.to(device).unsqueeze(-1).float()
+        counts = weights.sum(1).clamp(min=1.0)
+        for layer in layers:
+            pooled = (hidden[layer].float() * weights).sum(1) / counts
+            outputs[layer][indices] = pooled.cpu().numpy()
+    return outputs
+
+
+@torch.no_grad()
+def dual_encoder_layerwise_embeddings(
+    model,
+    texts: Sequence[str],
+    layers: Sequence[int] | None = None,
+    *,
+    tokenizer=None,
+    batch_size: int = 32,
+    max_length: int | None = None,
+    device: str | None = None,
+    show_progress_bar: bool = False,
+) -> dict[int, np.ndarray]:
+    """The same for a dual encoder (path, SentenceTransformer or PreTrainedModel): each text alone,
+    each layer mean-pooled over its tokens without padding and special tokens, for an equal comparison."""
+    from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+
+    if isinstance(model, (str, Path)):
+        name = str(model)
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(name, trust_remote_code=True)
+        model = AutoModel.from_pretrained(name, trust_remote_code=True)
+    elif not isinstance(model, PreTrainedModel) and hasattr(model, "tokenizer"):  # SentenceTransformer
+        tokenizer = tokenizer or model.tokenizer
+        model = model[0].auto_model
+    if tokenizer is None:
+        raise ValueError("pass the dual encoder's tokenizer")
+    if not texts:
+        raise ValueError("no texts to embed")
+    model = (model.to(device) if device else model).eval()
+    layers = _resolve_layers(layers, model.config.num_hidden_layers)
+    device = next(model.parameters()).device
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    outputs = {layer: np.zeros((len(texts), model.config.hidden_size), dtype=np.float32) for layer in layers}
+    for start in tqdm(range(0, len(texts), batch_size), desc="layer-wise DE embeddings", disable=not show_progress_bar):
+        indices = order[start : start + batch_size]
+        batch = tokenizer([texts[i] for i in indices], padding=True, truncation=True, max_length=max_length,
+                          return_tensors="pt", return_special_tokens_mask=True)
+        keep = batch.pop("special_tokens_mask").eq(0) & batch["attention_mask"].bool()
+        hidden = model(**{k: v.to(device) for k, v in batch.items()}, output_hidden_states=True).hidden_states
+        weights = keep.to(device).unsqueeze(-1).float()
+        counts = weights.sum(1).clamp(min=1.0)
+        for layer in layers:
+            outputs[layer][indices] = ((hidden[layer].float() * weights).sum(1) / counts).cpu().numpy()
+    return outputs
+
+
+# --------------------------------------------------------------------------------------------
+# The analysis
+# --------------------------------------------------------------------------------------------
 
 
 def layerwise_analysis(
@@ -140,4 +273,11 @@ def format_layerwise(results: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["MEASURES", "format_layerwise", "layerwise_analysis", "write_layerwise_outputs"]
+__all__ = [
+    "MEASURES",
+    "dual_encoder_layerwise_embeddings",
+    "format_layerwise",
+    "layerwise_analysis",
+    "layerwise_embeddings",
+    "write_layerwise_outputs",
+]

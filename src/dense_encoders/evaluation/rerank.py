@@ -4,37 +4,9 @@ from __future__ import annotations
 
 import time
 
-from .data import RetrievalDataset, Run
-
-
-def top_documents(run: Run, top_k: int) -> dict[str, list[str]]:
-    """Each query's ``top_k`` documents by descending score (ties: document id, as in :func:`write_trec_run`)."""
-    if top_k < 1:
-        raise ValueError(f"top_k={top_k}: must be at least 1")
-    return {
-        query_id: [doc_id for doc_id, _ in sorted(documents.items(), key=lambda item: (-item[1], item[0]))[:top_k]]
-        for query_id, documents in run.items()
-    }
-
-
-def load_cross_encoder(
-    cross_encoder, device: str | None = None, trust_remote_code: bool = True, allow_missing_weights: bool = False
-):
-    """A sentence-transformers ``CrossEncoder`` (as is, or loaded from a folder / Hub id); a checkpoint whose
-    weights miss or add tensors of its model is refused unless ``allow_missing_weights``."""
-    from sentence_transformers import CrossEncoder
-
-    from ..checkpoint_folder import check_checkpoint_weights
-
-    if isinstance(cross_encoder, CrossEncoder):
-        return cross_encoder
-    check_checkpoint_weights(
-        str(cross_encoder),
-        auto_class="AutoModelForSequenceClassification",
-        allow_missing_weights=allow_missing_weights,
-        trust_remote_code=trust_remote_code,
-    )
-    return CrossEncoder(str(cross_encoder), device=device, trust_remote_code=trust_remote_code)
+from ..data.retrieval import RetrievalDataset
+from ..data.runs import Run, top_documents
+from ..hub.cross_encoder import load_cross_encoder
 
 
 def rerank(
@@ -88,4 +60,4 @@ def rerank(
     return reranked, seconds
 
 
-__all__ = ["load_cross_encoder", "rerank", "top_documents"]
+__all__ = ["rerank"]

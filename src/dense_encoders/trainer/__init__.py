@@ -1,5 +1,9 @@
-"""Training on ``transformers.Trainer``: Condenser / coCondenser / TITE pre-training and score distillation."""
+"""Training on ``transformers.Trainer``: Condenser / coCondenser / TITE pre-training and score distillation.
 
+The files it reads live in :mod:`dense_encoders.data` (``read_training_file`` is re-exported here).
+"""
+
+from ..data.distillation import read_training_file
 from .distillation import (
     DistillationArguments,
     DistillationSetup,
@@ -30,7 +34,7 @@ from .pretraining import (
     pretrain,
     split_batch,
 )
-from .teacher import read_training_file, score_teacher
+from .teacher import score_teacher
 
 __all__ = [
     "LOSSES",

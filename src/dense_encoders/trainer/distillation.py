@@ -4,8 +4,8 @@ The student is any encoder of this package (TITE, Condenser) or any ``AutoModel`
 (including sentence-transformers folders such as all-MiniLM-L6-v2, whose pooling and
 normalisation are read from their own configuration). Queries and documents are encoded by one
 :class:`DualEncoder` forward (one DDP forward per step), scored by dot product or cosine, and the
-configured losses of :mod:`dense_encoders.trainer.losses` (seed 003 Eq. 1, 3, 4; TITE Sec. 3.4)
-are applied.
+configured losses of :mod:`dense_encoders.trainer.losses` (Eq. 1, 3, 4 of Menon et al., ICML 2022,
+"In Defense of Dual-Encoders for Neural Ranking"; TITE Sec. 3.4) are applied.
 
 Normalisation: every loss is a sum over queries divided by the number of queries of the whole
 optimizer step (all gradient-accumulation micro-batches on all processes, ``num_items_in_batch``),
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Trainer, TrainingArguments
 
-from ..checkpoint_folder import OUR_MODEL_TYPES, has_sentence_transformers_files, is_ours, native_pipeline
+from ..hub.checkpoint_folder import OUR_MODEL_TYPES, has_sentence_transformers_files, is_ours, native_pipeline
 from ..data.distillation import SAMPLING_STRATEGIES, DistillationCollator, training_records_to_dataset
 from ..models.condenser.modeling_condenser import gather_with_local_grad
 from .losses import DistillationObjective, parse_loss_spec
@@ -39,7 +39,7 @@ from .output_dir import (
     write_training_args,
 )
 from .pretraining import CollatorEpochCallback
-from .records import HubPushMixin
+from ..hub.trainer_push import HubPushMixin
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ class DistillationTrainer(HubPushMixin, Trainer):
 def write_student_sentence_transformers_files(folder: str | Path, pooling: str, similarity: str) -> None:
     from transformers import AutoConfig
 
-    from ..checkpoint_folder import native_pooling, write_sentence_transformers_files
+    from ..hub.checkpoint_folder import native_pooling, write_sentence_transformers_files
 
     if pooling == "pooler":  # only allowed for our models: the pooling that reproduces pooler_output
         pooling = native_pooling(AutoConfig.from_pretrained(folder, trust_remote_code=True))
@@ -241,7 +241,8 @@ class DistillationSetup:
     corpus: str | None = field(default=None, metadata={"help": "corpus.jsonl or BEIR folder resolving document_ids."})
     queries: str | None = field(default=None, metadata={"help": "queries.jsonl (or BEIR folder) resolving query_ids."})
     losses: str = field(default="margin_mse+kl+infonce", metadata={"help": "Losses, '+'-joined, optional ':weight'."})
-    sce_temperature: float = field(default=1.0, metadata={"help": "Temperature of 'sce' (seed 003 Eq. 1)."})
+    sce_temperature: float = field(default=1.0, metadata={
+        "help": "Temperature of 'sce' (Eq. 1 of Menon et al. 2022, In Defense of Dual-Encoders for Neural Ranking)."})
     kl_temperature: float = field(default=1.0, metadata={"help": "Temperature of 'kl'."})
     infonce_theta: float = field(default=3.0, metadata={"help": "In-sample negatives: teacher score <= best - theta."})
     infonce_temperature: float = field(default=1.0, metadata={"help": "Temperature of 'infonce'."})
@@ -327,12 +328,17 @@ def keep_first_layers(encoder: nn.Module, num_layers: int) -> nn.Module:
 def build_student(setup: DistillationSetup) -> DualEncoder:
     """The student as a :class:`DualEncoder`; a checkpoint whose weights miss (or add) tensors of its model
     is refused unless ``setup.allow_missing_weights`` (training from partly random weights is not a warm start)."""
+    return _build_student(setup)[0]
+
+
+def _build_student(setup: DistillationSetup) -> tuple[DualEncoder, str]:
+    """:func:`build_student` and the folder of the student's transformer (where its tokenizer is)."""
     from transformers import AutoModel
 
-    from ..checkpoint_folder import check_checkpoint_weights
+    from ..hub.checkpoint_folder import check_checkpoint_weights
 
     check_checkpoint_weights(setup.student, allow_missing_weights=setup.allow_missing_weights)
-    pooling, similarity, folder = student_conventions(setup.student)
+    pooling, similarity, folder = student_conventions(setup.student)  # loads a SentenceTransformer: once per run
     pooling = setup.pooling or pooling
     if pooling is None:
         raise ValueError(
@@ -345,12 +351,12 @@ def build_student(setup: DistillationSetup) -> DualEncoder:
         encoder.pooler = None
     if setup.student_num_layers is not None:
         keep_first_layers(encoder, setup.student_num_layers)
-    return DualEncoder(encoder, pooling=pooling, similarity=setup.similarity or similarity or "dot")
+    return DualEncoder(encoder, pooling=pooling, similarity=setup.similarity or similarity or "dot"), folder
 
 
 def load_training_records(setup: DistillationSetup) -> list[dict]:
-    from ..evaluation.data import read_corpus_jsonl, read_queries_jsonl
-    from .teacher import read_training_file
+    from ..data.distillation import read_training_file
+    from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
 
     def resolve(path: str | None, name: str, reader):
         if path is None:
@@ -373,7 +379,7 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
     ``check_output_dir=False``: a caller that owns the folder (``infuse``) has checked it already."""
     from transformers import AutoTokenizer
 
-    from ..hub_cards import model_card
+    from ..hub import model_card
     from .records import write_training_environment
 
     if check_output_dir:  # before anything is loaded
@@ -391,8 +397,7 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
             f"document(s) but --losses {setup.losses} needs at least {objective.min_documents} per query "
             f"({len(too_few)} such queries in all): drop them or choose losses without pairs (e.g. kl, infonce)"
         )
-    dual = build_student(setup)
-    _, _, folder = student_conventions(setup.student)
+    dual, folder = _build_student(setup)
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     limit = getattr(dual.config, "max_position_embeddings", None)
     lengths = {"query": setup.query_max_length, "document": setup.document_max_length}

@@ -1,72 +1,66 @@
-"""Training cross-encoder-infused dual encoders (seed 002) and the retrieve + rerank report.
+"""Cross-encoder-infused dual encoders (*Can Cross Encoders Produce Useful Sentence
+Embeddings?*): building them from a cross-encoder and training them.
 
-Two ways to train a DE-2-CE (or DE-2-Rand) built by :func:`dense_encoders.cross_encoders.infuse`:
+:func:`infuse` builds DE-(N+M)-CE (or DE-(N+M)-Rand): the cross-encoder's embeddings and first N
+layers, M new layers. Two ways to train a DE-2-CE (or DE-2-Rand):
 
-* ``mnrl`` (as in the seed): sentence-transformers' ``SentenceTransformerTrainer`` with
+* ``mnrl`` (as in the paper): sentence-transformers' ``SentenceTransformerTrainer`` with
   ``MultipleNegativesRankingLoss`` on (query, positive, BM25 hard negative) triplets, negatives
-  mined with ``bm25s`` (top BM25 documents that are not judged relevant);
+  mined with ``bm25s`` (:mod:`dense_encoders.data.bm25`: top BM25 documents that are not judged relevant);
 * ``distill``: our ``DistillationTrainer`` with the cross-encoder's own scores on the BM25
   candidates as teacher (``score_teacher``), losses configurable (default Margin-MSE + InfoNCE).
+
+The retrieve + rerank report of the trained encoders is :mod:`dense_encoders.evaluation.infusion_report`.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import time
 from pathlib import Path
 
-from ..cross_encoders import infuse, save_dual_encoder
-from ..evaluation.data import RetrievalDataset, Run, load_beir
+import torch
+
+from ..data.bm25 import bm25_run, mine_bm25_triplets
+from ..data.retrieval import RetrievalDataset, load_beir
+from ..hub.cross_encoder import cross_encoder_model_and_tokenizer
+from ..models.infused import InfusedDualEncoderModel
 
 logger = logging.getLogger(__name__)
 
 METHODS = ("mnrl", "distill")
 
 
-def bm25_run(dataset: RetrievalDataset, k: int = 100) -> Run:
-    """BM25 (``bm25s``, English stopwords) top-``k`` of every query of ``dataset``."""
-    import bm25s
-
-    doc_ids = dataset.document_ids()
-    retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(dataset.document_texts(doc_ids), stopwords="en", show_progress=False),
-                    show_progress=False)
-    query_ids = dataset.query_ids()
-    k = min(k, len(doc_ids))
-    indices, scores = retriever.retrieve(
-        bm25s.tokenize(dataset.query_texts(query_ids), stopwords="en", show_progress=False), k=k, show_progress=False
+def infuse(
+    cross_encoder,
+    *,
+    num_copied_layers: int = 1,
+    num_new_layers: int = 1,
+    random_init: bool = False,
+    pooling: str = "mean",
+    tokenizer=None,
+    seed: int | None = 0,
+):
+    """DE-(N+M)-CE (or -Rand) from a cross-encoder: ``(InfusedDualEncoderModel, tokenizer)``."""
+    model, tokenizer = cross_encoder_model_and_tokenizer(cross_encoder, tokenizer)
+    name = str(cross_encoder) if isinstance(cross_encoder, (str, Path)) else getattr(model, "name_or_path", None)
+    if seed is not None:
+        torch.manual_seed(seed)
+    dual = InfusedDualEncoderModel.from_cross_encoder(
+        model, num_copied_layers=num_copied_layers, num_new_layers=num_new_layers, random_init=random_init,
+        pooling=pooling, infused_from=name or None,
     )
-    return {
-        query_id: {doc_ids[int(j)]: float(s) for j, s in zip(indices[row], scores[row])}
-        for row, query_id in enumerate(query_ids)
-    }
+    return dual, tokenizer
 
 
-def mine_bm25_triplets(
-    dataset: RetrievalDataset, *, negatives_from_top: int = 30, seed: int = 0, run: Run | None = None
-) -> list[dict[str, str]]:
-    """(anchor, positive, negative) triplets: every judged-relevant document of a query with one
-    hard negative drawn from the query's BM25 top ``negatives_from_top`` minus its relevant ones."""
-    run = run if run is not None else bm25_run(dataset, negatives_from_top)
-    generator = random.Random(seed)
-    triplets = []
-    for query_id, judged in dataset.qrels.items():
-        positives = [d for d, grade in judged.items() if grade > 0 and d in dataset.corpus]
-        ranked = sorted(run.get(query_id, {}).items(), key=lambda item: -item[1])[:negatives_from_top]
-        candidates = [d for d, _ in ranked if d not in judged]
-        if not positives or not candidates:
-            continue
-        for positive in positives:
-            negative = generator.choice(candidates)
-            triplets.append({
-                "anchor": dataset.queries[query_id],
-                "positive": dataset.document_texts([positive])[0],
-                "negative": dataset.document_texts([negative])[0],
-            })
-    if not triplets:
-        raise ValueError(f"{dataset.name}: no (query, positive, BM25 negative) triplet could be built")
-    return triplets
+def save_dual_encoder(model, tokenizer, folder: str | Path, similarity: str = "cosine") -> Path:
+    """Weights, remote code, tokenizer and sentence-transformers files (pooling from the config)."""
+    from ..hub.checkpoint_folder import native_pooling, write_sentence_transformers_files
+
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    write_sentence_transformers_files(folder, pooling=native_pooling(model.config), similarity=similarity)
+    return folder
 
 
 def train_mnrl(
@@ -80,7 +74,7 @@ def train_mnrl(
     max_length: int = 256,
     seed: int = 0,
 ) -> Path:
-    """The seed's recipe: ``MultipleNegativesRankingLoss`` (in-batch + BM25 negatives), no duplicate
+    """The paper's recipe: ``MultipleNegativesRankingLoss`` (in-batch + BM25 negatives), no duplicate
     texts in a batch, with ``SentenceTransformerTrainer``."""
     import datasets
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
@@ -107,8 +101,6 @@ def train_mnrl(
 
 
 def _no_gpu() -> bool:
-    import torch
-
     return not torch.cuda.is_available()
 
 
@@ -165,70 +157,10 @@ def train_infused(
     return output_dir
 
 
-def retrieve_rerank_report(
-    cross_encoder: str | Path,
-    dual_encoders: dict[str, str | Path],
-    data: str | Path | RetrievalDataset,
-    *,
-    split: str = "test",
-    top_k: int = 50,
-    batch_size: int = 32,
-    baseline: str | None = None,
-) -> dict:
-    """Seed 002 Table 1: Hits@10 / MRR@10 of each dual encoder for retrieve and retrieve + rerank by
-    ``cross_encoder`` (top ``top_k``), and each encoder's corpus encode speed (documents/s) with the
-    speed-up over ``baseline`` (default: the first entry), all measured in this one run."""
-    from ..evaluation import evaluate_retrieval, load_dataset_for_evaluation
-
-    dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(data, split=split)
-    from ..evaluation.rerank import load_cross_encoder
-
-    baseline = baseline or next(iter(dual_encoders))
-    reranker = load_cross_encoder(cross_encoder)
-    scores: dict = {}  # (query, document) -> CE score, shared: each pair is scored once for all encoders
-    rows = []
-    for name, model in dual_encoders.items():
-        start = time.perf_counter()
-        results = evaluate_retrieval(str(model), dataset, k=max(top_k, 100), cross_encoder=reranker,
-                                     rerank_top_k=top_k, batch_size=batch_size, show_progress_bar=False,
-                                     rerank_cache=scores)
-        rows.append({
-            "model": name,
-            "path": str(model),
-            "retrieve": {m: results["metrics"][m] for m in ("hits@10", "mrr@10")},
-            "rerank": {m: results["rerank"]["metrics"][m] for m in ("hits@10", "mrr@10")},
-            "documents_per_s": results["throughput"]["documents_per_s"],
-            "seconds": time.perf_counter() - start,
-            "per_query": {"retrieve": results["per_query"], "rerank": results["rerank"]["per_query"]},
-        })
-    reference = next(r for r in rows if r["model"] == baseline)
-    for row in rows:
-        row["speedup"] = row["documents_per_s"] / reference["documents_per_s"]
-    return {"dataset": dataset.name, "split": dataset.split, "top_k": top_k, "cross_encoder": str(cross_encoder),
-            "baseline": baseline, "rows": rows}
-
-
-def format_report(report: dict) -> str:
-    lines = [
-        f"{report['dataset']} ({report['split']}), rerank top {report['top_k']} with {report['cross_encoder']}",
-        "| model | Hits@10 | MRR@10 | Hits@10 +rerank | MRR@10 +rerank | documents/s | speed-up |",
-        "|:--|--:|--:|--:|--:|--:|--:|",
-    ]
-    for row in report["rows"]:
-        lines.append(
-            f"| {row['model']} | {row['retrieve']['hits@10']:.4f} | {row['retrieve']['mrr@10']:.4f} | "
-            f"{row['rerank']['hits@10']:.4f} | {row['rerank']['mrr@10']:.4f} | {row['documents_per_s']:.1f} | "
-            f"{row['speedup']:.2f}x |"
-        )
-    return "\n".join(lines)
-
-
 __all__ = [
     "METHODS",
-    "bm25_run",
-    "format_report",
-    "mine_bm25_triplets",
-    "retrieve_rerank_report",
+    "infuse",
+    "save_dual_encoder",
     "train_infused",
     "train_mnrl",
 ]

@@ -310,6 +310,24 @@ def infonce_loss(
     theta = float(theta)
     if math.isnan(theta):
         raise ValueError("infonce: theta must not be NaN")
+    global_mask = _infonce_global_mask(scores, teacher, mask, global_mask)
+    query_offset = _infonce_query_offset(mask, global_mask, query_offset)
+    _check_finite("teacher", teacher, mask)
+    flat_global = global_mask.reshape(1, -1).to(scores.device).expand(mask.shape[0], -1)
+    _check_finite("scores", scores, flat_global)
+
+    dtype = _compute_dtype(scores, teacher)
+    candidates, target_col = _infonce_candidates(
+        teacher, mask, flat_global, global_mask.shape[0], query_offset, theta, in_batch, dtype
+    )
+    s = torch.where(flat_global, scores.to(dtype), 0.0)
+    log_p = _masked_log_softmax(s, candidates, tau)
+    return -log_p.gather(1, target_col).squeeze(1)
+
+
+def _infonce_global_mask(scores: Tensor, teacher: Tensor, mask: Tensor, global_mask: Tensor | None) -> Tensor:
+    """Check the types and shapes of :func:`infonce_loss`'s inputs; returns the global mask ``[G, K]``
+    (the local ``mask`` when none is given, then ``G == Q``)."""
     _check_float("scores", scores)
     _check_float("teacher", teacher)
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
@@ -331,21 +349,26 @@ def infonce_loss(
                 f"so {n_local * k} columns are expected, got {scores.shape[1]} "
                 f"(pass global_mask [G, K] for a gathered batch)"
             )
-        global_mask = mask
-    else:
-        if not isinstance(global_mask, Tensor) or global_mask.dtype != torch.bool:
-            raise ValueError("infonce: global_mask must be a bool tensor")
-        if global_mask.dim() != 2 or global_mask.shape[1] != k:
-            raise ValueError(
-                f"infonce: global_mask must have shape [G, {k}], got {tuple(global_mask.shape)}"
-            )
-        n_global = global_mask.shape[0]
-        if scores.shape[1] != n_global * k:
-            raise ValueError(
-                f"infonce: scores.shape[1] must equal G*K = {n_global}*{k} = {n_global * k}, "
-                f"got {scores.shape[1]}"
-            )
+        return mask
+    if not isinstance(global_mask, Tensor) or global_mask.dtype != torch.bool:
+        raise ValueError("infonce: global_mask must be a bool tensor")
+    if global_mask.dim() != 2 or global_mask.shape[1] != k:
+        raise ValueError(
+            f"infonce: global_mask must have shape [G, {k}], got {tuple(global_mask.shape)}"
+        )
     n_global = global_mask.shape[0]
+    if scores.shape[1] != n_global * k:
+        raise ValueError(
+            f"infonce: scores.shape[1] must equal G*K = {n_global}*{k} = {n_global * k}, "
+            f"got {scores.shape[1]}"
+        )
+    return global_mask
+
+
+def _infonce_query_offset(mask: Tensor, global_mask: Tensor, query_offset: int) -> int:
+    """Check that the local queries are rows ``query_offset ..`` of the global batch and that each has a
+    real document; returns ``query_offset`` as an int."""
+    n_local, n_global = mask.shape[0], global_mask.shape[0]
     query_offset = int(query_offset)
     if query_offset < 0 or query_offset + n_local > n_global:
         raise ValueError(
@@ -365,29 +388,39 @@ def infonce_loss(
             f"infonce: every query needs at least one real document; "
             f"query {int(empty.nonzero()[0, 0])} has none"
         )
-    _check_finite("teacher", teacher, mask)
-    flat_global = global_mask.reshape(1, -1).to(scores.device).expand(n_local, -1)
-    _check_finite("scores", scores, flat_global)
+    return query_offset
 
-    dtype = _compute_dtype(scores, teacher)
+
+def _infonce_candidates(
+    teacher: Tensor,
+    mask: Tensor,
+    flat_global: Tensor,
+    n_global: int,
+    query_offset: int,
+    theta: float,
+    in_batch: bool,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """The candidate columns ``[Q, G*K]`` of each local query (its positive, its in-sample negatives at
+    least ``theta`` below the positive's teacher score, and with ``in_batch`` every real document of the
+    other global queries) and the positive's column ``[Q, 1]``."""
+    n_local, k = teacher.shape
+    device = flat_global.device
     t = torch.where(mask, teacher.detach().to(dtype), _neg_fill(dtype))
     best_val, best = t.max(dim=1, keepdim=True)  # first index on ties
     own = mask & ((best_val - t) >= theta)  # in-sample negatives
     own = own.scatter(1, best, True)  # plus the positive
-    local_idx = torch.arange(n_local, device=scores.device)
+    local_idx = torch.arange(n_local, device=device)
     own_query = (query_offset + local_idx).unsqueeze(1)  # [Q, 1]
-    doc_query = torch.arange(n_global, device=scores.device).repeat_interleave(k).unsqueeze(0)
+    doc_query = torch.arange(n_global, device=device).repeat_interleave(k).unsqueeze(0)
     is_own_block = doc_query == own_query  # [Q, G*K]
     candidates = torch.zeros_like(is_own_block)
     if in_batch:
         candidates = flat_global & ~is_own_block
-    own_cols = own_query * k + torch.arange(k, device=scores.device).unsqueeze(0)  # [Q, K]
+    own_cols = own_query * k + torch.arange(k, device=device).unsqueeze(0)  # [Q, K]
     candidates = candidates.scatter(1, own_cols, own.to(candidates.device))
     target_col = own_query * k + best  # [Q, 1]
-
-    s = torch.where(flat_global, scores.to(dtype), 0.0)
-    log_p = _masked_log_softmax(s, candidates, tau)
-    return -log_p.gather(1, target_col).squeeze(1)
+    return candidates, target_col
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .output_dir import (
     resume_from_checkpoint_field,
     write_training_args,
 )
-from .records import HubPushMixin
+from ..hub.trainer_push import HubPushMixin
 from ..models.condenser.modeling_condenser import (
     CoCondenserForPreTraining,
     CondenserForPreTraining,
@@ -350,7 +350,7 @@ def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer, seed: int | N
 def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state,
     sentence-transformers files (CLS pooling, dot product; written by ``save_pretrained``) and a model card to ``args.output_dir``."""
-    from ..hub_cards import model_card
+    from ..hub import model_card
     from .records import write_training_environment
     from ..tokenization import load_tokenizer
 

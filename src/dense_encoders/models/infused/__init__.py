@@ -1,4 +1,6 @@
-"""Cross-encoder-infused dual encoders (seed 002). Files here are shipped as remote code."""
+"""Cross-encoder-infused dual encoders ("Can Cross Encoders Produce Useful Sentence Embeddings?").
+
+Files here are shipped as remote code."""
 
 from .configuration_infused import InfusedDualEncoderConfig
 from .modeling_infused import InfusedDualEncoderModel, mean_pool

@@ -1,5 +1,5 @@
-"""Configuration of a cross-encoder-infused dual encoder (seed 002, "Can Cross Encoders Produce
-Useful Sentence Embeddings?").
+"""Configuration of a cross-encoder-infused dual encoder ("Can Cross Encoders Produce Useful Sentence
+Embeddings?").
 
 Shipped as remote code next to every saved checkpoint: it imports only ``transformers``.
 """
@@ -21,13 +21,13 @@ class InfusedDualEncoderConfig(BertConfig):
     Args:
         num_copied_layers (`int`, defaults to 1):
             Layers copied from the cross-encoder (its layers ``0 .. N-1``), after its embeddings.
-            The seed's DE-2-CE copies 1; DE-k-CE copies k and adds none.
+            The paper's DE-2-CE copies 1; DE-k-CE copies k and adds none.
         num_new_layers (`int`, defaults to 1):
             Freshly initialised layers on top (DE-2-CE: 1).
         infused_from (`str`, *optional*):
             The cross-encoder the copied weights came from (``None`` for DE-k-Rand, random init).
         pooling (`str`, defaults to ``"mean"``):
-            Mean over the non-padding tokens (the seed), or ``"cls"``.
+            Mean over the non-padding tokens (as in the paper), or ``"cls"``.
     """
 
     model_type = "infused_dual_encoder"
@@ -54,7 +54,7 @@ class InfusedDualEncoderConfig(BertConfig):
                 "(DE-2-CE: num_copied_layers=1, num_new_layers=1)"
             )
         if self.pooling not in ("mean", "cls"):
-            raise ValueError(f"pooling={self.pooling!r}: choose 'mean' (the seed) or 'cls'")
+            raise ValueError(f"pooling={self.pooling!r}: choose 'mean' (the paper's) or 'cls'")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}"

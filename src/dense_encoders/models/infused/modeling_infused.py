@@ -1,4 +1,5 @@
-"""Cross-encoder-infused dual encoder (seed 002, Sec. 3.2 and Fig. 2).
+"""Cross-encoder-infused dual encoder ("Can Cross Encoders Produce Useful Sentence Embeddings?", Sec. 3.2 and
+Fig. 2).
 
 A BERT-family encoder whose embedding layer and first ``num_copied_layers`` layers are copied from
 a cross-encoder, topped by ``num_new_layers`` freshly initialised layers (DE-2-CE: 1 + 1), mean
@@ -27,7 +28,7 @@ def mean_pool(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
 
 
 class InfusedDualEncoderModel(SentenceTransformersFilesMixin, BertModel):
-    """The infused dual encoder; ``pooler_output`` is the mean over non-padding tokens (seed 002)."""
+    """The infused dual encoder; ``pooler_output`` is the mean over non-padding tokens (as in the paper)."""
 
     config_class = InfusedDualEncoderConfig
     config: InfusedDualEncoderConfig

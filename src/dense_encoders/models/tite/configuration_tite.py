@@ -5,7 +5,6 @@ Shipped as remote code next to every saved checkpoint: imports only ``transforme
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from transformers import PretrainedConfig
@@ -22,11 +21,20 @@ TITE_AUTO_MAP = {
 }
 
 
-def pooled_length(length: int, kernel_size: int | None, stride: int | None) -> int:
-    """Sequence length after one pooling layer (TITE Eq. 1): ceil(max(0, L - k) / s) + 1, 0 for L = 0."""
-    if kernel_size is None or length == 0:
+def pooled_length(length, kernel_size: int | None, stride: int | None):
+    """Sequence length after one pooling layer (TITE Eq. 1): ceil(max(0, L - k) / s) + 1, 0 for L = 0.
+
+    The one place Eq. 1's output length is written. ``length`` is an ``int``, or, elementwise, an integer
+    NumPy array or torch.Tensor (kept in its dtype and on its device, no host sync), so that the
+    config's per-layer lengths and the pooling code (``pooling_tite.pooled_lengths`` on the device,
+    ``pooled_lengths_host`` for a :class:`PoolPlan`) share it. ``kernel_size`` None (no pooling)
+    returns ``length`` unchanged.
+    """
+    if kernel_size is None:
         return length
-    return math.ceil(max(0, length - kernel_size) / stride) + 1
+    excess = length - kernel_size
+    excess = excess * (excess > 0)  # max(0, L - k), elementwise on arrays and tensors too
+    return ((excess + stride - 1) // stride + 1) * (length > 0)  # integer ceil; 0 where L = 0
 
 
 class TiteConfig(PretrainedConfig):

@@ -1,7 +1,8 @@
 """Windowed mean pooling over packed (unpadded) sequences for TITE (Schlatt et al., SIGIR 2025).
 
 TITE Eq. 1 (pool_{k,s}): a sequence of ``L`` real tokens is pooled with kernel ``k`` and stride
-``s`` into ``L_out = ceil(max(0, L - k) / s) + 1`` vectors (``0`` when ``L == 0``). Window ``i``
+``s`` into ``L_out = ceil(max(0, L - k) / s) + 1`` vectors (``0`` when ``L == 0``; the formula is
+``configuration_tite.pooled_length``, which :func:`pooled_lengths` applies elementwise). Window ``i``
 covers positions ``[i*s, min(i*s + k, L))`` of its own sequence and is the plain mean of exactly
 those tokens, so padding is never mixed in, a partial last window averages only its real tokens,
 and ``L < k`` collapses to one vector. With ``s > k`` (accepted here, refused by the TITE config)
@@ -24,7 +25,7 @@ implementations give the same numbers (fp32 accumulation, output in the input dt
 
 :func:`pool_planned` (with a plan) and :func:`pool_packed` (from ``cu_seqlens``) pick one.
 Shipped as remote code next to checkpoints: imports ``torch`` and ``numpy`` (and, optionally,
-``triton``) absolutely and nothing from ``dense_encoders``.
+``triton``) absolutely, ``configuration_tite`` relatively, and nothing from ``dense_encoders``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
+
+from .configuration_tite import pooled_length
 
 try:  # optional: everything here works without Triton, through the PyTorch implementation
     import triton
@@ -82,14 +85,14 @@ def _check_cu_seqlens_structure(cu_seqlens) -> None:
 def pooled_lengths(lengths: torch.Tensor, kernel_size: int, stride: int) -> torch.Tensor:
     """Number of pooled vectors per sequence, TITE Eq. 1 (pool_{k,s}).
 
-    ``ceil(max(0, L - k) / s) + 1`` for ``L > 0`` and ``0`` for ``L == 0``; vectorised, in the
-    dtype and on the device of ``lengths``.
+    ``ceil(max(0, L - k) / s) + 1`` for ``L > 0`` and ``0`` for ``L == 0``
+    (``configuration_tite.pooled_length``, applied elementwise); vectorised, in the dtype and on the
+    device of ``lengths``, without a host sync.
     """
     kernel_size, stride = _check_window(kernel_size, stride)
     if not isinstance(lengths, torch.Tensor) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         raise ValueError("lengths must be an integer torch.Tensor of sequence lengths.")
-    n_out = torch.div(torch.clamp(lengths - kernel_size, min=0) + (stride - 1), stride, rounding_mode="floor") + 1
-    return torch.where(lengths > 0, n_out, torch.zeros_like(n_out)).to(lengths.dtype)
+    return pooled_length(lengths, kernel_size, stride).to(lengths.dtype)
 
 
 def pooled_cu_seqlens(cu_seqlens: torch.Tensor, kernel_size: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -259,8 +262,7 @@ class PoolPlan:
 
 def pooled_lengths_host(lengths: np.ndarray, kernel_size: int, stride: int) -> np.ndarray:
     """:func:`pooled_lengths` on a NumPy array (host side, no device involved)."""
-    n_out = (np.maximum(lengths - kernel_size, 0) + stride - 1) // stride + 1
-    return np.where(lengths > 0, n_out, 0).astype(np.int64)
+    return np.asarray(pooled_length(lengths, kernel_size, stride)).astype(np.int64)
 
 
 def _check_packed(hidden: torch.Tensor, cu_seqlens) -> np.ndarray:
@@ -496,21 +498,6 @@ class TritonPackedPool(torch.autograd.Function):
         return _triton_backward(grad_out, ctx.plan, ctx.input_shape), None
 
 
-def pool_packed_triton(
-    hidden: torch.Tensor, cu_seqlens: torch.Tensor, kernel_size: int, stride: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """TITE Eq. 1 (pool_{k,s}) with the Triton kernels (CUDA, or CPU with TRITON_INTERPRET=1).
-
-    Same contract as :func:`pool_packed_torch`; raises RuntimeError when Triton cannot run.
-    """
-    kernel_size, stride = _check_window(kernel_size, stride)
-    reason = _triton_unavailable_reason(hidden)
-    if reason is not None:
-        raise RuntimeError(f"Triton pooling cannot run: {reason}")
-    plan = _public_plan(hidden, cu_seqlens, kernel_size, stride)
-    return TritonPackedPool.apply(hidden, plan), _out_cu(plan, cu_seqlens)
-
-
 # --------------------------------------------------------------------------------------------------
 # Dispatcher
 # --------------------------------------------------------------------------------------------------
@@ -611,7 +598,6 @@ __all__ = [
     "TritonPackedPool",
     "pool_packed",
     "pool_packed_torch",
-    "pool_packed_triton",
     "pooled_cu_seqlens",
     "pooled_lengths",
     "triton_available",

@@ -26,13 +26,13 @@ import json
 import re
 from pathlib import Path
 
-from .models.condenser import CondenserModel
-from .models.condenser.sentence_transformers_condenser import (
+from ..models.condenser import CondenserModel
+from ..models.condenser.sentence_transformers_condenser import (
     SENTENCE_TRANSFORMERS_FILES,
     sentence_transformers_files,
 )
-from .models.infused import InfusedDualEncoderModel
-from .models.tite import TiteModel
+from ..models.infused import InfusedDualEncoderModel
+from ..models.tite import TiteModel
 
 # model_type -> the encoder class AutoModel loads (it declares its sentence-transformers pipeline)
 OUR_ENCODERS = {
@@ -88,7 +88,7 @@ def write_sentence_transformers_files(
     config = _read_json(folder / "config.json")
     if config is None:
         raise FileNotFoundError(f"{folder} has no config.json: call model.save_pretrained({str(folder)!r}) first.")
-    from .models.condenser.sentence_transformers_condenser import write_sentence_transformers_files as write
+    from ..models.condenser.sentence_transformers_condenser import write_sentence_transformers_files as write
 
     if normalize is None:
         normalize = similarity == "cosine"

@@ -61,7 +61,7 @@ def condenser_description(config: dict) -> tuple[str, list[str], list[str]]:
 
 
 def condenser_model_card(folder: str | Path, repo_id: str | None = None, license: str | None = None) -> ModelCard:
-    """A card for a Condenser / coCondenser checkpoint folder (see :func:`dense_encoders.hub_cards.model_card`)."""
+    """A card for a Condenser / coCondenser checkpoint folder (see :func:`dense_encoders.hub.model_card`)."""
     from .cards import model_card
 
     folder = Path(folder)

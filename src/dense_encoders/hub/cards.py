@@ -15,8 +15,8 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..checkpoint_folder import OUR_MODEL_TYPES, missing_sentence_transformers_files, read_pipeline
-from .condenser import condenser_description
+from .checkpoint_folder import OUR_MODEL_TYPES, missing_sentence_transformers_files, read_pipeline
+from .condenser_card import condenser_description
 
 TITE_BIBTEX = """@inproceedings{schlatt-2025-tite,
   title = {TITE: Token-Independent Text Encoder for Information Retrieval},

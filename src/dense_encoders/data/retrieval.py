@@ -1,32 +1,22 @@
-"""Retrieval data: BEIR folders, TREC qrels and runs, plain (query, positive) pairs.
+"""Retrieval data: BEIR folders (corpus, queries, qrels), TREC qrels, plain (query, positive) pairs.
 
 A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``,
 ``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score`` with a header). Every malformed
-line raises :class:`DataFormatError` naming the file and the line number.
+line raises :class:`~dense_encoders.data.format.DataFormatError` naming the file and the line number.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import logging
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .format import DataFormatError, document_text, json_lines, parses_as_number, require_file, string_field
 
 logger = logging.getLogger(__name__)
 
 Qrels = dict[str, dict[str, int]]
-Run = dict[str, dict[str, float]]
-
-
-class DataFormatError(ValueError):
-    """A malformed line in a retrieval data file; the message starts with ``file:line``."""
-
-    def __init__(self, path: str | Path, line_number: int, problem: str):
-        super().__init__(f"{path}:{line_number}: {problem}")
-        self.path = str(path)
-        self.line_number = line_number
 
 
 @dataclass
@@ -52,81 +42,41 @@ class RetrievalDataset:
         return list(self.queries)
 
     def document_texts(self, ids: list[str] | None = None) -> list[str]:
-        """BEIR / MTEB convention: ``title + " " + text``, stripped; the text alone without a title."""
+        """Each document as :func:`~dense_encoders.data.format.document_text` writes it: ``title + " " + text``."""
         return [document_text(self.corpus[doc_id]) for doc_id in (ids if ids is not None else self.corpus)]
 
     def query_texts(self, ids: list[str] | None = None) -> list[str]:
         return [self.queries[query_id] for query_id in (ids if ids is not None else self.queries)]
 
 
-def document_text(document: Mapping[str, str]) -> str:
-    title, text = (document.get("title") or "").strip(), (document.get("text") or "").strip()
-    return f"{title} {text}".strip() if title else text
-
-
 # --------------------------------------------------------------------------------------------
-# Line readers
+# Files
 # --------------------------------------------------------------------------------------------
-
-
-def _require_file(path: Path, what: str) -> Path:
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} not found: {path}")
-    return path
-
-
-def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) of every non-empty line of a jsonl file; DataFormatError for bad lines."""
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataFormatError(path, line_number, f"not valid JSON ({error.msg} at column {error.colno})") from None
-            if not isinstance(record, dict):
-                raise DataFormatError(path, line_number, f"expected a JSON object, got {type(record).__name__}")
-            yield line_number, record
-
-
-def _string_field(path: Path, line_number: int, record: dict, *names: str, required: bool = True) -> str | None:
-    for name in names:
-        if name in record and record[name] is not None:
-            value = record[name]
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                value = str(value)
-            if not isinstance(value, str):
-                raise DataFormatError(path, line_number, f"field {name!r} must be a string, got {type(value).__name__}")
-            return value
-    if required:
-        raise DataFormatError(path, line_number, f"missing field {' or '.join(repr(n) for n in names)}")
-    return None
 
 
 def read_corpus_jsonl(path: str | Path) -> dict[str, dict[str, str]]:
     """BEIR ``corpus.jsonl``: ``{"_id", "title", "text"}`` per line (``id`` accepted for ``_id``)."""
-    path = _require_file(Path(path), "corpus file")
+    path = require_file(Path(path), "corpus file")
     corpus: dict[str, dict[str, str]] = {}
     for line_number, record in json_lines(path):
-        doc_id = _string_field(path, line_number, record, "_id", "id", "docid")
+        doc_id = string_field(path, line_number, record, "_id", "id", "docid")
         if doc_id in corpus:
             raise DataFormatError(path, line_number, f"duplicate document id {doc_id!r}")
-        text = _string_field(path, line_number, record, "text", "contents")
-        title = _string_field(path, line_number, record, "title", required=False) or ""
+        text = string_field(path, line_number, record, "text", "contents")
+        title = string_field(path, line_number, record, "title", required=False) or ""
         corpus[doc_id] = {"title": title, "text": text}
     return corpus
 
 
 def read_queries_jsonl(path: str | Path) -> dict[str, str]:
     """BEIR ``queries.jsonl``: ``{"_id", "text"}`` per line."""
-    path = _require_file(Path(path), "queries file")
+    path = require_file(Path(path), "queries file")
     queries: dict[str, str] = {}
     for line_number, record in json_lines(path):
-        query_id = _string_field(path, line_number, record, "_id", "id", "qid")
+        query_id = string_field(path, line_number, record, "_id", "id", "qid")
         if query_id in queries:
             raise DataFormatError(path, line_number, f"duplicate query id {query_id!r}")
-        queries[query_id] = _string_field(path, line_number, record, "text", "query")
+        queries[query_id] = string_field(path, line_number, record, "text", "query")
     return queries
 
 
@@ -142,7 +92,7 @@ def _grade(path: Path, line_number: int, value: str) -> int:
 
 def read_beir_qrels(path: str | Path) -> Qrels:
     """BEIR ``qrels/<split>.tsv``: a ``query-id  corpus-id  score`` header, then tab-separated rows."""
-    path = _require_file(Path(path), "qrels file")
+    path = require_file(Path(path), "qrels file")
     qrels: Qrels = {}
     with open(path, encoding="utf-8", newline="") as handle:
         for line_number, line in enumerate(handle, start=1):
@@ -150,7 +100,7 @@ def read_beir_qrels(path: str | Path) -> Qrels:
             if not line.strip():
                 continue
             columns = line.split("\t")
-            if line_number == 1 and not _is_number(columns[-1]):
+            if line_number == 1 and not parses_as_number(columns[-1]):
                 continue  # header
             if len(columns) != 3:
                 raise DataFormatError(
@@ -163,7 +113,7 @@ def read_beir_qrels(path: str | Path) -> Qrels:
 
 def read_trec_qrels(path: str | Path) -> Qrels:
     """TREC qrels: ``qid iteration docid relevance`` separated by whitespace."""
-    path = _require_file(Path(path), "qrels file")
+    path = require_file(Path(path), "qrels file")
     qrels: Qrels = {}
     with open(path, encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
@@ -175,49 +125,6 @@ def read_trec_qrels(path: str | Path) -> Qrels:
             query_id, _, doc_id, grade = columns
             qrels.setdefault(query_id, {})[doc_id] = _grade(path, line_number, grade)
     return qrels
-
-
-def read_trec_run(path: str | Path) -> Run:
-    """TREC run: ``qid Q0 docid rank score tag`` separated by whitespace."""
-    path = _require_file(Path(path), "run file")
-    run: Run = {}
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            columns = line.split()
-            if len(columns) != 6:
-                raise DataFormatError(
-                    path, line_number, f"expected 6 columns (qid Q0 docid rank score tag), got {len(columns)}"
-                )
-            query_id, _, doc_id, rank, score, _ = columns
-            if not _is_number(rank) or not _is_number(score):
-                raise DataFormatError(path, line_number, f"rank {rank!r} and score {score!r} must be numbers")
-            documents = run.setdefault(query_id, {})
-            if doc_id in documents:
-                raise DataFormatError(path, line_number, f"document {doc_id!r} appears twice for query {query_id!r}")
-            documents[doc_id] = float(score)
-    return run
-
-
-def write_trec_run(run: Run, path: str | Path, tag: str = "dense-encoders") -> Path:
-    """Write ``run`` as a TREC run file, each query's documents by descending score (ties: doc id)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        for query_id, documents in run.items():
-            ranked = sorted(documents.items(), key=lambda item: (-item[1], item[0]))
-            for rank, (doc_id, score) in enumerate(ranked, start=1):
-                handle.write(f"{query_id} Q0 {doc_id} {rank} {score:.6f} {tag}\n")
-    return path
-
-
-def _is_number(value: str) -> bool:
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,12 +171,12 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
     (also ``anchor``/``positive`` as in sentence-transformers datasets). A query repeated with several
     positives gets all of them judged relevant.
     """
-    path = _require_file(Path(path), "pairs file")
+    path = require_file(Path(path), "pairs file")
     pairs: list[tuple[int, str, str]] = []
     if path.suffix == ".jsonl":
         for line_number, record in json_lines(path):
-            query = _string_field(path, line_number, record, "query", "anchor")
-            positive = _string_field(path, line_number, record, "positive", "document", "passage")
+            query = string_field(path, line_number, record, "query", "anchor")
+            positive = string_field(path, line_number, record, "positive", "document", "passage")
             pairs.append((line_number, query, positive))
     elif path.suffix in (".tsv", ".txt"):
         with open(path, encoding="utf-8", newline="") as handle:
@@ -313,12 +220,8 @@ def load_dataset_for_evaluation(source: str | Path, split: str = "test") -> Retr
 
 
 __all__ = [
-    "DataFormatError",
     "Qrels",
     "RetrievalDataset",
-    "Run",
-    "document_text",
-    "json_lines",
     "load_beir",
     "load_dataset_for_evaluation",
     "load_pairs",
@@ -326,6 +229,4 @@ __all__ = [
     "read_corpus_jsonl",
     "read_queries_jsonl",
     "read_trec_qrels",
-    "read_trec_run",
-    "write_trec_run",
 ]

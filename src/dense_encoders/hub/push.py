@@ -1,19 +1,18 @@
-"""Publishing checkpoints on the Hugging Face Hub, and checking what comes back down.
+"""Publishing checkpoints on the Hugging Face Hub.
 
 :func:`push_to_hub` uploads a checkpoint folder (or a model) in ONE commit: safetensors weights,
 ``config.json`` with ``auto_map``, the remote-code files, tokenizer, sentence-transformers files and
-a model card generated from the folder's records (:func:`dense_encoders.hub_cards.model_card`).
+a model card generated from the folder's records (:func:`dense_encoders.hub.cards.model_card`).
 The upload is staged in a temporary folder: the local folder is never modified, whatever happens.
 Pickled weights are refused; training state (optimizer, scheduler, RNG states, pickled training
 arguments) is never uploaded. Incomplete or mixed folders are refused
-(:func:`dense_encoders.checkpoint_folder.publishing_problems`); one of our models' folders without
-sentence-transformers files gets its native ones in the upload. Errors name the repository, say that nothing local changed and how to
-retry, and never contain the token.
+(:func:`dense_encoders.hub.checkpoint_folder.publishing_problems`); one of our models' folders without
+sentence-transformers files gets its native ones in the upload. Errors name the repository, say that
+nothing local changed and how to retry, and never contain the token.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -114,7 +113,7 @@ def push_to_hub(
     """
     from huggingface_hub import CommitOperationAdd, HfApi
 
-    from .hub_cards import model_card
+    from .cards import model_card
 
     with tempfile.TemporaryDirectory(prefix="dense-encoders-save-") as scratch:
         if isinstance(path_or_model, (str, os.PathLike)):
@@ -156,67 +155,4 @@ def push_to_hub(
             shutil.rmtree(staging, ignore_errors=True)
 
 
-# --------------------------------------------------------------------------------------------
-# Download side
-# --------------------------------------------------------------------------------------------
-
-CODE_VERSION = re.compile(r'^DENSE_ENCODERS_CODE_VERSION\s*=\s*"([^"]+)"', re.MULTILINE)
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
-
-
-def check_remote_code(path_or_repo: str | Path, revision: str | None = None, token: str | None = None) -> list[str]:
-    """Check a checkpoint's remote-code files against the installed package before loading it.
-
-    Raises a ValueError when a file named by ``auto_map`` is missing; returns warnings (also logged)
-    when the files were written by an older dense-encoders than the one installed.
-    """
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
-
-    from . import __version__
-
-    def fetch(name: str) -> Path | None:
-        if Path(path_or_repo).is_dir():
-            path = Path(path_or_repo) / name
-            return path if path.is_file() else None
-        try:
-            return Path(hf_hub_download(str(path_or_repo), name, revision=revision, token=token))
-        except EntryNotFoundError:
-            return None
-
-    config_path = fetch("config.json")
-    if config_path is None:
-        raise ValueError(f"{path_or_repo} has no config.json")
-    warnings = []
-    auto_map = json.loads(config_path.read_text()).get("auto_map") or {}
-    modules = {}  # one check per file, however many auto classes it serves
-    for target in sorted(set(auto_map.values())):
-        modules.setdefault(str(target).split("--")[-1].rsplit(".", 1)[0] + ".py", target)
-    for module, target in modules.items():
-        path = fetch(module)
-        if path is None:
-            raise ValueError(
-                f"{path_or_repo} names {target!r} in auto_map but has no {module}: its remote code is incomplete. "
-                "Load it with the installed package instead (import dense_encoders, then AutoModel.from_pretrained "
-                "without trust_remote_code), or re-upload it with `dense-encoders push`."
-            )
-        if not module.startswith("modeling_"):
-            continue  # configuration files carry no version marker
-        found = CODE_VERSION.search(path.read_text())
-        written_by = found.group(1) if found else "0.0.0"
-        if _version_tuple(written_by) < _version_tuple(__version__):
-            warnings.append(
-                f"{module} in {path_or_repo} was written by dense-encoders {written_by if found else '(unknown)'}, "
-                f"older than the installed {__version__}: trust_remote_code=True runs the checkpoint's older code. "
-                "To use the installed code, import dense_encoders and load without trust_remote_code; to update the "
-                "checkpoint, load and save_pretrained it again."
-            )
-    for message in warnings:
-        logger.warning(message)
-    return warnings
-
-
-__all__ = ["PushError", "check_remote_code", "push_to_hub", "upload_files"]
+__all__ = ["PushError", "push_to_hub", "upload_files"]

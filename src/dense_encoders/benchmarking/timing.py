@@ -1,0 +1,294 @@
+"""Timing: device syncs, precision, one timed forward, warm-up and the interleaved rounds, host
+syncs per forward, and the Triton pooling kernel's bandwidth.
+
+Inference only: ``eval()``, ``torch.inference_mode()``; weights cast with ``model.to(dtype)``
+(bf16 on CUDA, fp32 on CPU; ``weights_dtype``), bf16 autocast only when asked or with fp32 weights
+on CUDA (``dtype``). On CUDA, one untimed forward per row and workload under
+``torch.cuda.set_sync_debug_mode("warn")`` counts host syncs (:func:`count_syncs`), and
+:func:`pooling_bandwidth` measures the Triton pooling kernel against a device copy.
+Untimed warm-up (``warmup`` passes per model: on CPU the first query batch and the first 4
+texts of the first document batch at its full width; on CUDA every batch, since kernel choices
+are made per shape), then ``rounds`` rounds in which every batch
+is run by every model back to back, the model order rotating from batch to batch and round to
+round, so machine noise is spread over all rows alike. texts/s = the MEDIAN round's texts / its
+summed batch times; the range is the min-max over rounds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from .rows import _Row
+from .workloads import MAX_LENGTH
+
+DTYPE_CHOICES = ("fp32", "bf16")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    name = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    return f"cpu ({name}, {os.cpu_count()} logical cores)"
+
+
+def cpu_pressure() -> float | None:
+    """Linux PSI: % of the last 10 s in which some runnable task waited for a CPU (None if unavailable).
+
+    High values mean other jobs competed for the cores during the timing. That skews the ratios:
+    TITE runs many small (memory-bound, multi-threaded) kernels, which slow down far more than
+    BERT's large matrix products when a core is taken away (measured on 2 shared cores: BERT 64 x 32
+    tokens 1.3 -> 3.6 s, tite-2-staggered 0.31 -> 4.2 s with 2 threads; with 1 thread 2.3 s and 0.55 s).
+    """
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/pressure/cpu").read_text().splitlines():
+            if line.startswith("some"):
+                return float(line.split()[1].split("=")[1])
+    return None
+
+
+def summarize(times: list[list[float]], texts: int) -> dict:
+    """texts/s from ``times[round][batch]``: the MEDIAN whole round (texts / the round's summed batch
+    times) and the min-max over rounds; also the per-batch median over rounds summed over batches
+    (robust to a noise burst that hits different batches in different rounds) and the per-batch
+    minimum (best case)."""
+    per_batch = list(zip(*times))
+    round_rates = [texts / sum(round_times) for round_times in times]
+    return {
+        "texts_per_s": statistics.median(round_rates),
+        "texts_per_s_min": min(round_rates),
+        "texts_per_s_max": max(round_rates),
+        "texts_per_s_batch_medians": texts / sum(statistics.median(batch) for batch in per_batch),
+        "texts_per_s_best": texts / sum(min(batch) for batch in per_batch),
+        "round_rates": round_rates,
+    }
+
+
+def autocast(device: torch.device, dtype: str | None):
+    """bf16 autocast for ``dtype="bf16"``; nothing for ``"fp32"`` / None."""
+    if dtype == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def resolve_precision(device: torch.device, dtype: str | None, weights_dtype: str | None) -> tuple[str, str]:
+    """(autocast, weights): weights default bf16 on CUDA and fp32 elsewhere; autocast (``"bf16"`` =
+    bf16 autocast, ``"fp32"`` = none) defaults to bf16 only on CUDA with fp32 weights."""
+    if weights_dtype is None:
+        weights_dtype = "bf16" if device.type == "cuda" else "fp32"
+    if weights_dtype not in DTYPE_CHOICES:
+        raise ValueError(f"weights_dtype={weights_dtype!r}: choose fp32 or bf16")
+    if dtype is None:
+        dtype = "bf16" if device.type == "cuda" and weights_dtype == "fp32" else "fp32"
+    if dtype not in DTYPE_CHOICES:
+        raise ValueError(f"dtype={dtype!r}: choose fp32 (no autocast) or bf16 (bf16 autocast)")
+    return dtype, weights_dtype
+
+
+SYNC_WARNING = "called a synchronizing CUDA operation"  # torch.cuda.set_sync_debug_mode("warn")'s text
+
+
+def count_syncs(function: Callable[[], object], device: torch.device) -> int | None:
+    """Host synchronisations while ``function()`` runs on a CUDA ``device``: the warnings of
+    ``torch.cuda.set_sync_debug_mode("warn")`` (every one recorded, the previous mode restored
+    afterwards). None on other devices (the debug mode exists for CUDA only)."""
+    if device.type != "cuda":
+        return None
+    import warnings
+
+    synchronize(device)
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # the default filter would show a repeated warning once
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            function()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    synchronize(device)
+    return sum(SYNC_WARNING in str(warning.message) for warning in caught)
+
+
+def pooling_bandwidth(device: str | torch.device, dtype: torch.dtype = torch.bfloat16, batch: int = 256,
+                      mean_length: float = 80, dim: int = 768, kernel_size: int = 2, stride: int = 2, *,
+                      lengths: Sequence[int] | None = None, seed: int = 0, backward: bool = True) -> dict:
+    """Memory bandwidth of TITE's Triton pooling kernel (``pool_planned(..., "triton")``) against a
+    device-to-device copy, on one packed batch of ``batch`` texts of width ``dim``.
+
+    Lengths: drawn with replacement from ``lengths`` (e.g. the document workload's) when given, else
+    log-normal with mean ``mean_length`` (sigma 0.5), clipped to [2, 512]; fixed ``seed``. Times are
+    ``triton.testing.do_bench`` medians. GB/s = (rows_in + rows_out) * dim * element size / time (each
+    input row read, each output row written; backward: grad_out read, grad_in written); the reference
+    copy is ``clone`` of a ``rows_in * dim`` tensor (2 * rows_in * dim * element size bytes moved).
+
+    Returns ``{"available": False, "reason": ...}`` without CUDA or Triton, else the sizes, the times
+    (ms), the GB/s and ``forward_fraction_of_copy`` / ``backward_fraction_of_copy``."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {"available": False, "reason": "needs CUDA"}
+    if importlib.util.find_spec("triton") is None:
+        return {"available": False, "reason": "needs the triton package"}
+    import triton.testing
+
+    from ..models.tite.pooling_tite import DeviceArrays, PoolPlan, _triton_backward, pool_planned
+
+    host = _pooling_lengths(batch, mean_length, lengths, seed)
+    arrays = DeviceArrays()
+    plan = PoolPlan(host, kernel_size, stride, arrays)
+    arrays.transfer(device)
+    hidden = torch.randn(plan.total_in, dim, device=device, dtype=dtype)
+    element = hidden.element_size()
+    moved = (plan.total_in + plan.total_out) * dim * element
+    copy_bytes = 2 * plan.total_in * dim * element
+
+    forward_ms = triton.testing.do_bench(lambda: pool_planned(hidden, plan, "triton"), return_mode="median")
+    copy_ms = triton.testing.do_bench(lambda: hidden.clone(), return_mode="median")
+    result = {
+        "available": True, "dtype": str(dtype).removeprefix("torch."), "batch": batch, "dim": dim,
+        "kernel_size": kernel_size, "stride": stride,
+        "lengths": "workload" if lengths else f"lognormal mean {mean_length}",
+        "mean_length": float(host.mean()), "rows_in": plan.total_in, "rows_out": plan.total_out,
+        "forward_ms": forward_ms, "forward_gbps": _gbps(moved, forward_ms),
+        "copy_ms": copy_ms, "copy_gbps": _gbps(copy_bytes, copy_ms),
+    }
+    result["forward_fraction_of_copy"] = result["forward_gbps"] / result["copy_gbps"]
+    if backward:
+        grad_out = torch.randn(plan.total_out, dim, device=device, dtype=dtype)
+
+        backward_ms = triton.testing.do_bench(lambda: _triton_backward(grad_out, plan, hidden.shape),
+                                              return_mode="median")
+        result.update(backward_ms=backward_ms, backward_gbps=_gbps(moved, backward_ms))
+        result["backward_fraction_of_copy"] = result["backward_gbps"] / result["copy_gbps"]
+    return result
+
+
+def _pooling_lengths(batch: int, mean_length: float, lengths: Sequence[int] | None, seed: int):
+    """:func:`pooling_bandwidth`'s ``batch`` text lengths (a NumPy int64 array): drawn with replacement
+    from ``lengths`` when given, else log-normal with mean ``mean_length`` (sigma 0.5), clipped to [2, 512]."""
+    import numpy as np
+
+    generator = torch.Generator().manual_seed(seed)
+    if lengths:
+        picks = torch.randint(len(lengths), (batch,), generator=generator)
+        return np.asarray([int(lengths[i]) for i in picks.tolist()], dtype=np.int64)
+    sigma = 0.5
+    normal = torch.randn(batch, generator=generator, dtype=torch.float64)
+    host = (math.log(mean_length) - sigma ** 2 / 2 + sigma * normal).exp().round().clamp(2, MAX_LENGTH)
+    return host.long().numpy()
+
+
+def _gbps(nbytes: int, milliseconds: float) -> float:
+    return nbytes / (milliseconds * 1e-3) / 1e9
+
+
+def _time_batch(row: _Row, batch: dict, device: torch.device, dtype: str | None) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    with torch.inference_mode(), autocast(device, dtype):
+        output = row.encode(row.model, batch)
+    synchronize(device)
+    elapsed = time.perf_counter() - start
+    _check_output(row, output, batch)
+    return elapsed
+
+
+def _check_output(row: _Row, output: torch.Tensor, batch: dict) -> None:
+    size = batch["input_ids"].shape[0]
+    if output.dim() != 2 or output.shape[0] != size or not bool(torch.isfinite(output).all()):
+        raise RuntimeError(f"{row.name}: output {tuple(output.shape)} (expected ({size}, width)) or non-finite")
+
+
+def _forward_syncs(row: _Row, batch: dict, device: torch.device, dtype: str | None) -> int | None:
+    """Host syncs of one forward of ``row`` on ``batch`` (CUDA; None elsewhere), outside the timing."""
+    outputs = []
+
+    def forward():
+        with torch.inference_mode(), autocast(device, dtype):
+            outputs.append(row.encode(row.model, batch))
+
+    syncs = count_syncs(forward, device)
+    if outputs:
+        _check_output(row, outputs[0], batch)
+    return syncs
+
+
+class DeviceBatches:
+    """The workloads' batches on the device, random-order and length-sorted: :meth:`of` gives a row the
+    ones it runs (the sorted baseline the length-sorted batches, every other row the random-order ones)."""
+
+    def __init__(self, workloads: dict, ordered: dict, device: torch.device):
+        self.random = {name: [{k: v.to(device) for k, v in b.items()} for b in batches]
+                       for name, (_, batches, _) in workloads.items()}
+        self.sorted = {name: [{k: v.to(device) for k, v in b.items()} for b in batches]
+                       for name, batches in ordered.items()}
+
+    def count(self, name: str) -> int:
+        return len(self.random[name])
+
+    def of(self, row: _Row, name: str, index: int) -> dict:
+        return (self.sorted if row.length_sorted else self.random)[name][index]
+
+
+def warm_up(rows: list[_Row], batches: DeviceBatches, device: torch.device, dtype: str | None, warmup: int) -> None:
+    """``warmup`` untimed passes per row: on CUDA over every batch shape (cuBLAS / flash / Triton choose
+    per shape); on CPU the first query batch and the first 4 texts of the first document batch."""
+    for row in rows:
+        if device.type == "cuda":  # every batch shape once: cuBLAS / flash / Triton choose per shape
+            warm = [batches.of(row, name, index) for name in batches.random for index in range(batches.count(name))]
+        else:
+            first = batches.of(row, "documents", 0)
+            warm = [batches.of(row, "queries", 0), {key: value[:4] for key, value in first.items()}]
+        for batch in warm * warmup:
+            _time_batch(row, batch, device, dtype)
+
+
+def forward_syncs(rows: list[_Row], batches: DeviceBatches, device: torch.device, dtype: str | None) -> dict:
+    """``{workload: {row name: host syncs of one forward on its first batch}}`` (None off CUDA)."""
+    return {name: {row.name: _forward_syncs(row, batches.of(row, name, 0), device, dtype) for row in rows}
+            for name in batches.random}
+
+
+def timed_rounds(rows: list[_Row], batches: DeviceBatches, texts: dict[str, int], rounds: int,
+                 device: torch.device, dtype: str | None, say: Callable[[str], None]) -> tuple[dict, list, float]:
+    """``rounds`` rounds over every workload (``texts``: name -> number of texts); in each, every batch is
+    run by every row back to back, the row order rotating from batch to batch and round to round.
+
+    Returns ``times[workload][row][round][batch]`` (seconds of one forward pass), the CPU pressure after
+    each round and workload, and the seconds the whole timed part took."""
+    times = {name: {row.name: [[math.nan] * batches.count(name) for _ in range(rounds)] for row in rows}
+             for name in texts}
+    started = time.perf_counter()
+    pressure = []
+    for round_index in range(rounds):
+        for name in texts:
+            for batch_index in range(batches.count(name)):
+                shift = (round_index + batch_index) % len(rows)
+                for row in rows[shift:] + rows[:shift]:  # rotate: no row always runs first / after the same row
+                    times[name][row.name][round_index][batch_index] = _time_batch(
+                        row, batches.of(row, name, batch_index), device, dtype)
+            pressure.append(cpu_pressure())
+            shown = "n/a" if pressure[-1] is None else f"{pressure[-1]:.0f}%"
+            rates = "  ".join(f"{row.name} {texts[name] / sum(times[name][row.name][round_index]):.1f}"
+                              for row in rows)
+            say(f"round {round_index + 1}/{rounds} {name} texts/s: {rates}  "
+                f"[{time.perf_counter() - started:.0f}s, CPU pressure {shown}]")
+    return times, pressure, time.perf_counter() - started

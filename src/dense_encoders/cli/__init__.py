@@ -1,0 +1,107 @@
+"""The ``dense-encoders`` command line.
+
+Subcommands:
+  quickstart   distil all-MiniLM-L6-v2 into a TITE and a 2-layer student, evaluate, time, save (offline)
+  pretrain     Condenser / coCondenser / TITE pre-training on transformers.Trainer
+  evaluate     retrieval evaluation of an encoder on a BEIR folder or a pairs file
+  score-teacher  score (query, document) candidates of a run with a cross-encoder -> training jsonl
+  distill      distil teacher scores into any encoder (Margin-MSE, KL, InfoNCE, M3SE, ...)
+  layerwise    per-layer retrieval quality of a cross-encoder's and a dual encoder's embeddings
+  infuse       build and train a cross-encoder-infused dual encoder (DE-2-CE), retrieve + rerank report
+  push         upload a checkpoint folder to the Hub in one commit, with a generated model card
+  bench        encode-speed report: BERT, Condenser, every TITE preset, DE-2, with FLOP bounds and a plot
+
+Run ``dense-encoders SUBCOMMAND --help`` for every flag. Flags are dashed (``--output-dir``); the
+underscore spelling (``--output_dir``, as in ``TrainingArguments``) is the same flag. Every subcommand
+also takes ``--config FILE`` (JSON or YAML: flag names to values, ``args`` for positionals); flags
+given on the command line win over the file.
+"""
+
+# One module per subcommand group (train, evaluate, hub, bench, quickstart) builds its parsers and runs
+# the library; `arguments` holds the conventions they share. Library code never imports this package.
+
+from __future__ import annotations
+
+import sys
+
+from .arguments import expand_config_file
+from .bench import bench, build_bench_parser
+from .evaluate import build_evaluate_parser, build_layerwise_parser, evaluate, layerwise
+from .hub import build_push_parser, push
+from .quickstart import build_quickstart_parser, quickstart
+from .train import (
+    build_distill_parser,
+    build_infuse_parser,
+    build_pretrain_parser,
+    build_score_teacher_parser,
+    distill,
+    infuse,
+    pretrain,
+    score_teacher,
+)
+
+COMMANDS = {
+    "quickstart": quickstart,
+    "pretrain": pretrain,
+    "evaluate": evaluate,
+    "score-teacher": score_teacher,
+    "distill": distill,
+    "layerwise": layerwise,
+    "infuse": infuse,
+    "push": push,
+    "bench": bench,
+}
+PARSERS = {
+    "quickstart": build_quickstart_parser,
+    "pretrain": build_pretrain_parser,
+    "evaluate": build_evaluate_parser,
+    "score-teacher": build_score_teacher_parser,
+    "distill": build_distill_parser,
+    "layerwise": build_layerwise_parser,
+    "infuse": build_infuse_parser,
+    "push": build_push_parser,
+    "bench": build_bench_parser,
+}
+# what to lower when a command runs out of memory
+MEMORY_FLAGS = {
+    "pretrain": "--per-device-train-batch-size (or set --grad-cache-chunk-size for coCondenser)",
+    "distill": "--per-device-train-batch-size or --documents-per-query (or add --activation-checkpointing)",
+    "evaluate": "--batch-size (or --document-max-length)",
+    "layerwise": "--batch-size (or --max-length)",
+    "infuse": "--batch-size (or --max-length)",
+    "score-teacher": "--batch-size",
+    "quickstart": "--batch-size",
+    "bench": "--doc-batch / --query-batch",
+}
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    import torch
+
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(error, RuntimeError) and "out of memory" in str(error).lower())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print(__doc__)
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"dense-encoders: unknown command {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0
+    command = argv[0]
+    try:
+        return COMMANDS[command](argv[1:])
+    except (ValueError, FileNotFoundError) as error:  # bad flags, paths or files: say what, not a traceback
+        print(f"dense-encoders {command}: error: {error}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as error:
+        if not _is_out_of_memory(error):
+            raise
+        print(f"dense-encoders {command}: out of memory ({str(error).splitlines()[0][:200]}). Lower "
+              f"{MEMORY_FLAGS.get(command, 'the batch size')} and run again.", file=sys.stderr)
+        return 3
+
+
+__all__ = ["COMMANDS", "MEMORY_FLAGS", "PARSERS", "expand_config_file", "main"]

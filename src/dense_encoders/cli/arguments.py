@@ -1,0 +1,186 @@
+"""The conventions every subcommand shares: dashed flags with underscore aliases, and ``--config FILE``.
+
+Every subcommand builds its parser with :func:`make_parser` (an ``argparse.ArgumentParser``, or
+transformers' ``HfArgumentParser`` for the ``TrainingArguments`` commands) and reads its command
+line with :func:`parse`, which does, in this order:
+
+1. ``--config FILE`` (JSON or YAML mapping of flag names to values, ``args`` for positionals) becomes
+   flags placed before the command line's own, so explicit flags win (:func:`expand_config_file`).
+   A command without positional arguments also takes the file alone: ``dense-encoders distill run.yaml``.
+2. Flags are normalised to the spelling the parser knows (:func:`normalize_flags`): ``--output_dir``
+   and ``--output-dir`` are the same flag for every subcommand, so ``TrainingArguments`` users keep
+   their habits. ``--help`` shows the dashed spelling only.
+3. The parser parses: a namespace, or the dataclasses of an ``HfArgumentParser``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def _dashed(option: str) -> str:
+    return "--" + option[2:].replace("_", "-") if option.startswith("--") else option
+
+
+class DashedHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that lists each flag once, dashed (``--output-dir``), although ``--output_dir`` is accepted too."""
+
+    def _format_action_invocation(self, action):
+        if action.option_strings:
+            action = copy.copy(action)
+            action.option_strings = [option for option in action.option_strings
+                                     if option == _dashed(option) or _dashed(option) not in action.option_strings]
+        return super()._format_action_invocation(action)
+
+
+def dashed_first(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Put each flag's dashed spelling first, which is the one usage lines show."""
+    for action in parser._actions:
+        action.option_strings.sort(key=lambda option: option != _dashed(option))
+    return parser
+
+
+def make_parser(prog: str, description: str, examples: str, dataclasses: tuple = ()) -> argparse.ArgumentParser:
+    """A subcommand's parser: ``HfArgumentParser`` over ``dataclasses`` when given, else argparse's own;
+    dashed help, and the ``--config`` convention stated under the examples."""
+    epilog = examples.rstrip("\n") + (
+        "\n\nEvery flag may also come from --config FILE (JSON or YAML: flag names to values, `args` for "
+        "positionals);\nflags on the command line win. --foo-bar and --foo_bar are the same flag.\n"
+    )
+    settings = dict(prog=prog, description=description, epilog=epilog, formatter_class=DashedHelpFormatter)
+    if dataclasses:
+        from transformers import HfArgumentParser
+
+        return dashed_first(HfArgumentParser(dataclasses, **settings))
+    return argparse.ArgumentParser(**settings)
+
+
+def _known_options(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each flag of ``parser`` by its dashed spelling -> the spelling the parser registered (dashed when both)."""
+    known: dict[str, str] = {}
+    for option in parser._option_string_actions:
+        if option.startswith("--"):
+            key = _dashed(option)
+            if key not in known or option == key:
+                known[key] = option
+    return known
+
+
+def normalize_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with every ``--foo_bar`` / ``--foo-bar`` spelt as ``parser`` knows the flag (``--foo_bar=1``
+    too); unknown flags, values and everything after ``--`` are left as they are."""
+    known, normalized = _known_options(parser), []
+    for index, token in enumerate(argv):
+        if token == "--":
+            return normalized + argv[index:]
+        if token.startswith("--"):
+            name, equals, value = token.partition("=")
+            if name not in parser._option_string_actions and _dashed(name) in known:
+                token = known[_dashed(name)] + equals + value
+        normalized.append(token)
+    return normalized
+
+
+def read_config(path: str | Path) -> dict:
+    """The mapping a JSON or YAML config file holds; errors name the file (and line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            settings = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            raise ValueError(f"{path}:{mark.line + 1 if mark else '?'}: not valid YAML ({error})") from None
+    else:
+        try:
+            settings = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path} must hold a mapping of flag names to values")
+    return settings
+
+
+def config_flags(parser: argparse.ArgumentParser, settings: dict, source: str = "the config file",
+                 strict: bool = True) -> list[str]:
+    """Flags for a mapping of flag names (``batch_size`` or ``batch-size``) to values: ``true`` gives a bare
+    flag, ``false`` omits a switch (``--bf16 False`` where the flag takes a value), ``null`` omits the flag,
+    lists give several values, mappings a JSON value (``lr_scheduler_kwargs``). A key that is no flag of
+    ``parser`` is an error naming ``source`` when ``strict`` (unless its value is ``false`` or ``null``), else
+    passed on as a flag for the parser to refuse."""
+    actions, known, flags = parser._option_string_actions, _known_options(parser), []
+    for key, value in settings.items():
+        flag = _dashed(f"--{key}")
+        action = actions.get(known.get(flag, ""))
+        switch = action is not None and action.nargs == 0  # store_true / store_false / store_const
+        if value is None or (value is False and (action is None or switch)):
+            continue
+        if action is None and strict:
+            raise ValueError(f"{source}: {key!r} is not a flag of {parser.prog} (see --help)")
+        if value is True and (action is None or switch or action.nargs == "?"):
+            flags.append(flag)
+        elif isinstance(value, list):
+            flags += [flag, *map(str, value)]
+        elif isinstance(value, dict):
+            flags += [flag, json.dumps(value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def _has_positionals(parser: argparse.ArgumentParser) -> bool:
+    return any(not action.option_strings for action in parser._actions)
+
+
+def expand_config_file(parser: argparse.ArgumentParser | str, argv: list[str], strict: bool = False) -> list[str]:
+    """``argv`` with ``--config FILE`` replaced by the file's flags, placed after the command line's leading
+    positionals and before its flags (so flags given on the command line win). ``parser`` may be a
+    subcommand's name; ``strict`` refuses keys that are no flags of it (:func:`config_flags`)."""
+    if isinstance(parser, str):
+        from . import PARSERS
+
+        parser = PARSERS[parser]()
+    if len(argv) == 1 and argv[0].endswith(CONFIG_SUFFIXES) and not _has_positionals(parser):
+        argv = ["--config", argv[0]]  # `dense-encoders distill run.yaml`
+    if "--config" not in argv:
+        return argv
+    index = argv.index("--config")
+    if index + 1 >= len(argv):
+        raise ValueError("--config needs a file: a JSON or YAML mapping of flag names to values")
+    settings = read_config(argv[index + 1])
+    rest = argv[:index] + argv[index + 2 :]
+    positionals = [str(v) for v in settings.pop("args", None) or []]
+    flags = config_flags(parser, settings, source=argv[index + 1], strict=strict)
+    leading = 0  # positionals already on the command line (e.g. pretrain's architecture) stay first
+    while leading < len(rest) and not rest[leading].startswith("-"):
+        leading += 1
+    return rest[:leading] + positionals + flags + rest[leading:]
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]):
+    """Read a subcommand's command line: ``--config``, then either flag spelling, then the parser."""
+    argv = normalize_flags(parser, expand_config_file(parser, argv, strict=True))
+    if hasattr(parser, "parse_args_into_dataclasses"):  # HfArgumentParser
+        return parser.parse_args_into_dataclasses(argv)
+    return parser.parse_args(argv)
+
+
+__all__ = [
+    "DashedHelpFormatter",
+    "config_flags",
+    "dashed_first",
+    "expand_config_file",
+    "make_parser",
+    "normalize_flags",
+    "parse",
+    "read_config",
+]

@@ -1,0 +1,57 @@
+"""Publishing subcommand: ``push`` a checkpoint folder to the Hub (:mod:`dense_encoders.hub`)."""
+
+from __future__ import annotations
+
+import sys
+
+from .arguments import make_parser, parse
+
+PUSH_EXAMPLES = """\
+example:
+  dense-encoders push runs/tite-msmarco --repo-id me/tite-2-late-msmarco --results eval/trec-dl-19.json \\
+      --license apache-2.0
+"""
+
+
+def build_push_parser():
+    parser = make_parser(
+        "dense-encoders push",
+        "Upload a checkpoint folder (safetensors weights, config with auto_map, remote code, tokenizer, "
+        "sentence-transformers files) plus a model card generated from its records, in one commit. The local "
+        "folder is never modified. The token comes from --token, HF_TOKEN or `hf auth login`.",
+        PUSH_EXAMPLES,
+    )
+    parser.add_argument("folder", help="Checkpoint folder written by save_pretrained / our trainers.")
+    parser.add_argument("--repo-id", required=True, help="user/name or org/name.")
+    visibility = parser.add_mutually_exclusive_group()
+    visibility.add_argument("--private", action="store_true", default=None, help="Create the repository private.")
+    visibility.add_argument("--public", action="store_false", dest="private", help="Create it public.")
+    parser.add_argument("--revision", help="Branch to commit to (created from main when missing).")
+    parser.add_argument("--create-pr", action="store_true", help="Open a pull request instead of committing.")
+    parser.add_argument("--commit-message")
+    parser.add_argument("--results", nargs="+", help="Results JSONs of `dense-encoders evaluate` for the card.")
+    parser.add_argument("--license", help="License id for the card metadata, e.g. apache-2.0.")
+    parser.add_argument("--no-card", action="store_true", help="Upload the folder's own README.md instead.")
+    parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the stored login).")
+    return parser
+
+
+def push(argv: list[str]) -> int:
+    from ..hub import PushError, push_to_hub
+
+    options = parse(build_push_parser(), argv)
+    try:
+        commit = push_to_hub(
+            options.folder, options.repo_id, private=options.private, revision=options.revision,
+            create_pr=options.create_pr, commit_message=options.commit_message, token=options.token,
+            results=options.results, license=options.license, card=not options.no_card,
+        )
+    except PushError as error:
+        print(f"dense-encoders push: error: {error}", file=sys.stderr)
+        return 1
+    pull_request = f" (pull request {commit.pr_url})" if commit.pr_url else ""
+    print(f"pushed {options.folder} -> {commit.commit_url}{pull_request}")
+    return 0
+
+
+__all__ = ["build_push_parser", "push"]

@@ -1,0 +1,300 @@
+"""Training subcommands: ``pretrain``, ``distill``, ``score-teacher`` (its teacher file) and ``infuse``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .arguments import make_parser, parse
+
+# ------------------------------------------------------------------------------------------------ pretrain
+
+PRETRAIN_EXAMPLES = """\
+examples:
+  # tiny Condenser from scratch on the bundled corpus (seconds on a laptop CPU)
+  dense-encoders pretrain condenser --output-dir runs/condenser-tiny --max-steps 50
+
+  # paper recipe: warm start from BERT-base, 6 early + 6 late layers, 2 head layers
+  torchrun --nproc_per_node 8 -m dense_encoders.cli pretrain condenser \\
+      --backbone bert-base-uncased --skip-from 6 --corpus corpus.jsonl --max-seq-length 128 \\
+      --output-dir runs/condenser --per-device-train-batch-size 64 --max-steps 100000 --bf16
+
+  # coCondenser with a gradient cache (large contrastive batch, small memory)
+  dense-encoders pretrain cocondenser --init-from runs/condenser --corpus corpus.jsonl \\
+      --output-dir runs/cocondenser --per-device-train-batch-size 1024 --grad-cache-chunk-size 64
+
+  # TITE (MAE + bag-of-words objective), a preset of the paper's Table 3
+  dense-encoders pretrain tite --preset tite-2-late --corpus corpus.jsonl --max-seq-length 512 \\
+      --output-dir runs/tite-2-late --per-device-train-batch-size 32 --max-steps 200000 --bf16
+
+  # every flag may also come from a JSON or YAML file
+  dense-encoders pretrain condenser pretrain.yaml
+"""
+
+
+def build_pretrain_parser():
+    from ..trainer.pretraining import ARCHITECTURES, PreTrainingArguments, PreTrainingSetup
+
+    return make_parser(
+        f"dense-encoders pretrain {{{','.join(ARCHITECTURES)}}}",
+        "Pre-training on transformers.Trainer: Condenser / coCondenser (Gao & Callan 2021, 2022) and TITE "
+        "(Schlatt et al. 2025). The first argument names the architecture; every TrainingArguments flag applies.",
+        PRETRAIN_EXAMPLES,
+        (PreTrainingSetup, PreTrainingArguments),
+    )
+
+
+def pretrain(argv: list[str]) -> int:
+    from ..trainer.pretraining import ARCHITECTURES, pretrain as run_pretraining
+
+    parser = build_pretrain_parser()
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    architecture, rest = argv[0], argv[1:]
+    if architecture not in ARCHITECTURES:
+        print(f"dense-encoders pretrain: unknown architecture {architecture!r}; choose one of "
+              f"{sorted(ARCHITECTURES)}.", file=sys.stderr)
+        return 2
+    parser.set_defaults(architecture=architecture)
+    setup, args = parse(parser, rest)
+    if setup.architecture != architecture:
+        raise ValueError(f"--architecture {setup.architecture} contradicts the first argument, {architecture}; "
+                         "name the architecture once, as the first argument")
+    output = run_pretraining(setup, args)
+    end_distributed()
+    print(f"Saved the pre-trained {architecture} to {output}")
+    return 0
+
+
+def end_distributed() -> None:
+    """Under torchrun: shut the process group down together, not at interpreter exit."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------------------------------ distill
+
+DISTILL_EXAMPLES = """\
+examples:
+  # teacher scores for a run's top 100 with a cross-encoder, then TITE's fine-tuning losses
+  dense-encoders score-teacher cross-encoder/ms-marco-MiniLM-L6-v2 --run train.run --data msmarco --output train.jsonl
+  dense-encoders distill --student runs/tite --train-file train.jsonl --corpus msmarco \\
+      --losses margin_mse+kl+infonce --output-dir runs/tite-msmarco --num-train-epochs 1
+
+  # a 2-layer student cut from all-MiniLM-L6-v2 (pooling and cosine taken from its own configuration)
+  dense-encoders distill --student sentence-transformers/all-MiniLM-L6-v2 --student-num-layers 2 \\
+      --train-file train.jsonl --losses m3se+sce:0.5 --sce-temperature 4 --output-dir runs/minilm-2
+
+  # data parallel with in-batch negatives across processes
+  torchrun --nproc_per_node 2 -m dense_encoders.cli distill --student ... --train-file ... --output-dir ...
+
+  # every flag may also come from a JSON or YAML file
+  dense-encoders distill distill.yaml
+"""
+
+
+def build_distill_parser():
+    from ..trainer.distillation import DistillationArguments, DistillationSetup
+
+    return make_parser(
+        "dense-encoders distill",
+        "Distil teacher scores into a dual encoder on transformers.Trainer (Menon et al. 2022, In Defense of "
+        "Dual-Encoders for Neural Ranking; Schlatt et al. 2025, TITE: Token-Independent Text Encoder for "
+        "Information Retrieval, Sec. 3.4). Every TrainingArguments flag applies.",
+        DISTILL_EXAMPLES,
+        (DistillationSetup, DistillationArguments),
+    )
+
+
+def distill(argv: list[str]) -> int:
+    from ..trainer.distillation import distill as run_distillation
+
+    setup, args = parse(build_distill_parser(), argv)
+    output = run_distillation(setup, args)
+    end_distributed()
+    print(f"Saved the student to {output}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ score-teacher
+
+SCORE_TEACHER_EXAMPLES = """\
+examples:
+  # BM25 (or any first stage) top 100 of the MS MARCO train queries, scored by a cross-encoder
+  dense-encoders score-teacher cross-encoder/ms-marco-MiniLM-L6-v2 --run bm25.train.trec \\
+      --data data/msmarco --split train --output teacher/msmarco-train.jsonl --top-k 100 --batch-size 128
+
+  # plain queries / corpus files, document texts inlined in the output
+  dense-encoders score-teacher runs/my-cross-encoder --run run.trec --queries queries.jsonl \\
+      --corpus corpus.jsonl --output teacher.jsonl --include-texts
+
+  # interrupted? run the same command again: finished queries are kept and skipped
+"""
+
+
+def build_score_teacher_parser():
+    parser = make_parser(
+        "dense-encoders score-teacher",
+        "Score each query's top-k documents of a run with a cross-encoder (raw logits) and write the "
+        "distillation training file (jsonl, one query per line, documents by descending teacher score). "
+        "Resumable: rerunning the same command continues an interrupted output.",
+        SCORE_TEACHER_EXAMPLES,
+    )
+    parser.add_argument("cross_encoder", help="A sentence-transformers CrossEncoder: a local path or a Hub id.")
+    parser.add_argument("--run", required=True, help="TREC run file (qid Q0 docid rank score tag) with the candidates.")
+    parser.add_argument("--data", metavar="BEIR_FOLDER", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/).")
+    parser.add_argument("--split", default="train",
+                        help="Qrels split whose queries are used with --data (default: %(default)s).")
+    parser.add_argument("--queries", help="queries.jsonl ({'_id', 'text'} per line), with --corpus instead of --data.")
+    parser.add_argument("--corpus", help="corpus.jsonl ({'_id', 'title', 'text'} per line), with --queries.")
+    parser.add_argument("--output", required=True,
+                        help="Output jsonl; an existing one with the same settings is resumed.")
+    parser.add_argument("--top-k", type=int, default=100, help="Documents per query scored (default: %(default)s).")
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="Pairs per cross-encoder batch (default: %(default)s).")
+    parser.add_argument("--include-texts", action="store_true", help="Also write the document texts into each line.")
+    parser.add_argument("--device", help="Device for the cross-encoder, e.g. cuda:0 (default: the best available).")
+    parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
+    parser.add_argument("--allow-missing-weights", action="store_true",
+                        help="Score with a cross-encoder whose weights miss (or add) tensors of its model; refused "
+                        "by default.")
+    return parser
+
+
+def score_teacher(argv: list[str]) -> int:
+    """``dense-encoders score-teacher``; errors are raised (ValueError / FileNotFoundError)."""
+    from ..data.retrieval import load_beir, read_corpus_jsonl, read_queries_jsonl
+    from ..trainer.teacher import score_teacher as run_scoring
+
+    parser = build_score_teacher_parser()
+    options = parse(parser, argv)
+    if options.data is not None:
+        if options.queries is not None or options.corpus is not None:
+            parser.error("give either --data or --queries with --corpus, not both")
+        dataset = load_beir(options.data, split=options.split)
+        queries, corpus = dataset.queries, dataset.corpus
+    elif options.queries is not None and options.corpus is not None:
+        queries, corpus = read_queries_jsonl(options.queries), read_corpus_jsonl(options.corpus)
+    else:
+        parser.error("give --data BEIR_FOLDER, or both --queries and --corpus")
+    stats = run_scoring(
+        options.cross_encoder,
+        options.run,
+        options.output,
+        queries=queries,
+        corpus=corpus,
+        top_k=options.top_k,
+        batch_size=options.batch_size,
+        include_texts=options.include_texts,
+        show_progress_bar=not options.no_progress,
+        device=options.device,
+        allow_missing_weights=options.allow_missing_weights,
+    )
+    print(
+        f"Wrote teacher scores of {stats['queries_written']} queries ({stats['pairs_scored']} pairs) to "
+        f"{options.output}; {stats['queries_skipped_already_done']} queries were already done."
+    )
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ infuse
+
+INFUSE_EXAMPLES = """\
+examples:
+  # the paper's DE-2-CE and DE-2-Rand (MNRL + BM25 negatives), then Table 1 against a baseline DE
+  dense-encoders infuse --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 --train-data msmarco \\
+      --output-dir runs/de-2-ce --also-random --eval-data nfcorpus \\
+      --baseline sentence-transformers/msmarco-MiniLM-L-12-v3 --rerank-top-k 50
+
+  # distil the cross-encoder's own scores instead
+  dense-encoders infuse --cross-encoder runs/my-ce --train-data scifact --method distill --output-dir runs/de-2-ce-kd
+"""
+
+
+def build_infuse_parser():
+    from ..trainer.infusion import METHODS
+
+    parser = make_parser(
+        "dense-encoders infuse",
+        "Build a dual encoder from a cross-encoder's embeddings and first layer(s) (DE-2-CE of "
+        "Can Cross Encoders Produce Useful Sentence Embeddings?), train it, and optionally report "
+        "retrieve and retrieve+rerank quality and encode speed (Table 1).",
+        INFUSE_EXAMPLES,
+    )
+    parser.add_argument("--cross-encoder", required=True, help="Sequence-classification cross-encoder.")
+    parser.add_argument("--train-data", required=True, help="BEIR folder with qrels/<split>.tsv for training.")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--output-dir", required=True,
+                        help="A new or empty folder (models, initial/, teacher scores, report.json); a non-empty "
+                        "one is refused.")
+    parser.add_argument("--overwrite-output-dir", action="store_true",
+                        help="Delete the contents of --output-dir (an earlier run) before training.")
+    parser.add_argument("--method", choices=METHODS, default="mnrl",
+                        help="mnrl: MultipleNegativesRankingLoss + BM25 negatives (the paper's recipe); distill: the "
+                        "CE's scores.")
+    parser.add_argument("--num-copied-layers", type=int, default=1, help="CE layers copied (default 1).")
+    parser.add_argument("--num-new-layers", type=int, default=1, help="Freshly initialised layers (default 1).")
+    parser.add_argument("--random-init", action="store_true", help="DE-2-Rand: same shape, nothing copied.")
+    parser.add_argument("--also-random", action="store_true", help="Also train the DE-Rand of the same shape.")
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--losses", default="margin_mse+infonce", help="Losses of --method distill.")
+    parser.add_argument("--candidates", type=int, default=30, help="BM25 candidates per query (negatives / teacher).")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-data", help="BEIR folder for the retrieve + rerank report.")
+    parser.add_argument("--eval-split", default="test")
+    parser.add_argument("--baseline", help="A baseline dual encoder for the report (its speed is the 1.00x).")
+    parser.add_argument("--rerank-top-k", type=int, default=50)
+    return parser
+
+
+def infuse(argv: list[str]) -> int:
+    from ..evaluation.infusion_report import format_report, retrieve_rerank_report
+    from ..trainer.infusion import train_infused
+    from ..trainer.output_dir import DASHED_FLAGS, prepare_output_dir
+
+    options = parse(build_infuse_parser(), argv)
+    common = dict(method=options.method, split=options.split, num_copied_layers=options.num_copied_layers,
+                  num_new_layers=options.num_new_layers, epochs=options.epochs, batch_size=options.batch_size,
+                  learning_rate=options.learning_rate, max_length=options.max_length, losses=options.losses,
+                  candidates=options.candidates, seed=options.seed)
+    output = Path(options.output_dir)
+    prepare_output_dir(output, overwrite=options.overwrite_output_dir, flags=DASHED_FLAGS,
+                       inputs=(options.cross_encoder, options.train_data, options.eval_data, options.baseline))
+    trained = {}
+    layers = options.num_copied_layers + options.num_new_layers
+    if options.random_init or options.also_random:
+        trained[f"DE-{layers}-Rand"] = train_infused(options.cross_encoder, options.train_data,
+                                                      output / "random" if options.also_random else output,
+                                                      random_init=True, **common)
+    if not options.random_init:
+        trained[f"DE-{layers}-CE"] = train_infused(options.cross_encoder, options.train_data, output, **common)
+    for name, folder in trained.items():
+        print(f"{name}: {folder}")
+    if options.eval_data:
+        models = ({"baseline DE": options.baseline} if options.baseline else {}) | trained
+        report = retrieve_rerank_report(options.cross_encoder, models, options.eval_data, split=options.eval_split,
+                                        top_k=options.rerank_top_k, batch_size=options.batch_size)
+        (output / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        print(format_report(report))
+    return 0
+
+
+__all__ = [
+    "build_distill_parser",
+    "build_infuse_parser",
+    "build_pretrain_parser",
+    "build_score_teacher_parser",
+    "distill",
+    "end_distributed",
+    "infuse",
+    "pretrain",
+    "score_teacher",
+]

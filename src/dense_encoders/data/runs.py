@@ -1,0 +1,58 @@
+"""TREC runs: ``qid Q0 docid rank score tag`` per line, read into and written from ``{qid: {docid: score}}``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .format import DataFormatError, parses_as_number, require_file
+
+Run = dict[str, dict[str, float]]
+
+
+def read_trec_run(path: str | Path) -> Run:
+    """TREC run: ``qid Q0 docid rank score tag`` separated by whitespace."""
+    path = require_file(Path(path), "run file")
+    run: Run = {}
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            columns = line.split()
+            if len(columns) != 6:
+                raise DataFormatError(
+                    path, line_number, f"expected 6 columns (qid Q0 docid rank score tag), got {len(columns)}"
+                )
+            query_id, _, doc_id, rank, score, _ = columns
+            if not parses_as_number(rank) or not parses_as_number(score):
+                raise DataFormatError(path, line_number, f"rank {rank!r} and score {score!r} must be numbers")
+            documents = run.setdefault(query_id, {})
+            if doc_id in documents:
+                raise DataFormatError(path, line_number, f"document {doc_id!r} appears twice for query {query_id!r}")
+            documents[doc_id] = float(score)
+    return run
+
+
+def _ranked(documents: dict[str, float]) -> list[tuple[str, float]]:
+    """A query's documents by descending score, ties by document id: the order of every run we write."""
+    return sorted(documents.items(), key=lambda item: (-item[1], item[0]))
+
+
+def write_trec_run(run: Run, path: str | Path, tag: str = "dense-encoders") -> Path:
+    """Write ``run`` as a TREC run file, each query's documents by descending score (ties: doc id)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for query_id, documents in run.items():
+            for rank, (doc_id, score) in enumerate(_ranked(documents), start=1):
+                handle.write(f"{query_id} Q0 {doc_id} {rank} {score:.6f} {tag}\n")
+    return path
+
+
+def top_documents(run: Run, top_k: int) -> dict[str, list[str]]:
+    """Each query's ``top_k`` documents by descending score (ties: document id, as in :func:`write_trec_run`)."""
+    if top_k < 1:
+        raise ValueError(f"top_k={top_k}: must be at least 1")
+    return {query_id: [doc_id for doc_id, _ in _ranked(documents)[:top_k]] for query_id, documents in run.items()}
+
+
+__all__ = ["Run", "read_trec_run", "top_documents", "write_trec_run"]
