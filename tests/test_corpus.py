@@ -130,7 +130,7 @@ def test_missing_text_field_names_file_and_line(tmp_path):
     message = rf"{where}:2: record has no 'text' field \(fields: \['contents'\]\).*text_field="
     with pytest.raises(ValueError, match=message):
         load_corpus(path)
-    with pytest.raises(ValueError, match=r"records in .* have no 'body' field"):
+    with pytest.raises(ValueError, match=rf"{where}:1: record has no 'body' field"):
         list(load_corpus(path, text_field="body", streaming=True))
     path.write_text('{"text": "ok"}\n["not", "an", "object"]\n', encoding="utf-8")
     with pytest.raises(ValueError, match=rf"{where}:2: expected a JSON object per line, got list"):
@@ -138,6 +138,25 @@ def test_missing_text_field_names_file_and_line(tmp_path):
     write_jsonl(path, [{"text": 3}])
     with pytest.raises(ValueError, match=rf"{where}:1: field 'text' must be a string, got int"):
         load_corpus(path)
+
+
+def test_streamed_errors_count_lines_from_1_like_file_errors(tmp_path):
+    """Streaming reads lazily, but a bad record is named exactly as when the corpus is read eagerly: file:line,
+    lines counted from 1 (blank lines included), not pyarrow's "row N" counted from 0 within a block."""
+    path = tmp_path / "bad.jsonl"
+    where = re.escape(str(path))
+    cases = {
+        '{"text": "ok"}\n\n{"text": "broken"\n{"text": "later"}\n': r"3: not valid JSON",
+        '{"text": "ok"}\n{"text": "fine"}\n{"text": 3}\n': r"3: field 'text' must be a string, got int",
+        '{"text": "ok"}\n{"text": "fine"}\n{"body": "x"}\n': r"3: record has no 'text' field \(fields: \['body'\]\)",
+    }
+    for content, problem in cases.items():
+        path.write_text(content, encoding="utf-8")
+        for streaming in (False, True):
+            with pytest.raises(ValueError, match=rf"^{where}:{problem}"):
+                list(load_corpus(path, streaming=streaming))
+            with pytest.raises(ValueError, match=rf"^{where}:{problem}"):
+                list(load_corpus(tmp_path, streaming=streaming))  # a directory: the same file and line
 
 
 def test_path_errors(tmp_path):

@@ -73,6 +73,7 @@ def test_tite_card_from_records_and_results(distilled_tite, tok):
     assert f"precision {environment['precision']}" in text
     assert "schlatt-2025-tite" in text and "menon-2022-defense" in text
     assert "| toy | test |" in text
+    assert "relevance level 1: MRR, Recall and Hits count" in text
     assert "must be truncated" in text  # TITE's length limit is stated
     # the usage snippets run and agree with each other and with the model
     card_local = model_card(folder, repo_id=str(folder))

@@ -15,6 +15,10 @@ Run ``dense-encoders SUBCOMMAND --help`` for every flag. Flags are dashed (``--o
 underscore spelling (``--output_dir``, as in ``TrainingArguments``) is the same flag. Every subcommand
 also takes ``--config FILE`` (JSON or YAML: flag names to values, ``args`` for positionals); flags
 given on the command line win over the file.
+
+Errors in what was given (flags, paths, files, devices) are one or two lines on stderr and exit code 2;
+Ctrl-C exits with 130 and names the checkpoint to resume from. ``--debug`` (anywhere on the command line)
+or ``DENSE_ENCODERS_DEBUG=1`` shows the full traceback instead, for bug reports.
 """
 
 # One module per subcommand group (train, evaluate, hub, bench, quickstart) builds its parsers and runs
@@ -22,9 +26,12 @@ given on the command line win over the file.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+from pathlib import Path
 
-from .arguments import expand_config_file
+from .arguments import expand_config_file, parse
 from .bench import bench, build_bench_parser
 from .evaluate import build_evaluate_parser, build_layerwise_parser, evaluate, layerwise
 from .hub import build_push_parser, push
@@ -82,8 +89,35 @@ def _is_out_of_memory(error: BaseException) -> bool:
         isinstance(error, RuntimeError) and "out of memory" in str(error).lower())
 
 
+def _debug(argv: list[str]) -> tuple[bool, list[str]]:
+    """Whether tracebacks were asked for (``--debug`` before any ``--``, or DENSE_ENCODERS_DEBUG), and
+    ``argv`` without the flag."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    flagged = "--debug" in argv[:end]
+    argv = [token for token in argv[:end] if token != "--debug"] + argv[end:]
+    return flagged or os.environ.get("DENSE_ENCODERS_DEBUG", "") not in ("", "0"), argv
+
+
+def _interrupted_message(command: str) -> str:
+    """What to do after Ctrl-C: resume from the last ``checkpoint-N`` of the output folder, when there is one."""
+    parsed = parse.last
+    output_dir = None
+    for part in parsed if isinstance(parsed, tuple) else (parsed,):
+        output_dir = output_dir or getattr(part, "output_dir", None)
+    message = f"dense-encoders {command}: interrupted"
+    if command not in ("pretrain", "distill"):
+        return message
+    checkpoints = []
+    if output_dir and Path(output_dir).is_dir():
+        checkpoints = [(int(match.group(1)), path) for path in Path(output_dir).iterdir()
+                       if path.is_dir() and (match := re.fullmatch(r"checkpoint-(\d+)", path.name))]
+    if checkpoints:
+        return f"{message}; resume with --resume-from-checkpoint {max(checkpoints)[1]}"
+    return f"{message}; no checkpoint was written yet" + (f" to {output_dir}" if output_dir else "")
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    debug, argv = _debug(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(__doc__)
         if argv and argv[0] not in ("-h", "--help"):
@@ -91,13 +125,21 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     command = argv[0]
+    parse.last = None
     try:
         return COMMANDS[command](argv[1:])
-    except (ValueError, FileNotFoundError) as error:  # bad flags, paths or files: say what, not a traceback
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(_interrupted_message(command), file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as error:  # bad flags, paths, files or devices: say what, not a traceback
+        if debug:
+            raise
         print(f"dense-encoders {command}: error: {error}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as error:
-        if not _is_out_of_memory(error):
+        if debug or not _is_out_of_memory(error):
             raise
         print(f"dense-encoders {command}: out of memory ({str(error).splitlines()[0][:200]}). Lower "
               f"{MEMORY_FLAGS.get(command, 'the batch size')} and run again.", file=sys.stderr)

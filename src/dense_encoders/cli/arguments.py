@@ -56,8 +56,18 @@ def make_parser(prog: str, description: str, examples: str, dataclasses: tuple =
     if dataclasses:
         from transformers import HfArgumentParser
 
-        return dashed_first(HfArgumentParser(dataclasses, **settings))
-    return argparse.ArgumentParser(**settings)
+        return one_line_errors(dashed_first(HfArgumentParser(dataclasses, **settings)))
+    return one_line_errors(argparse.ArgumentParser(**settings))
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Flag errors as one line (``prog: error: argument --k: ... (see --help)``, exit code 2), not the usage."""
+
+    def error(message: str):
+        parser.exit(2, f"{parser.prog}: error: {message} (see --help)\n")
+
+    parser.error = error
+    return parser
 
 
 def _known_options(parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -170,8 +180,14 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]):
     """Read a subcommand's command line: ``--config``, then either flag spelling, then the parser."""
     argv = normalize_flags(parser, expand_config_file(parser, argv, strict=True))
     if hasattr(parser, "parse_args_into_dataclasses"):  # HfArgumentParser
-        return parser.parse_args_into_dataclasses(argv)
-    return parser.parse_args(argv)
+        parsed = parser.parse_args_into_dataclasses(argv)
+    else:
+        parsed = parser.parse_args(argv)
+    parse.last = parsed  # what `cli.main` reads after an interrupt (the output folder to resume from)
+    return parsed
+
+
+parse.last = None
 
 
 __all__ = [
@@ -181,6 +197,7 @@ __all__ = [
     "expand_config_file",
     "make_parser",
     "normalize_flags",
+    "one_line_errors",
     "parse",
     "read_config",
 ]

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .arguments import make_parser, parse
+from .checks import check_device
 
 CUDA_SIZES = dict(num_queries=4096, query_batch=256, num_docs=2048, doc_batch=64, rounds=3)
 
@@ -139,6 +140,7 @@ def bench(argv: list[str]) -> int:
 
     parser = build_bench_parser()
     options = parse(parser, argv)
+    check_device(options.device)
     try:
         device = torch.device(options.device)
     except RuntimeError as error:

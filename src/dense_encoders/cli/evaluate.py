@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .arguments import make_parser, parse
+from .checks import check_device, check_model, positive_int
 
 # ------------------------------------------------------------------------------------------------ evaluate
 
@@ -37,20 +38,28 @@ def build_evaluate_parser():
     parser.add_argument("--query-prompt", help="Prefix of every query (default: the model's 'query' prompt).")
     parser.add_argument("--document-prompt",
                         help="Prefix of every document (default: the model's 'document' prompt).")
-    parser.add_argument("--query-max-length", type=int, help="Token limit of queries (default: the model's).")
-    parser.add_argument("--document-max-length", type=int, help="Token limit of documents (default: the model's).")
-    parser.add_argument("--batch-size", type=int, default=32, help="Encoding batch size (default: %(default)s).")
-    parser.add_argument("--k", type=int, default=1000, help="Documents retrieved per query (default: %(default)s).")
+    parser.add_argument("--query-max-length", type=positive_int, help="Token limit of queries (default: the model's).")
+    parser.add_argument("--document-max-length", type=positive_int,
+                        help="Token limit of documents (default: the model's).")
+    parser.add_argument("--batch-size", type=positive_int, default=32,
+                        help="Encoding batch size (default: %(default)s).")
+    parser.add_argument("--k", type=positive_int, default=1000,
+                        help="Documents retrieved per query (default: %(default)s).")
     parser.add_argument("--backend", choices=["exact", "faiss"], default="exact", help="Search (default: %(default)s).")
     parser.add_argument("--cache-dir", help="Cache embeddings here (safetensors), keyed by model, settings and texts.")
     parser.add_argument("--rerank", metavar="CROSS_ENCODER",
                         help="Re-score the top of the run with this cross-encoder.")
-    parser.add_argument("--rerank-top-k", type=int, default=100,
+    parser.add_argument("--rerank-top-k", type=positive_int, default=100,
                         help="Documents re-scored per query (default: %(default)s).")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: sentence-transformers' choice).")
     parser.add_argument("--output", help="Write the results JSON here.")
     parser.add_argument("--run-output", help="Write the first-stage run here (TREC format).")
     parser.add_argument("--no-progress", action="store_true", help="No progress bars.")
+    parser.add_argument("--relevance-level", type=int, default=1, metavar="N",
+                        help="Grade from which RR, Recall and Hits count a document as relevant (TREC DL: 2); "
+                        "nDCG stays graded; evaluated queries have a document at or above it (default: %(default)s).")
+    parser.add_argument("--allow-empty-documents", action="store_true",
+                        help="Keep corpus documents without title or text (with a warning); refused by default.")
     parser.add_argument("--allow-missing-weights", action="store_true",
                         help="Evaluate a checkpoint whose weights miss (or add) tensors of its model; refused by "
                         "default.")
@@ -61,6 +70,11 @@ def evaluate(argv: list[str]) -> int:
     from ..evaluation import evaluate_retrieval, format_summary
 
     options = parse(build_evaluate_parser(), argv)
+    check_device(options.device)
+    check_model(options.model)
+    check_model(options.rerank, "--rerank")
+    if options.relevance_level < 1:
+        raise ValueError(f"--relevance-level {options.relevance_level}: give a grade >= 1 (TREC DL convention: 2)")
     results = evaluate_retrieval(
         options.model,
         options.data,
@@ -82,6 +96,8 @@ def evaluate(argv: list[str]) -> int:
         cache_dir=options.cache_dir,
         show_progress_bar=not options.no_progress,
         allow_missing_weights=options.allow_missing_weights,
+        relevance_level=options.relevance_level,
+        allow_empty_documents=options.allow_empty_documents,
     )
     print(format_summary(results))
     if options.output:

@@ -33,6 +33,7 @@ def build_push_parser():
     parser.add_argument("--license", help="License id for the card metadata, e.g. apache-2.0.")
     parser.add_argument("--no-card", action="store_true", help="Upload the folder's own README.md instead.")
     parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the stored login).")
+    parser.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or https://huggingface.co).")
     return parser
 
 
@@ -44,11 +45,11 @@ def push(argv: list[str]) -> int:
         commit = push_to_hub(
             options.folder, options.repo_id, private=options.private, revision=options.revision,
             create_pr=options.create_pr, commit_message=options.commit_message, token=options.token,
-            results=options.results, license=options.license, card=not options.no_card,
+            results=options.results, license=options.license, card=not options.no_card, endpoint=options.endpoint,
         )
     except PushError as error:
         print(f"dense-encoders push: error: {error}", file=sys.stderr)
-        return 1
+        return 2
     pull_request = f" (pull request {commit.pr_url})" if commit.pr_url else ""
     print(f"pushed {options.folder} -> {commit.commit_url}{pull_request}")
     return 0

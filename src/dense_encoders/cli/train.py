@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .arguments import make_parser, parse
+from .checks import check_device, check_model, positive_int
 
 # ------------------------------------------------------------------------------------------------ pretrain
 
@@ -115,6 +116,7 @@ def distill(argv: list[str]) -> int:
     from ..trainer.distillation import distill as run_distillation
 
     setup, args = parse(build_distill_parser(), argv)
+    check_model(setup.student, "--student")
     output = run_distillation(setup, args)
     end_distributed()
     print(f"Saved the student to {output}")
@@ -154,8 +156,9 @@ def build_score_teacher_parser():
     parser.add_argument("--corpus", help="corpus.jsonl ({'_id', 'title', 'text'} per line), with --queries.")
     parser.add_argument("--output", required=True,
                         help="Output jsonl; an existing one with the same settings is resumed.")
-    parser.add_argument("--top-k", type=int, default=100, help="Documents per query scored (default: %(default)s).")
-    parser.add_argument("--batch-size", type=int, default=32,
+    parser.add_argument("--top-k", type=positive_int, default=100,
+                        help="Documents per query scored (default: %(default)s).")
+    parser.add_argument("--batch-size", type=positive_int, default=32,
                         help="Pairs per cross-encoder batch (default: %(default)s).")
     parser.add_argument("--include-texts", action="store_true", help="Also write the document texts into each line.")
     parser.add_argument("--device", help="Device for the cross-encoder, e.g. cuda:0 (default: the best available).")
@@ -173,6 +176,8 @@ def score_teacher(argv: list[str]) -> int:
 
     parser = build_score_teacher_parser()
     options = parse(parser, argv)
+    check_device(options.device)
+    check_model(options.cross_encoder, "cross-encoder")
     if options.data is not None:
         if options.queries is not None or options.corpus is not None:
             parser.error("give either --data or --queries with --corpus, not both")

@@ -54,10 +54,16 @@ class RetrievalDataset:
 # --------------------------------------------------------------------------------------------
 
 
-def read_corpus_jsonl(path: str | Path) -> dict[str, dict[str, str]]:
-    """BEIR ``corpus.jsonl``: ``{"_id", "title", "text"}`` per line (``id`` accepted for ``_id``)."""
+def read_corpus_jsonl(path: str | Path, *, allow_empty_documents: bool = False) -> dict[str, dict[str, str]]:
+    """BEIR ``corpus.jsonl``: ``{"_id", "title", "text"}`` per line (``id`` accepted for ``_id``).
+
+    Documents whose title and text are both empty or blank are an error naming their count and the
+    first ``file:line`` (they would be encoded as the empty string); ``allow_empty_documents=True``
+    keeps them with one counted warning.
+    """
     path = require_file(Path(path), "corpus file")
     corpus: dict[str, dict[str, str]] = {}
+    empty_lines: list[int] = []
     for line_number, record in json_lines(path):
         doc_id = string_field(path, line_number, record, "_id", "id", "docid")
         if doc_id in corpus:
@@ -65,6 +71,16 @@ def read_corpus_jsonl(path: str | Path) -> dict[str, dict[str, str]]:
         text = string_field(path, line_number, record, "text", "contents")
         title = string_field(path, line_number, record, "title", required=False) or ""
         corpus[doc_id] = {"title": title, "text": text}
+        if not document_text(corpus[doc_id]):
+            empty_lines.append(line_number)
+    if empty_lines:
+        problem = f"{len(empty_lines)} documents in {path} have no text (first at line {empty_lines[0]})"
+        if not allow_empty_documents:
+            raise DataFormatError(
+                path, empty_lines[0], f"{problem}; fill in their title or text, remove them, or pass "
+                "--allow-empty-documents (allow_empty_documents=True) to keep them"
+            )
+        logger.warning("%s; kept (allow_empty_documents)", problem)
     return corpus
 
 
@@ -76,7 +92,12 @@ def read_queries_jsonl(path: str | Path) -> dict[str, str]:
         query_id = string_field(path, line_number, record, "_id", "id", "qid")
         if query_id in queries:
             raise DataFormatError(path, line_number, f"duplicate query id {query_id!r}")
-        queries[query_id] = string_field(path, line_number, record, "text", "query")
+        text = string_field(path, line_number, record, "text", "query")
+        if not text.strip():
+            raise DataFormatError(
+                path, line_number, f"query {query_id!r} has an empty or blank text; fill it in or remove the line"
+            )
+        queries[query_id] = text
     return queries
 
 
@@ -132,11 +153,13 @@ def read_trec_qrels(path: str | Path) -> Qrels:
 # --------------------------------------------------------------------------------------------
 
 
-def load_beir(folder: str | Path, split: str = "test") -> RetrievalDataset:
+def load_beir(folder: str | Path, split: str = "test", *, allow_empty_documents: bool = False) -> RetrievalDataset:
     """A BEIR-format folder as a :class:`RetrievalDataset` of ``split``.
 
     Only queries judged in ``qrels/<split>.tsv`` are kept. Judged documents missing from the corpus
-    are logged (they can never be retrieved, so they only lower recall).
+    are logged (they can never be retrieved, so they only lower recall). An empty corpus or queries
+    file is an error naming the file; so are blank queries and (unless ``allow_empty_documents``)
+    blank documents (:func:`read_corpus_jsonl`).
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -147,9 +170,15 @@ def load_beir(folder: str | Path, split: str = "test") -> RetrievalDataset:
         raise FileNotFoundError(
             f"{qrels_path} not found: a BEIR folder needs qrels/<split>.tsv; splits here: {available or 'none'}"
         )
-    corpus = read_corpus_jsonl(folder / "corpus.jsonl")
+    corpus = read_corpus_jsonl(folder / "corpus.jsonl", allow_empty_documents=allow_empty_documents)
+    if not corpus:
+        raise ValueError(f"{folder / 'corpus.jsonl'} has no documents: a BEIR corpus needs one JSON object per line")
     all_queries = read_queries_jsonl(folder / "queries.jsonl")
+    if not all_queries:
+        raise ValueError(f"{folder / 'queries.jsonl'} has no queries: a BEIR queries file needs one JSON object per line")
     qrels = read_beir_qrels(qrels_path)
+    if not qrels:
+        raise ValueError(f"{qrels_path} has no judgements: expected query-id, corpus-id, score rows")
     missing_queries = sorted(set(qrels) - set(all_queries))
     if missing_queries:
         raise ValueError(
@@ -209,11 +238,13 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
     )
 
 
-def load_dataset_for_evaluation(source: str | Path, split: str = "test") -> RetrievalDataset:
+def load_dataset_for_evaluation(
+    source: str | Path, split: str = "test", *, allow_empty_documents: bool = False
+) -> RetrievalDataset:
     """A BEIR folder, or a pairs file (``.tsv`` / ``.jsonl``)."""
     source = Path(source)
     if source.is_dir():
-        return load_beir(source, split=split)
+        return load_beir(source, split=split, allow_empty_documents=allow_empty_documents)
     if source.is_file():
         return load_pairs(source)
     raise FileNotFoundError(f"{source}: expected a BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or a pairs file")

@@ -13,6 +13,8 @@ Every model is run as a :class:`~sentence_transformers.SentenceTransformer`:
 sentence-transformers' ``encode`` sorts texts by length before batching, so batches carry little
 padding (and TITE unpads anyway). Embeddings are cached as safetensors files keyed by the model's
 weights and pipeline, the side, prompt, max length and the exact texts, so a rerun does not re-encode.
+Entries are written atomically; one that cannot be read (truncated, corrupt) or does not match (rows,
+dimension, side, model fingerprint) is logged with its path, deleted and recomputed.
 """
 
 from __future__ import annotations
@@ -210,10 +212,8 @@ class RetrievalEncoder:
         if self.cache_dir is not None:
             cache_path = self.cache_dir / f"{side}-{self.cache_key(texts, side)}.safetensors"
             if cache_path.is_file():
-                from safetensors.numpy import load_file
-
-                embeddings = load_file(str(cache_path))["embeddings"]
-                if len(embeddings) == len(texts):
+                embeddings = self._read_cache(cache_path, len(texts), side)
+                if embeddings is not None:
                     logger.info("%s embeddings read from the cache %s", side, cache_path)
                     return EncodedTexts(embeddings, 0.0, True, str(cache_path))
         encode = self.model.encode_query if side == "query" else self.model.encode_document
@@ -234,8 +234,71 @@ class RetrievalEncoder:
             self.model.max_seq_length = previous_max_length
         embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
         if cache_path is not None:
-            _save_atomically(embeddings, cache_path, {"side": side, "count": str(len(texts)), "model": self.name})
+            metadata = {"side": side, "count": str(len(texts)), "model": self.name, "fingerprint": self.fingerprint}
+            _save_atomically(embeddings, cache_path, metadata)
         return EncodedTexts(embeddings, seconds, False, str(cache_path) if cache_path else None)
+
+    def _embedding_dimension(self) -> int | None:
+        for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+            method = getattr(self.model, name, None)
+            if method is not None:
+                try:
+                    dimension = method()
+                except Exception:  # a module stack that cannot tell: the dimension is then not checked
+                    return None
+                return dimension if isinstance(dimension, int) and dimension > 0 else None
+        return None
+
+    def _read_cache(self, path: Path, count: int, side: str) -> np.ndarray | None:
+        """The cached embeddings at ``path``, or ``None`` when there are none to use. An entry that cannot be
+        read (truncated, corrupt) or does not match (rows, dimension, side, model fingerprint) is logged with
+        its path and the reason, deleted (if it is still the same file) and recomputed by the caller."""
+        from safetensors import safe_open
+
+        try:
+            before = path.stat()
+        except FileNotFoundError:  # removed by another process since is_file(): encode
+            return None
+        try:
+            with safe_open(str(path), framework="np") as handle:
+                metadata = handle.metadata() or {}
+                embeddings = handle.get_tensor("embeddings") if "embeddings" in handle.keys() else None
+        except FileNotFoundError:  # removed by another process since is_file(): encode
+            return None
+        except Exception as error:  # SafetensorError, OSError, ...: all mean "unreadable"
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            self._discard_cache_entry(path, before, f"cannot be read ({reason})")
+            return None
+        dimension = self._embedding_dimension()
+        problem = None
+        if embeddings is None:
+            problem = "has no 'embeddings' tensor"
+        elif embeddings.ndim != 2 or len(embeddings) != count:
+            problem = f"has shape {tuple(embeddings.shape)}, expected {count} rows"
+        elif dimension is not None and embeddings.shape[1] != dimension:
+            problem = f"has dimension {embeddings.shape[1]}, the model gives {dimension}"
+        elif metadata.get("side", side) != side or metadata.get("count", str(count)) != str(count):
+            recorded = f"side={metadata.get('side')!r}, count={metadata.get('count')!r}"
+            problem = f"records {recorded}, expected side={side!r}, count={str(count)!r}"
+        elif "fingerprint" in metadata and metadata["fingerprint"] != self.fingerprint:
+            problem = "was written by a different model (fingerprint mismatch)"
+        if problem is not None:
+            self._discard_cache_entry(path, before, problem)
+            return None
+        return np.ascontiguousarray(embeddings, dtype=np.float32)
+
+    @staticmethod
+    def _discard_cache_entry(path: Path, before: os.stat_result, reason: str) -> None:
+        logger.warning("embedding cache entry %s %s: discarding it and encoding again", path, reason)
+        try:
+            now = path.stat()
+            if (now.st_ino, now.st_dev, now.st_size, now.st_mtime_ns) != (
+                before.st_ino, before.st_dev, before.st_size, before.st_mtime_ns
+            ):
+                return  # another process replaced it meanwhile: that entry is not ours to judge
+            os.remove(path)
+        except FileNotFoundError:
+            pass
 
 
 def _save_atomically(embeddings: np.ndarray, path: Path, metadata: dict[str, str]) -> None:

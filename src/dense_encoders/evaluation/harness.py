@@ -59,6 +59,7 @@ def search_and_score(
     similarity: str = "cosine",
     search_backend: str = "exact",
     measures: dict[str, str] | None = None,
+    relevance_level: int = 1,
 ) -> tuple[dict, dict, dict, float]:
     """Retrieval metrics of precomputed embeddings (rows in ``dataset``'s query / document order):
     ``(metrics, per_query, run, search_seconds)``. Used by :func:`evaluate_retrieval` and by
@@ -75,7 +76,9 @@ def search_and_score(
     scores, indices = search(query_embeddings, document_embeddings, k, similarity=similarity, backend=search_backend)
     seconds = time.perf_counter() - start
     run = topk_to_run(query_ids, doc_ids, scores, indices)
-    metrics, per_query = compute_metrics(dataset.qrels, run, measures or DEFAULT_MEASURES)
+    metrics, per_query = compute_metrics(
+        dataset.qrels, run, measures or DEFAULT_MEASURES, relevance_level=relevance_level
+    )
     return metrics, per_query, run, seconds
 
 
@@ -94,6 +97,8 @@ def evaluate_retrieval(
     rerank_cache: dict | None = None,
     output: str | Path | None = None,
     run_output: str | Path | None = None,
+    relevance_level: int = 1,
+    allow_empty_documents: bool = False,
     **encoder_options,
 ) -> dict:
     """Evaluate ``model`` (anything :class:`RetrievalEncoder` accepts, or a RetrievalEncoder) on ``data``.
@@ -102,20 +107,28 @@ def evaluate_retrieval(
     ``similarity_fn_name``); ``encoder_options`` go to :class:`RetrievalEncoder` (pooling, prompts,
     max lengths, batch size, cache_dir, ...). Returns the results dict (module doc), also written to
     ``output`` as JSON; ``run_output`` gets the first-stage run in TREC format.
+
+    ``relevance_level`` (default 1; TREC DL uses 2) is the grade from which binary measures (RR,
+    Recall, Hits) count a document as relevant; nDCG keeps the graded values; the evaluated queries
+    are those with at least one document at or above it. ``allow_empty_documents`` keeps corpus
+    documents without text (an error by default).
     """
-    dataset = _dataset(data, split)
+    if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
+        raise ValueError(f"relevance level must be an integer >= 1, got {relevance_level!r}")
+    dataset = _dataset(data, split, allow_empty_documents=allow_empty_documents)
     encoder, similarity = _encoder(model, similarity, encoder_options)
     query_ids, doc_ids = dataset.query_ids(), dataset.document_ids()
     queries = encoder.encode_queries(dataset.query_texts(query_ids))
     documents = encoder.encode_documents(dataset.document_texts(doc_ids))
     metrics, per_query, run, search_seconds = search_and_score(
         dataset, queries.embeddings, documents.embeddings, k=k, similarity=similarity,
-        search_backend=search_backend, measures=measures,
+        search_backend=search_backend, measures=measures, relevance_level=relevance_level,
     )
     reranked = None
     if cross_encoder is not None:
         reranked = _rerank_stage(
             cross_encoder, dataset, run, top_k=rerank_top_k, batch_size=rerank_batch_size, measures=measures,
+            relevance_level=relevance_level,
             show_progress_bar=encoder.show_progress_bar, score_cache=rerank_cache,
             allow_missing_weights=encoder_options.get("allow_missing_weights", False),
         )
@@ -130,7 +143,10 @@ def evaluate_retrieval(
             "num_queries": len(query_ids),
             "num_documents": len(doc_ids),
         },
-        "settings": {"k": k, "similarity": similarity, "search_backend": search_backend, **encoder.settings()},
+        "settings": {
+            "k": k, "similarity": similarity, "search_backend": search_backend,
+            "relevance_level": relevance_level, **encoder.settings(),
+        },
         "metrics": metrics,
         "per_query": per_query,
         "rerank": reranked,
@@ -152,8 +168,9 @@ def evaluate_retrieval(
     return results
 
 
-def _dataset(data: RetrievalDataset | str | Path, split: str) -> RetrievalDataset:
-    dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(data, split=split)
+def _dataset(data: RetrievalDataset | str | Path, split: str, allow_empty_documents: bool = False) -> RetrievalDataset:
+    dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(
+        data, split=split, allow_empty_documents=allow_empty_documents)
     if not dataset.queries or not dataset.corpus:
         raise ValueError(f"dataset {dataset.name!r} ({dataset.split}) has no queries or no documents")
     return dataset
@@ -174,11 +191,14 @@ def _encoder(model, similarity: str | None, encoder_options: dict) -> tuple[Retr
 
 
 def _rerank_stage(
-    cross_encoder, dataset: RetrievalDataset, run: dict, *, top_k: int, measures, **rerank_options
+    cross_encoder, dataset: RetrievalDataset, run: dict, *, top_k: int, measures, relevance_level: int = 1,
+    **rerank_options
 ) -> dict:
     """The ``"rerank"`` entry of the results: ``cross_encoder`` re-scores each query's ``top_k`` of ``run``."""
     rerank_run, seconds = rerank(cross_encoder, dataset, run, top_k=top_k, **rerank_options)
-    metrics, per_query = compute_metrics(dataset.qrels, rerank_run, measures or DEFAULT_MEASURES)
+    metrics, per_query = compute_metrics(
+        dataset.qrels, rerank_run, measures or DEFAULT_MEASURES, relevance_level=relevance_level
+    )
     pairs = sum(len(documents_of_query) for documents_of_query in rerank_run.values())
     return {
         "model": str(cross_encoder) if isinstance(cross_encoder, (str, Path)) else type(cross_encoder).__name__,
@@ -249,6 +269,8 @@ def format_summary(results: dict) -> str:
     lines.append("|:--|" + "--:|" * len(names))
     for stage, metrics in stages:
         lines.append(f"| {stage} | " + " | ".join(f"{metrics[name]:.4f}" for name in names) + " |")
+    level = results["settings"].get("relevance_level", 1)
+    lines.append(f"relevance level: {level} (binary measures count grade >= {level} as relevant; nDCG is graded)")
     throughput = results["throughput"]
     if throughput["documents_per_s"]:
         lines.append(

@@ -7,7 +7,10 @@ per-query values are averaged, so that aggregate numbers, per-query numbers and 
 significance tests built on them all agree:
 
 * evaluated queries are the queries of the qrels with at least one relevant document
-  (grade > 0);
+  (grade >= ``relevance_level``, 1 by default; TREC DL convention: 2);
+* ``relevance_level`` is also the grade from which binary measures (RR, R, Success, P, AP, ...:
+  those with an ir-measures ``rel`` parameter not set in the measure string) count a document as
+  relevant; nDCG keeps the graded values;
 * an evaluated query that is missing from the run scores 0 on every measure
   (``trec_eval -c``);
 * run queries that are not in the qrels are ignored;
@@ -74,6 +77,8 @@ def compute_metrics(
     qrels: Mapping[str, Mapping[str, int]],
     run: Mapping[str, Mapping[str, float]],
     measures: Mapping[str, str] | None = None,
+    *,
+    relevance_level: int = 1,
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Evaluate a run against qrels with ir-measures.
 
@@ -82,11 +87,13 @@ def compute_metrics(
         run: ``{query_id: {doc_id: score}}``; higher score = ranked higher.
         measures: ``{result name: ir-measures measure string}``; defaults to
             :data:`DEFAULT_MEASURES`.
+        relevance_level: the grade from which a document counts as relevant for binary
+            measures (a measure string's own ``rel=`` wins) and for choosing evaluated queries.
 
     Returns:
         ``(aggregate, per_query)``: ``aggregate[name]`` is the mean of
         ``per_query[name][qid]`` over the evaluated queries (qrels queries with at least one
-        document of grade > 0, in qrels order).  An evaluated query absent from the run (or
+        document of grade >= relevance_level, in qrels order).  An evaluated query absent from the run (or
         with no documents in it) counts 0 for every measure; run-only queries are ignored.
 
     Raises:
@@ -101,18 +108,26 @@ def compute_metrics(
     different orders; give distinct scores if that matters.
     """
     measure_strs = DEFAULT_MEASURES if measures is None else measures
+    if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
+        raise ValueError(f"relevance level must be an integer >= 1, got {relevance_level!r}")
     parsed = _parse_measures(measure_strs)
+    if relevance_level != 1:
+        parsed = {
+            name: measure(rel=relevance_level)
+            if "rel" in measure.SUPPORTED_PARAMS and "rel" not in measure.params else measure
+            for name, measure in parsed.items()
+        }
 
     # Evaluated queries, in qrels order.  operator.index accepts int-like grades
     # (numpy ints, bools) and rejects floats, which pytrec_eval cannot take.
     clean_qrels: dict[str, dict[str, int]] = {}
     for qid, docs in qrels.items():
         grades = {str(did): operator.index(grade) for did, grade in docs.items()}
-        if any(grade > 0 for grade in grades.values()):
+        if any(grade >= relevance_level for grade in grades.values()):
             clean_qrels[str(qid)] = grades
     if not clean_qrels:
         raise ValueError(
-            "no query in qrels has a relevant document (grade > 0); nothing to evaluate"
+            f"no query in qrels has a relevant document (grade >= {relevance_level}); nothing to evaluate"
         )
 
     clean_run: dict[str, dict[str, float]] = {}

@@ -220,13 +220,18 @@ def model_card(
     if evaluations:
         lines += ["## Results", "", "| dataset | split | " + " | ".join(RESULT_METRICS[k][1] for k in RESULT_METRICS)
                   + " | documents/s |", "|:--|:--|" + "--:|" * (len(RESULT_METRICS) + 1)]
+        levels = sorted({r.get("settings", {}).get("relevance_level", 1) for r in evaluations})
         for result in evaluations:
             cells = [f"{result['metrics'][k]:.4f}" if k in result["metrics"] else "-" for k in RESULT_METRICS]
             speed = result.get("throughput", {}).get("documents_per_s")
             device = result.get("environment", {}).get("device", "")
-            lines.append(f"| {result['dataset']['name']} | {result['dataset']['split']} | " + " | ".join(cells)
+            level = result.get("settings", {}).get("relevance_level", 1)
+            split = result["dataset"]["split"] + (f" (relevance level {level})" if len(levels) > 1 else "")
+            lines.append(f"| {result['dataset']['name']} | {split} | " + " | ".join(cells)
                          + f" | {f'{speed:.1f} ({device})' if speed else '-'} |")
-        lines += ["", "Measured with `dense-encoders evaluate` (exact search, ir-measures).", ""]
+        lines += ["", "Measured with `dense-encoders evaluate` (exact search, ir-measures); relevance level "
+                  f"{', '.join(map(str, levels))}: MRR, Recall and Hits count a judgement of at least that grade "
+                  "as relevant, nDCG uses the graded judgements.", ""]
     lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity, normalised), ""]
     limitations = []
     if config.get("model_type") == "tite":

@@ -23,6 +23,7 @@ mean pooling; every folder we write declares its pooling explicitly.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -310,11 +311,43 @@ def _loading_transformer_module(name_or_path: str) -> tuple[str, str | None] | N
     return subfolder, task
 
 
+def safetensors_sizes(path: str | Path) -> str | None:
+    """``"N bytes on disk, the header promises M"`` for a safetensors file (8 bytes of little-endian header
+    length H, H bytes of JSON header, then the data up to the largest tensor ``data_offsets`` end), saying
+    so when the header itself is cut short; ``None`` when the file cannot be measured at all."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                return f"{size} bytes on disk, fewer than the 8 bytes of a safetensors header length"
+            header_length = int.from_bytes(prefix, "little")
+            if size < 8 + header_length:
+                return (
+                    f"{size} bytes on disk, the header alone promises {8 + header_length} "
+                    f"(8 + a {header_length}-byte header)"
+                )
+            header = json.loads(handle.read(header_length))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(header, dict):
+        return None
+    ends = [
+        entry["data_offsets"][1]
+        for name, entry in header.items()
+        if name != "__metadata__" and isinstance(entry, dict) and isinstance(entry.get("data_offsets"), list)
+        and len(entry["data_offsets"]) == 2 and isinstance(entry["data_offsets"][1], int)
+    ]
+    promised = 8 + header_length + max(ends, default=0)
+    return f"{size} bytes on disk, the header promises {promised}"
+
+
 def _loading_unreadable(path: str, error: BaseException) -> CheckpointWeightsError:
     reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    sizes = safetensors_sizes(path) if str(path).endswith(".safetensors") else None
     return CheckpointWeightsError(
-        f"{path} cannot be read ({reason}): the file is truncated or corrupt, typically an interrupted "
-        "download, copy or save. Download, copy or save it again."
+        f"{path} cannot be read ({reason}{'; ' + sizes if sizes else ''}): the file is truncated or corrupt, "
+        "typically an interrupted download, copy or save. Download, copy or save it again."
     )
 
 

@@ -148,7 +148,10 @@ def push_to_hub(
                     403: "the token may not write to this repository",
                     409: "the repository or branch changed concurrently; pull the new state and push again",
                     }.get(status, "")
-            message = (f"push of {folder} to {repo_id} failed: {type(error).__name__}: {error}"
+            from huggingface_hub import constants
+
+            url = f"{(endpoint or constants.ENDPOINT).rstrip('/')}/{repo_id}"
+            message = (f"push of {folder} to {url} failed: {type(error).__name__}: {error}"
                        + (f" ({hint})" if hint else "") + f". Nothing local was changed; {retry}")
             raise PushError(_scrub(message, token or os.environ.get("HF_TOKEN"))) from None
         finally:

@@ -231,9 +231,23 @@ def prepare_output_dir(
     return checkpoint
 
 
+def check_training_numbers(args) -> None:
+    """Batch sizes >= 1 and a learning rate >= 0: one line naming the flag and the value, raised before
+    any folder is made or model loaded (torch's own errors name neither, and come only after loading)."""
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} {value}: give an integer >= 1")
+    learning_rate = getattr(args, "learning_rate", None)
+    if learning_rate is not None and not learning_rate >= 0:  # also NaN
+        raise ValueError(f"--learning_rate {learning_rate}: give a learning rate >= 0 (e.g. 1e-4)")
+
+
 def prepare_trainer_output_dir(args, inputs: Iterable[str | Path | None] = ()) -> str | None:
     """:func:`prepare_output_dir` for ``TrainingArguments`` (``output_dir``, ``overwrite_output_dir``,
-    ``resume_from_checkpoint``); returns the checkpoint to pass to ``Trainer.train`` (``latest`` resolved)."""
+    ``resume_from_checkpoint``); returns the checkpoint to pass to ``Trainer.train`` (``latest`` resolved).
+    Checks the batch size and learning rate first (:func:`check_training_numbers`)."""
+    check_training_numbers(args)
     checkpoint = prepare_output_dir(
         args.output_dir, overwrite=bool(getattr(args, "overwrite_output_dir", False)),
         resume_from_checkpoint=args.resume_from_checkpoint, inputs=inputs, flags=TRAINER_FLAGS, args=args,
@@ -289,6 +303,7 @@ __all__ = [
     "OutputDirError",
     "TRAINER_FLAGS",
     "check_output_dir",
+    "check_training_numbers",
     "checkpoints",
     "clear_output_dir",
     "missing_resume_state",

@@ -347,6 +347,50 @@ def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer, seed: int | N
     return dataset, collator
 
 
+def check_corpus(source, *, streaming: bool = False) -> None:
+    """A pre-training corpus file (or folder) has at least one document, and is UTF-8 text: errors name
+    ``file:line`` (from 1) before any folder is made or model loaded. Non-streaming corpora are read in
+    full (the loader reads them anyway); a streamed one only up to its first document."""
+    import json
+
+    from ..data.corpus import _JSON_EXTENSIONS, _resolve_files
+    from ..data.format import document_text
+
+    files = _resolve_files(source)
+    found = False
+    for path in files:
+        is_json = path.suffix.lower() in _JSON_EXTENSIONS
+        with open(path, "rb") as handle:
+            for line_number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise ValueError(
+                        f"{path}:{line_number} is not UTF-8 text (byte 0x{raw[error.start]:02x} at position "
+                        f"{error.start}); re-encode it as UTF-8"
+                    ) from None
+                if found or not line.strip():
+                    continue
+                if not is_json:
+                    found = True
+                else:
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # the loader reports it with file:line
+                    found = isinstance(record, dict) and isinstance(record.get("text"), str) and bool(
+                        document_text({"title": record.get("title"), "text": record["text"]}))
+                if found and streaming:
+                    return
+    if not found:
+        what = "a JSON object with a non-blank 'text' (or 'title')" if any(
+            p.suffix.lower() in _JSON_EXTENSIONS for p in files) else "a non-blank line"
+        raise ValueError(
+            f"{source} has no text: it is empty or every document is blank; give a corpus with at least "
+            f"one document ({what} per document)"
+        )
+
+
 def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state,
     sentence-transformers files (CLS pooling, dot product; written by ``save_pretrained``) and a model card to ``args.output_dir``."""
@@ -356,6 +400,8 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
 
     if setup.streaming and args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
+    if setup.corpus:  # before any folder is made or model loaded (the bundled corpus is known good)
+        check_corpus(setup.corpus, streaming=setup.streaming)
     # before anything is loaded: a used folder is refused (or cleared with --overwrite_output_dir)
     checkpoint = prepare_trainer_output_dir(
         args, inputs=(setup.init_from, setup.backbone, setup.tokenizer, setup.corpus))

@@ -1,0 +1,94 @@
+"""Checks the command line runs before any model loads: model paths, devices, positive numbers.
+
+Each raises ``ValueError`` with one line naming the value, the flag and the fix; ``cli.main`` prints it
+(exit code 2) unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+DEVICE_CHOICES = "cpu, cuda, cuda:N, mps"
+# what huggingface_hub accepts as a repository id: `name` or `namespace/name`
+_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
+
+
+def _offline() -> bool:
+    try:
+        from huggingface_hub import constants
+
+        if constants.HF_HUB_OFFLINE:
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or \
+        os.environ.get("TRANSFORMERS_OFFLINE", "") not in ("", "0")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import constants
+
+    cache = Path(constants.HF_HUB_CACHE)
+    names = [repo_id] + ([f"sentence-transformers/{repo_id}", f"cross-encoder/{repo_id}"] if "/" not in repo_id else [])
+    return any((cache / ("models--" + name.replace("/", "--"))).is_dir() for name in names)
+
+
+def check_model(value: str | None, flag: str = "model") -> None:
+    """A local model folder with ``config.json`` (or a sentence-transformers ``modules.json``), or a string
+    that can be a Hub id (passed on to the Hub logic; offline, it must be in the Hub cache)."""
+    if value is None:
+        return
+    path = Path(value).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+            raise ValueError(f"{value} has no config.json: it is not a saved model (save it with save_pretrained)")
+        return
+    if path.exists():
+        raise ValueError(f"{flag} {value}: a file, not a model folder; pass a local checkpoint folder or a "
+                         "Hub id like org/name")
+    hint = "pass a local checkpoint folder or a Hub id like org/name"
+    if not _HUB_ID.match(value) or value.endswith((".", "-")) or ".." in value:
+        raise ValueError(f"{flag} {value}: no such folder; {hint}")
+    if _offline() and not _in_hub_cache(value):
+        raise ValueError(f"{flag} {value}: no such folder, and no Hub model of that id in the cache (offline "
+                         f"mode, HF_HUB_OFFLINE); {hint}")
+
+
+def check_device(value: str | None, flag: str = "--device") -> None:
+    """``cpu``, ``cuda``, ``cuda:N`` or ``mps``, and present on this machine."""
+    if value is None:
+        return
+    import torch
+
+    try:
+        device = torch.device(value)
+    except (RuntimeError, ValueError, TypeError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{flag} {value}: not a device; choose one of {DEVICE_CHOICES}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{flag} {value}: CUDA is not available on this machine (torch "
+                             f"{torch.__version__}, {torch.cuda.device_count()} GPUs); use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{flag} {value}: there are {torch.cuda.device_count()} GPUs (cuda:0 to "
+                             f"cuda:{torch.cuda.device_count() - 1})")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"{flag} {value}: MPS is not available on this machine; use --device cpu")
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type``: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+__all__ = ["DEVICE_CHOICES", "check_device", "check_model", "positive_int"]

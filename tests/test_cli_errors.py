@@ -1,0 +1,207 @@
+"""Ordinary mistakes on the command line: one or two lines naming the value and the fix, exit code 2 (130 for
+Ctrl-C), no traceback, nothing left behind; ``--debug`` brings the traceback back (issue 16)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from dense_encoders import cli
+
+from conftest import REPO_ROOT, cpu_only_env
+
+
+def run_main(argv):
+    """``cli.main(argv)``'s exit code, whether returned or raised (argparse exits)."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exit_:
+        return exit_.code
+
+
+def assert_one_message(capsys, code, expected_code, *substrings):
+    err = capsys.readouterr().err
+    assert code == expected_code, err
+    assert "Traceback" not in err
+    assert 1 <= len(err.strip().splitlines()) <= 2, err
+    for substring in substrings:
+        assert substring in err, err
+    return err
+
+
+@pytest.fixture
+def beir(tmp_path):
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "", "text": "a document"}) + "\n")
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "a query"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    return folder
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Fail the test if anything gets as far as loading a model or encoding."""
+    import dense_encoders.evaluation as evaluation
+    import dense_encoders.trainer.distillation as distillation
+    import dense_encoders.trainer.teacher as teacher
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("got past the checks")
+
+    monkeypatch.setattr(evaluation, "evaluate_retrieval", loaded)
+    monkeypatch.setattr(distillation, "distill", loaded)
+    monkeypatch.setattr(teacher, "score_teacher", loaded)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "distill"])
+@pytest.mark.parametrize("relative", [False, True])
+def test_missing_model_path(command, relative, tmp_path, beir, capsys, monkeypatch, no_loading):
+    monkeypatch.chdir(tmp_path)
+    model = "./runs/missing" if relative else str(tmp_path / "runs" / "missing")
+    output = tmp_path / "out"
+    argv = ([command, model, str(beir), "--output", str(output / "results.json")] if command == "evaluate" else
+            [command, "--student", model, "--train-file", "train.jsonl", "--output-dir", str(output)])
+    assert_one_message(capsys, run_main(argv), 2, f"{model}: no such folder",
+                       "pass a local checkpoint folder or a Hub id like org/name")
+    assert not output.exists()
+
+
+def test_hub_id_is_passed_on_to_the_hub(beir, capsys, monkeypatch):
+    import dense_encoders.evaluation as evaluation
+    from dense_encoders.cli import checks
+
+    seen = {}
+
+    def fake_evaluate(model, data, **kwargs):
+        seen["model"] = model
+        raise OSError(f"{model} is not a valid model identifier listed on the Hub")
+
+    monkeypatch.setattr(evaluation, "evaluate_retrieval", fake_evaluate)
+    monkeypatch.setattr(checks, "_offline", lambda: False)
+    assert_one_message(capsys, run_main(["evaluate", "some-org/some-model", str(beir)]), 2,
+                       "some-org/some-model is not a valid model identifier")
+    assert seen["model"] == "some-org/some-model"
+    # offline, a Hub id must be in the cache
+    monkeypatch.setattr(checks, "_offline", lambda: True)
+    assert_one_message(capsys, run_main(["evaluate", "some-org/some-model", str(beir)]), 2,
+                       "no Hub model of that id in the cache")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("device,message", [("cuda", "--device cuda: CUDA is not available"),
+                                            ("gpu", "--device gpu: not a device; choose one of cpu, cuda, cuda:N, mps")])
+def test_device(device, message, tmp_path, beir, capsys, no_loading):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    output = tmp_path / "out"
+    assert_one_message(capsys, run_main(["evaluate", str(model), str(beir), "--device", device, "--output",
+                                         str(output / "r.json")]), 2, message)
+    assert_one_message(capsys, run_main(["score-teacher", str(model), "--run", "run.trec", "--data", str(beir),
+                                         "--output", str(output / "t.jsonl"), "--device", device]), 2, message)
+    assert not output.exists()
+    if device == "gpu":
+        assert_one_message(capsys, run_main(["bench", "--device", device, "--quick", "--json",
+                                             str(output / "b.json")]), 2, message)
+
+
+@pytest.mark.parametrize("command", ["pretrain", "distill"])
+def test_ctrl_c_names_the_checkpoint_to_resume_from(command, tmp_path, capsys, monkeypatch):
+    import dense_encoders.trainer.distillation as distillation
+    import dense_encoders.trainer.pretraining as pretraining
+
+    output = tmp_path / "run"
+
+    def interrupted(setup, args):
+        output.mkdir()
+        if command == "distill":
+            (output / "checkpoint-1").mkdir()
+            (output / "checkpoint-2").mkdir()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pretraining if command == "pretrain" else distillation, command, interrupted)
+    student = tmp_path / "student"
+    student.mkdir()
+    (student / "config.json").write_text("{}")
+    argv = (["pretrain", "condenser", "--output-dir", str(output), "--max-steps", "5"] if command == "pretrain" else
+            ["distill", "--student", str(student), "--train-file", "train.jsonl", "--output-dir", str(output)])
+    code = run_main(argv)
+    if command == "distill":
+        assert_one_message(capsys, code, 130, "interrupted; resume with --resume-from-checkpoint "
+                           f"{output / 'checkpoint-2'}")
+    else:
+        assert_one_message(capsys, code, 130, "interrupted; no checkpoint was written yet")
+
+
+@pytest.mark.parametrize("command", ["evaluate", "distill", "score-teacher"])
+def test_folder_without_config_json(command, tmp_path, beir, capsys, no_loading):
+    model = tmp_path / "not-a-model"
+    model.mkdir()
+    (model / "weights.txt").write_text("hello")
+    output = tmp_path / "out"
+    argv = {
+        "evaluate": ["evaluate", str(model), str(beir), "--output", str(output / "r.json")],
+        "distill": ["distill", "--student", str(model), "--train-file", "t.jsonl", "--output-dir", str(output)],
+        "score-teacher": ["score-teacher", str(model), "--run", "run.trec", "--data", str(beir), "--output",
+                          str(output / "t.jsonl")],
+    }[command]
+    assert_one_message(capsys, run_main(argv), 2,
+                       f"{model} has no config.json: it is not a saved model (save it with save_pretrained)")
+    assert not output.exists()
+
+
+def test_push_to_an_unreachable_endpoint_names_the_url(tmp_path, tok, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    from dense_encoders.models.tite import TiteModel
+    from dense_encoders.models.tite.presets import tite_preset
+
+    folder = tmp_path / "tite"
+    TiteModel(tite_preset("tiny-tite-2-staggered", vocab_size=len(tok))).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    capsys.readouterr()  # save_pretrained's progress bar
+    code = run_main(["push", str(folder), "--repo-id", "me/tiny", "--endpoint", "http://127.0.0.1:9",
+                     "--token", "hf_secret0123456789"])
+    err = assert_one_message(capsys, code, 2, "http://127.0.0.1:9/me/tiny", "Nothing local was changed")
+    assert "hf_secret0123456789" not in err
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize("flag,value", [("--k", "0"), ("--k", "-5"), ("--batch-size", "0"),
+                                        ("--rerank-top-k", "0"), ("--document-max-length", "-1")])
+def test_evaluate_numbers_are_checked_before_encoding(flag, value, tmp_path, beir, capsys, no_loading):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    output = tmp_path / "out"
+    assert_one_message(capsys, run_main(["evaluate", str(model), str(beir), flag, value, "--output",
+                                         str(output / "r.json")]), 2,
+                       f"argument {flag}: must be a positive integer, got {value}")
+    assert not output.exists()
+
+
+def test_debug_brings_the_traceback_back(tmp_path, beir, capsys, monkeypatch, no_loading):
+    missing = str(tmp_path / "missing")
+    with pytest.raises(ValueError, match="no such folder"):
+        cli.main(["evaluate", missing, str(beir), "--debug"])
+    monkeypatch.setenv("DENSE_ENCODERS_DEBUG", "1")
+    with pytest.raises(ValueError, match="no such folder"):
+        cli.main(["evaluate", missing, str(beir)])
+    monkeypatch.delenv("DENSE_ENCODERS_DEBUG")
+    assert run_main(["evaluate", missing, str(beir)]) == 2
+    capsys.readouterr()
+    # as a user runs it: a traceback on stderr with --debug, one line without
+    command = [sys.executable, "-m", "dense_encoders.cli", "evaluate", missing, str(beir)]
+    env = cpu_only_env(PYTHONPATH=str(REPO_ROOT / "src"))
+    env.pop("DENSE_ENCODERS_DEBUG", None)
+    quiet = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    loud = subprocess.run([*command, "--debug"], capture_output=True, text=True, env=env, timeout=120)
+    assert quiet.returncode == 2 and "Traceback" not in quiet.stderr and "no such folder" in quiet.stderr
+    assert loud.returncode == 1 and "Traceback" in loud.stderr and "no such folder" in loud.stderr
