@@ -176,17 +176,17 @@ def score_teacher(argv: list[str]) -> int:
 
     parser = build_score_teacher_parser()
     options = parse(parser, argv)
+    if options.data is not None and (options.queries is not None or options.corpus is not None):
+        parser.error("give either --data or --queries with --corpus, not both")
+    if options.data is None and (options.queries is None or options.corpus is None):
+        parser.error("give --data BEIR_FOLDER, or both --queries and --corpus")
     check_device(options.device)
     check_model(options.cross_encoder, "cross-encoder")
     if options.data is not None:
-        if options.queries is not None or options.corpus is not None:
-            parser.error("give either --data or --queries with --corpus, not both")
         dataset = load_beir(options.data, split=options.split)
         queries, corpus = dataset.queries, dataset.corpus
-    elif options.queries is not None and options.corpus is not None:
-        queries, corpus = read_queries_jsonl(options.queries), read_corpus_jsonl(options.corpus)
     else:
-        parser.error("give --data BEIR_FOLDER, or both --queries and --corpus")
+        queries, corpus = read_queries_jsonl(options.queries), read_corpus_jsonl(options.corpus)
     stats = run_scoring(
         options.cross_encoder,
         options.run,
