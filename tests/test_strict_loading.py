@@ -45,15 +45,6 @@ def bert_config(tok, **overrides) -> BertConfig:
 
 
 @pytest.fixture
-def condenser_folder(tmp_path, tok) -> Path:
-    torch.manual_seed(0)
-    folder = tmp_path / "condenser"
-    CondenserModel(tiny_condenser_config(vocab_size=len(tok))).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture
 def tite_folder(tmp_path, tok) -> Path:
     torch.manual_seed(0)
     folder = tmp_path / "tite"
