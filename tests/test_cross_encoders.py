@@ -311,3 +311,24 @@ def test_cli_infuse_trains_and_reports(cross_encoder_folder, tiny_beir, tmp_path
     assert not torch.equal(trained["encoder.layer.0.output.dense.weight"], initial["encoder.layer.0.output.dense.weight"])
     model = SentenceTransformer(str(output), trust_remote_code=True)
     assert model.encode(["heart"]).shape == (1, 32)
+
+
+def test_infuse_with_the_papers_recipe_records_it_in_the_card(tmp_path, tok, cross_encoder_folder, tiny_beir, capsys):
+    """--recipe ce-infusion sets the MNRL script's values; flags override them; the card says which."""
+    from dense_encoders.cli import main
+
+    folder, *_ = tiny_beir
+    output = tmp_path / "de-2-recipe"
+    code = main(["infuse", "--recipe", "ce-infusion", "--cross-encoder", str(cross_encoder_folder), "--train-data",
+                 str(folder), "--output-dir", str(output), "--epochs", "1", "--batch-size", "8", "--max-length", "32",
+                 "--candidates", "10", "--warmup-steps", "0"])
+    assert code == 0
+    assert "recipe ce-infusion (Can Cross Encoders Produce Useful Sentence Embeddings?)" in capsys.readouterr().err
+    setup = json.loads((output / "infusion_setup.json").read_text())
+    assert (setup["recipe"], setup["learning_rate"], setup["model"]) == ("ce-infusion", 2e-5, "DE-2-CE")
+    args = json.loads((output / "training_args.json").read_text())
+    assert (args["learning_rate"], args["warmup_steps"], args["per_device_train_batch_size"]) == (2e-5, 0, 8)
+    card = (output / "README.md").read_text()
+    line = next(line for line in card.splitlines() if line.startswith("- recipe: "))
+    assert "`ce-infusion`" in line and "epochs 1.0 (recipe: 10)" in line and "max_length 32 (recipe: 300)" in line
+    assert "learning_rate" not in line

@@ -5,6 +5,8 @@
 * Library code imports nothing from ``cli`` (only the command line knows the command line).
 * ``trainer`` and ``evaluation`` both build on ``data``; neither imports the other.
 * ``data`` and ``hub`` sit below them: they import neither ``trainer``, ``evaluation`` nor ``cli``.
+* ``recipes`` (the papers' settings as files) is a leaf: the trainer, the card and the command line read
+  it; it imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ def test_library_code_knows_no_command_line():
         ("evaluation", ["dense_encoders.trainer", "dense_encoders.cli"]),
         ("data", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.hub", "dense_encoders.cli"]),
         ("hub", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.cli"]),
+        ("recipes", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.hub", "dense_encoders.cli",
+                     "dense_encoders.data", "dense_encoders.models"]),
     ],
 )
 def test_layers_import_in_one_direction(layer, forbidden):

@@ -73,3 +73,34 @@ def test_bad_configs_are_rejected_with_a_fix(overrides, message):
 def test_unknown_preset():
     with pytest.raises(ValueError, match="Unknown TITE preset 'tite-9'"):
         tite_preset("tite-9")
+
+
+@pytest.mark.parametrize("name", sorted(TITE_PRESETS) + sorted(TINY_PRESETS))
+def test_presets_turn_attention_dropout_off_as_the_paper_does(name):
+    """TITE Sec. 4.1: dropout inside self-attention is deactivated (it made pre-training unstable);
+    hidden-state dropout stays BERT's 0.1."""
+    config = tite_preset(name)
+    assert config.attention_probs_dropout_prob == 0.0
+    assert config.hidden_dropout_prob == 0.1
+    assert TiteConfig.from_dict(config.to_dict()).attention_probs_dropout_prob == 0.0  # what save/load keeps
+
+
+def test_tite_config_default_has_no_attention_dropout():
+    assert TiteConfig().attention_probs_dropout_prob == 0.0
+    assert TiteConfig(attention_probs_dropout_prob=0.1).attention_probs_dropout_prob == 0.1  # still settable
+
+
+def test_attention_is_deterministic_in_training_mode_without_dropout():
+    """With the paper's settings only hidden-state dropout is random: switching it off makes two training-mode
+    forwards identical, while an explicit attention dropout still makes them differ."""
+    import torch
+
+    from dense_encoders.models.tite.modeling_tite import TiteModel
+
+    ids = torch.randint(5, 50, (2, 16))
+    for attention_dropout, same in ((0.0, True), (0.5, False)):
+        torch.manual_seed(0)
+        model = TiteModel(tite_preset("tiny-tite-2-late", vocab_size=50, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=attention_dropout)).train()
+        first, second = (model(input_ids=ids).pooler_output for _ in range(2))
+        assert torch.equal(first, second) is same

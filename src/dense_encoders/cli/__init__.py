@@ -10,6 +10,7 @@ Subcommands:
   infuse       build and train a cross-encoder-infused dual encoder (DE-2-CE), retrieve + rerank report
   push         upload a checkpoint folder to the Hub in one commit, with a generated model card
   bench        encode-speed report: BERT, Condenser, every TITE preset, DE-2, with FLOP bounds and a plot
+  recipes      the papers' training recipes (`--recipe NAME` on pretrain, distill, infuse), value by value
 
 Run ``dense-encoders SUBCOMMAND --help`` for every flag. Flags are dashed (``--output-dir``); the
 underscore spelling (``--output_dir``, as in ``TrainingArguments``) is the same flag. Every subcommand
@@ -36,6 +37,7 @@ from .bench import bench, build_bench_parser
 from .evaluate import build_evaluate_parser, build_layerwise_parser, evaluate, layerwise
 from .hub import build_push_parser, push
 from .quickstart import build_quickstart_parser, quickstart
+from .recipes import build_recipes_parser, recipes
 from .train import (
     build_distill_parser,
     build_infuse_parser,
@@ -57,6 +59,7 @@ COMMANDS = {
     "infuse": infuse,
     "push": push,
     "bench": bench,
+    "recipes": recipes,
 }
 PARSERS = {
     "quickstart": build_quickstart_parser,
@@ -68,6 +71,7 @@ PARSERS = {
     "infuse": build_infuse_parser,
     "push": build_push_parser,
     "bench": build_bench_parser,
+    "recipes": build_recipes_parser,
 }
 # what to lower when a command runs out of memory
 MEMORY_FLAGS = {

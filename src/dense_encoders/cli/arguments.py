@@ -7,10 +7,13 @@ line with :func:`parse`, which does, in this order:
 1. ``--config FILE`` (JSON or YAML mapping of flag names to values, ``args`` for positionals) becomes
    flags placed before the command line's own, so explicit flags win (:func:`expand_config_file`).
    A command without positional arguments also takes the file alone: ``dense-encoders distill run.yaml``.
-2. Flags are normalised to the spelling the parser knows (:func:`normalize_flags`): ``--output_dir``
+2. ``--recipe NAME`` (on the command line or in the config file; commands that train) puts a paper's
+   recipe (:mod:`dense_encoders.recipes`) before both, so the config file and the command line override
+   it (:func:`expand_recipe`).
+3. Flags are normalised to the spelling the parser knows (:func:`normalize_flags`): ``--output_dir``
    and ``--output-dir`` are the same flag for every subcommand, so ``TrainingArguments`` users keep
    their habits. ``--help`` shows the dashed spelling only.
-3. The parser parses: a namespace, or the dataclasses of an ``HfArgumentParser``.
+4. The parser parses: a namespace, or the dataclasses of an ``HfArgumentParser``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 from pathlib import Path
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
@@ -176,13 +180,58 @@ def expand_config_file(parser: argparse.ArgumentParser | str, argv: list[str], s
     return rest[:leading] + positionals + flags + rest[leading:]
 
 
-def parse(parser: argparse.ArgumentParser, argv: list[str]):
-    """Read a subcommand's command line: ``--config``, then either flag spelling, then the parser."""
-    argv = normalize_flags(parser, expand_config_file(parser, argv, strict=True))
-    if hasattr(parser, "parse_args_into_dataclasses"):  # HfArgumentParser
-        parsed = parser.parse_args_into_dataclasses(argv)
-    else:
-        parsed = parser.parse_args(argv)
+def _recipe_name(argv: list[str]) -> str | None:
+    """The value of the last ``--recipe`` in ``argv`` (either spelling of the flag is the same)."""
+    name = None
+    for index, token in enumerate(argv):
+        if token == "--":
+            break
+        if token == "--recipe" and index + 1 < len(argv):
+            name = argv[index + 1]
+        elif token.startswith("--recipe="):
+            name = token.partition("=")[2]
+    return name
+
+
+def expand_recipe(parser: argparse.ArgumentParser, argv: list[str], command: str):
+    """``(argv, recipe)``: the recipe named by ``--recipe`` becomes flags placed after the leading positionals
+    and before everything else, so ``--config`` and the command line override it. ``command`` is the
+    subcommand being run (``pretrain tite``); a recipe written for another one is refused."""
+    name = _recipe_name(argv)
+    if name is None:
+        return argv, None
+    from ..recipes import load_recipe
+
+    recipe = load_recipe(name)
+    if recipe.command != command:
+        raise ValueError(f"recipe {recipe.name} is written for `dense-encoders {recipe.command}`, not "
+                         f"`dense-encoders {command}` (`dense-encoders recipes` lists each recipe's command)")
+    flags = config_flags(parser, recipe.values(), source=f"recipe {recipe.name}", strict=True)
+    leading = 0
+    while leading < len(argv) and not argv[leading].startswith("-"):
+        leading += 1
+    return argv[:leading] + flags + argv[leading:], recipe
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str], command: str | None = None):
+    """Read a subcommand's command line: ``--config``, ``--recipe`` (when ``command`` names the subcommand
+    being run), then either flag spelling, then the parser."""
+    argv = expand_config_file(parser, argv, strict=True)
+    recipe = None
+    if command is not None:
+        argv, recipe = expand_recipe(parser, normalize_flags(parser, argv), command)
+    argv = normalize_flags(parser, argv)
+    try:
+        if hasattr(parser, "parse_args_into_dataclasses"):  # HfArgumentParser
+            parsed = parser.parse_args_into_dataclasses(argv)
+        else:
+            parsed = parser.parse_args(argv)
+    except ValueError as error:
+        if recipe is not None and re.search(r"\b(bf16|fp16)\b", str(error)):
+            precision = "bf16" if "bf16" in str(error) else "fp16"
+            raise ValueError(f"recipe {recipe.name} trains in {precision}, which needs a CUDA GPU here: add "
+                             f"--{precision} false to train on this machine ({error})") from None
+        raise
     parse.last = parsed  # what `cli.main` reads after an interrupt (the output folder to resume from)
     return parsed
 
@@ -195,6 +244,7 @@ __all__ = [
     "config_flags",
     "dashed_first",
     "expand_config_file",
+    "expand_recipe",
     "make_parser",
     "normalize_flags",
     "one_line_errors",

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .arguments import make_parser, parse
+from ..recipes import RECIPE_HELP
 from .checks import check_device, check_model, positive_int
 
 # ------------------------------------------------------------------------------------------------ pretrain
@@ -16,18 +17,20 @@ examples:
   # tiny Condenser from scratch on the bundled corpus (seconds on a laptop CPU)
   dense-encoders pretrain condenser --output-dir runs/condenser-tiny --max-steps 50
 
-  # paper recipe: warm start from BERT-base, 6 early + 6 late layers, 2 head layers
-  torchrun --nproc_per_node 8 -m dense_encoders.cli pretrain condenser \\
-      --backbone bert-base-uncased --skip-from 6 --corpus corpus.jsonl --max-seq-length 128 \\
-      --output-dir runs/condenser --per-device-train-batch-size 64 --max-steps 100000 --bf16
+  # the paper's recipe (`dense-encoders recipes condenser`): BERT-base warm start, 6 + 6 layers, 2 head layers
+  torchrun --nproc_per_node 8 -m dense_encoders.cli pretrain condenser --recipe condenser \\
+      --corpus corpus.jsonl --output-dir runs/condenser --per-device-train-batch-size 64
 
   # coCondenser with a gradient cache (large contrastive batch, small memory)
   dense-encoders pretrain cocondenser --init-from runs/condenser --corpus corpus.jsonl \\
       --output-dir runs/cocondenser --per-device-train-batch-size 1024 --grad-cache-chunk-size 64
 
-  # TITE (MAE + bag-of-words objective), a preset of the paper's Table 3
-  dense-encoders pretrain tite --preset tite-2-late --corpus corpus.jsonl --max-seq-length 512 \\
-      --output-dir runs/tite-2-late --per-device-train-batch-size 32 --max-steps 200000 --bf16
+  # TITE (MAE + bag-of-words objective) with the paper's recipe; flags override it
+  dense-encoders pretrain tite --recipe tite-pretraining --corpus corpus.jsonl --output-dir runs/tite-2-late \\
+      --per-device-train-batch-size 32 --gradient-accumulation-steps 8
+
+  # another preset of the paper's Table 3, package defaults (a short run)
+  dense-encoders pretrain tite --preset tite-2-staggered --corpus corpus.jsonl --output-dir runs/tite-staggered
 
   # every flag may also come from a JSON or YAML file
   dense-encoders pretrain condenser pretrain.yaml
@@ -59,14 +62,31 @@ def pretrain(argv: list[str]) -> int:
               f"{sorted(ARCHITECTURES)}.", file=sys.stderr)
         return 2
     parser.set_defaults(architecture=architecture)
-    setup, args = parse(parser, rest)
+    setup, args = parse(parser, rest, command=f"pretrain {architecture}")
     if setup.architecture != architecture:
         raise ValueError(f"--architecture {setup.architecture} contradicts the first argument, {architecture}; "
                          "name the architecture once, as the first argument")
+    announce_recipe(f"pretrain {architecture}", setup.recipe, {**vars(setup), **args.to_dict()})
     output = run_pretraining(setup, args)
     end_distributed()
     print(f"Saved the pre-trained {architecture} to {output}")
     return 0
+
+
+def announce_recipe(command: str, recipe: str | None, values: dict) -> None:
+    """One line on stderr saying whose settings this run trains with: a paper's recipe (and what the command
+    line changed of it), or the package defaults."""
+    from ..recipes import load_recipe, recipe_differences
+
+    if recipe is None:
+        print(f"dense-encoders {command}: no --recipe, so the package defaults apply (a short run, not a paper's "
+              "settings); `dense-encoders recipes` lists the papers' recipes.", file=sys.stderr)
+        return
+    loaded = load_recipe(recipe)
+    changed = recipe_differences(loaded, values)
+    overridden = ", ".join(f"{name}={actual}" for name, (_, actual) in changed.items()) or "nothing"
+    print(f"dense-encoders {command}: recipe {loaded.name} ({loaded.paper}); overridden: {overridden}.",
+          file=sys.stderr)
 
 
 def end_distributed() -> None:
@@ -84,8 +104,12 @@ DISTILL_EXAMPLES = """\
 examples:
   # teacher scores for a run's top 100 with a cross-encoder, then TITE's fine-tuning losses
   dense-encoders score-teacher cross-encoder/ms-marco-MiniLM-L6-v2 --run train.run --data msmarco --output train.jsonl
-  dense-encoders distill --student runs/tite --train-file train.jsonl --corpus msmarco \\
-      --losses margin_mse+kl+infonce --output-dir runs/tite-msmarco --num-train-epochs 1
+  dense-encoders distill --recipe tite-fine-tuning --student runs/tite --train-file train.jsonl --corpus msmarco \\
+      --output-dir runs/tite-msmarco --per-device-train-batch-size 64
+
+  # In Defense of Dual-Encoders: M3SE over the teacher's top 20 (`dense-encoders recipes menon-m3se`)
+  dense-encoders distill --recipe menon-m3se --student bert-base-uncased --student-num-layers 6 \\
+      --train-file train.jsonl --output-dir runs/m3se
 
   # a 2-layer student cut from all-MiniLM-L6-v2 (pooling and cosine taken from its own configuration)
   dense-encoders distill --student sentence-transformers/all-MiniLM-L6-v2 --student-num-layers 2 \\
@@ -115,8 +139,9 @@ def build_distill_parser():
 def distill(argv: list[str]) -> int:
     from ..trainer.distillation import distill as run_distillation
 
-    setup, args = parse(build_distill_parser(), argv)
+    setup, args = parse(build_distill_parser(), argv, command="distill")
     check_model(setup.student, "--student")
+    announce_recipe("distill", setup.recipe, {**vars(setup), **args.to_dict()})
     output = run_distillation(setup, args)
     end_distributed()
     print(f"Saved the student to {output}")
@@ -211,8 +236,9 @@ def score_teacher(argv: list[str]) -> int:
 
 INFUSE_EXAMPLES = """\
 examples:
-  # the paper's DE-2-CE and DE-2-Rand (MNRL + BM25 negatives), then Table 1 against a baseline DE
-  dense-encoders infuse --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 --train-data msmarco \\
+  # the paper's DE-2-CE and DE-2-Rand (MNRL + BM25 negatives, the recipe of the sentence-transformers
+  # script it follows), then Table 1 against a baseline DE
+  dense-encoders infuse --recipe ce-infusion --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 --train-data msmarco \\
       --output-dir runs/de-2-ce --also-random --eval-data nfcorpus \\
       --baseline sentence-transformers/msmarco-MiniLM-L-12-v3 --rerank-top-k 50
 
@@ -231,6 +257,7 @@ def build_infuse_parser():
         "retrieve and retrieve+rerank quality and encode speed (Table 1).",
         INFUSE_EXAMPLES,
     )
+    parser.add_argument("--recipe", help=RECIPE_HELP + " The paper's: --recipe ce-infusion.")
     parser.add_argument("--cross-encoder", required=True, help="Sequence-classification cross-encoder.")
     parser.add_argument("--train-data", required=True, help="BEIR folder with qrels/<split>.tsv for training.")
     parser.add_argument("--split", default="train")
@@ -240,16 +267,23 @@ def build_infuse_parser():
     parser.add_argument("--overwrite-output-dir", action="store_true",
                         help="Delete the contents of --output-dir (an earlier run) before training.")
     parser.add_argument("--method", choices=METHODS, default="mnrl",
-                        help="mnrl: MultipleNegativesRankingLoss + BM25 negatives (the paper's recipe); distill: the "
+                        help="mnrl: MultipleNegativesRankingLoss + BM25 negatives (as in the paper); distill: the "
                         "CE's scores.")
     parser.add_argument("--num-copied-layers", type=int, default=1, help="CE layers copied (default 1).")
     parser.add_argument("--num-new-layers", type=int, default=1, help="Freshly initialised layers (default 1).")
     parser.add_argument("--random-init", action="store_true", help="DE-2-Rand: same shape, nothing copied.")
     parser.add_argument("--also-random", action="store_true", help="Also train the DE-Rand of the same shape.")
-    parser.add_argument("--epochs", type=float, default=1.0)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--epochs", type=float, default=1.0,
+                        help="Training epochs (default %(default)s; the paper's recipe: 10).")
+    parser.add_argument("--batch-size", type=positive_int, default=32,
+                        help="Queries per batch (default %(default)s; the paper's recipe: 64).")
+    parser.add_argument("--learning-rate", type=float, default=5e-5,
+                        help="Peak learning rate (default %(default)s; the paper's recipe: 2e-5).")
+    parser.add_argument("--warmup-steps", type=float, default=0.1,
+                        help="Warm-up: a fraction of training if < 1, else steps (default %(default)s; the paper's "
+                        "recipe: 1000).")
+    parser.add_argument("--max-length", type=positive_int, default=256,
+                        help="Token limit of queries and documents (default %(default)s; the paper's recipe: 300).")
     parser.add_argument("--losses", default="margin_mse+infonce", help="Losses of --method distill.")
     parser.add_argument("--candidates", type=int, default=30, help="BM25 candidates per query (negatives / teacher).")
     parser.add_argument("--seed", type=int, default=0)
@@ -265,11 +299,13 @@ def infuse(argv: list[str]) -> int:
     from ..trainer.infusion import train_infused
     from ..trainer.output_dir import DASHED_FLAGS, prepare_output_dir
 
-    options = parse(build_infuse_parser(), argv)
+    options = parse(build_infuse_parser(), argv, command="infuse")
+    announce_recipe("infuse", options.recipe, vars(options))
     common = dict(method=options.method, split=options.split, num_copied_layers=options.num_copied_layers,
                   num_new_layers=options.num_new_layers, epochs=options.epochs, batch_size=options.batch_size,
-                  learning_rate=options.learning_rate, max_length=options.max_length, losses=options.losses,
-                  candidates=options.candidates, seed=options.seed)
+                  learning_rate=options.learning_rate, warmup_steps=options.warmup_steps,
+                  max_length=options.max_length, losses=options.losses, candidates=options.candidates,
+                  seed=options.seed)
     output = Path(options.output_dir)
     prepare_output_dir(output, overwrite=options.overwrite_output_dir, flags=DASHED_FLAGS,
                        inputs=(options.cross_encoder, options.train_data, options.eval_data, options.baseline))
@@ -282,6 +318,7 @@ def infuse(argv: list[str]) -> int:
     if not options.random_init:
         trained[f"DE-{layers}-CE"] = train_infused(options.cross_encoder, options.train_data, output, **common)
     for name, folder in trained.items():
+        write_infusion_record(folder, name, options)
         print(f"{name}: {folder}")
     if options.eval_data:
         models = ({"baseline DE": options.baseline} if options.baseline else {}) | trained
@@ -290,6 +327,16 @@ def infuse(argv: list[str]) -> int:
         (output / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         print(format_report(report))
     return 0
+
+
+def write_infusion_record(folder: Path, name: str, options) -> None:
+    """``infusion_setup.json`` (what was trained how, the recipe included) and the model card from it."""
+    from ..hub import model_card
+
+    setup = {key: value for key, value in vars(options).items()
+             if key not in ("overwrite_output_dir", "eval_data", "eval_split", "baseline", "rerank_top_k")}
+    (Path(folder) / "infusion_setup.json").write_text(json.dumps({"model": name, **setup}, indent=2) + "\n")
+    model_card(folder).save(Path(folder) / "README.md")
 
 
 __all__ = [

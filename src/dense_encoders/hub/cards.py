@@ -2,7 +2,8 @@
 
 Built with huggingface_hub's ``ModelCard`` / ``ModelCardData``. The folder's ``config.json`` says
 what the architecture is; ``trainer_state.json``, ``pretraining_setup.json`` /
-``distillation_setup.json`` and ``training_environment.json`` say how it was trained; results JSONs
+``distillation_setup.json`` / ``infusion_setup.json`` (with the recipe, if any) and ``training_environment.json``
+say how it was trained; results JSONs
 of the evaluation harness (passed in, or under ``<folder>/evaluation/``) say how well it does.
 Whatever the folder does not record is left out, never invented.
 """
@@ -89,11 +90,46 @@ def _describe(config: dict) -> tuple[str, list[str], list[str]]:
     return text, [model_type] if model_type else [], []
 
 
+def _recipe_facts(setup: dict, training_args: dict | None) -> list[str]:
+    """The recipe a run was trained with and what its command line changed of it (or that it used none)."""
+    from ..recipes import load_recipe, recipe_differences
+
+    name = setup.get("recipe")
+    if not name:
+        return ["- recipe: none (the package defaults, not a paper's settings; `dense-encoders recipes` lists "
+                "the papers' recipes)"]
+    try:
+        recipe = load_recipe(name)
+    except (ValueError, FileNotFoundError):
+        return [f"- recipe: `{name}` (its file is not available here, so its settings are not compared)"]
+    changed = recipe_differences(recipe, {**(training_args or {}), **setup})
+    line = f"- recipe: `{recipe.name}`, the settings of *{recipe.paper}*"
+    if changed:
+        line += "; changed from it: " + ", ".join(f"{key} {actual} (recipe: {value})"
+                                                 for key, (value, actual) in changed.items())
+    else:
+        line += ", none changed"
+    return [line]
+
+
 def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]]:
     """(facts, extra citations, base model, datasets) from the training records in ``folder``."""
     facts, citations, base_model, datasets = [], [], None, []
     pretraining = _read_json(folder / "pretraining_setup.json")
     distillation = _read_json(folder / "distillation_setup.json")
+    infusion = _read_json(folder / "infusion_setup.json")
+    training_args = _read_json(folder / "training_args.json")
+    if infusion:
+        facts.append(f"- {infusion.get('model')}: a dual encoder built from the cross-encoder "
+                     f"`{infusion.get('cross_encoder')}` and trained with `{infusion.get('method')}` on "
+                     f"`{Path(str(infusion.get('train_data'))).name}`")
+        for key, label in (("epochs", "epochs"), ("batch_size", "batch size"), ("learning_rate", "learning rate"),
+                           ("warmup_steps", "warm-up"), ("max_length", "token limit")):
+            if infusion.get(key) is not None:
+                facts.append(f"- {label}: {infusion[key]}")
+        facts += _recipe_facts(infusion, None)
+    elif pretraining or distillation:
+        facts += _recipe_facts(distillation or pretraining, training_args)
     if pretraining:
         facts.append(f"- pre-training: {pretraining.get('architecture')} objective")
         for key, label in (("backbone", "warm start"), ("init_from", "continued from"), ("preset", "preset"),

@@ -40,6 +40,7 @@ from .output_dir import (
 )
 from .pretraining import CollatorEpochCallback
 from ..hub.trainer_push import HubPushMixin
+from ..recipes import RECIPE_HELP
 
 logger = logging.getLogger(__name__)
 
@@ -240,6 +241,7 @@ class DistillationSetup:
     train_file: str = field(default=None, metadata={"help": "Training jsonl (query, documents or ids, teacher scores)."})
     corpus: str | None = field(default=None, metadata={"help": "corpus.jsonl or BEIR folder resolving document_ids."})
     queries: str | None = field(default=None, metadata={"help": "queries.jsonl (or BEIR folder) resolving query_ids."})
+    recipe: str | None = field(default=None, metadata={"help": RECIPE_HELP})
     losses: str = field(default="margin_mse+kl+infonce", metadata={"help": "Losses, '+'-joined, optional ':weight'."})
     sce_temperature: float = field(default=1.0, metadata={
         "help": "Temperature of 'sce' (Eq. 1 of Menon et al. 2022, In Defense of Dual-Encoders for Neural Ranking)."})

@@ -71,11 +71,12 @@ def train_mnrl(
     epochs: float = 1.0,
     batch_size: int = 32,
     learning_rate: float = 5e-5,
+    warmup_steps: float = 0.1,
     max_length: int = 256,
     seed: int = 0,
 ) -> Path:
-    """The paper's recipe: ``MultipleNegativesRankingLoss`` (in-batch + BM25 negatives), no duplicate
-    texts in a batch, with ``SentenceTransformerTrainer``."""
+    """The paper's training: ``MultipleNegativesRankingLoss`` (in-batch + BM25 negatives), no duplicate
+    texts in a batch, with ``SentenceTransformerTrainer`` (the recipe ``ce-infusion`` has the paper's values)."""
     import datasets
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
@@ -85,7 +86,7 @@ def train_mnrl(
     model.max_seq_length = max_length
     args = SentenceTransformerTrainingArguments(
         output_dir=str(output_dir), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
-        learning_rate=learning_rate, warmup_steps=0.1, batch_sampler=BatchSamplers.NO_DUPLICATES,
+        learning_rate=learning_rate, warmup_steps=warmup_steps, batch_sampler=BatchSamplers.NO_DUPLICATES,
         save_strategy="no", logging_steps=10, report_to="none", seed=seed,
     )
     trainer = SentenceTransformerTrainer(
@@ -117,6 +118,7 @@ def train_infused(
     epochs: float = 1.0,
     batch_size: int = 32,
     learning_rate: float = 5e-5,
+    warmup_steps: float = 0.1,
     max_length: int = 256,
     losses: str = "margin_mse+infonce",
     candidates: int = 30,
@@ -140,7 +142,7 @@ def train_infused(
         triplets = mine_bm25_triplets(dataset, negatives_from_top=candidates, seed=seed, run=run)
         logger.info("training on %d BM25 triplets", len(triplets))
         train_mnrl(initial, triplets, output_dir, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                   max_length=max_length, seed=seed)
+                   warmup_steps=warmup_steps, max_length=max_length, seed=seed)
     else:
         from .distillation import DistillationArguments, DistillationSetup, distill
         from .teacher import score_teacher
@@ -152,7 +154,8 @@ def train_infused(
                                   documents_per_query=8, query_max_length=64, document_max_length=max_length)
         args = DistillationArguments(output_dir=str(output_dir), num_train_epochs=epochs,
                                      per_device_train_batch_size=batch_size,
-                                     learning_rate=learning_rate, seed=seed, use_cpu=_no_gpu())
+                                     learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed,
+                                     use_cpu=_no_gpu())
         distill(setup, args, check_output_dir=False)  # the folder already holds initial/ and the teacher scores
     return output_dir
 

@@ -34,6 +34,7 @@ from ..models.condenser.modeling_condenser import (
 )
 from ..models.condenser.presets import CONDENSER_PRESETS, condenser_preset
 from ..models.tite import TINY_PRESETS, TITE_PRESETS, TiteForPreTraining, tite_preset
+from ..recipes import RECIPE_HELP
 
 logger = logging.getLogger(__name__)
 ARCHITECTURES = {
@@ -250,6 +251,7 @@ class PreTrainingSetup:
     """What to pre-train on what: model source, corpus and masking (``dense-encoders pretrain``)."""
 
     architecture: str = field(default="condenser", metadata={"help": "condenser, cocondenser or tite."})
+    recipe: str | None = field(default=None, metadata={"help": RECIPE_HELP})
     backbone: str | None = field(
         default=None,
         metadata={"help": "BERT-family checkpoint (folder or Hub id) to warm-start from (paper: bert-base-uncased)."},

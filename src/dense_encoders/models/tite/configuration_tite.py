@@ -63,8 +63,11 @@ class TiteConfig(PretrainedConfig):
             pooled queries sit at window centres) or "absolute" (learned table, e.g. for BERT warm starts).
         rope_theta (`float`, defaults to 10000.0): RoPE base.
         type_vocab_size (`int`, defaults to 0): token-type embeddings (0 = none; 2 for BERT warm starts).
-        hidden_act (`str`, defaults to "gelu"), hidden_dropout_prob, attention_probs_dropout_prob (0.1),
-        layer_norm_eps (1e-12), initializer_range (0.02): as in BERT (post-norm LayerNorm).
+        hidden_act (`str`, defaults to "gelu"), hidden_dropout_prob (0.1), layer_norm_eps (1e-12),
+            initializer_range (0.02): as in BERT (post-norm LayerNorm).
+        attention_probs_dropout_prob (`float`, defaults to 0.0): dropout on the attention probabilities.
+            Off, as in the paper (Sec. 4.1: dropout inside self-attention made pre-training unstable)
+            and the reference code; BERT's 0.1 is not the TITE default.
         pooling_implementation (`str`, defaults to "auto"): "triton", "torch", or "auto" (Triton when it
             can run, else PyTorch; a requested Triton that cannot run falls back with one log line).
         tie_word_embeddings (`bool`, defaults to True): tie the pre-training decoders to the word table.
@@ -92,7 +95,7 @@ class TiteConfig(PretrainedConfig):
         type_vocab_size: int = 0,
         hidden_act: str = "gelu",
         hidden_dropout_prob: float = 0.1,
-        attention_probs_dropout_prob: float = 0.1,
+        attention_probs_dropout_prob: float = 0.0,
         layer_norm_eps: float = 1e-12,
         initializer_range: float = 0.02,
         pooling_implementation: str = "auto",
