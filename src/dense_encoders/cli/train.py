@@ -115,6 +115,10 @@ examples:
   dense-encoders distill --student sentence-transformers/all-MiniLM-L6-v2 --student-num-layers 2 \\
       --train-file train.jsonl --losses m3se+sce:0.5 --sce-temperature 4 --output-dir runs/minilm-2
 
+  # M3SE / RankDistil-B with judged positives P from qrels (grade >= 2) instead of the teacher's best document
+  dense-encoders distill --student runs/tite --train-file train.jsonl --corpus msmarco \
+      --qrels msmarco/qrels/train.tsv --relevance-level 2 --losses m3se+rankdistil_b --output-dir runs/tite-m3se
+
   # data parallel with in-batch negatives across processes
   torchrun --nproc_per_node 2 -m dense_encoders.cli distill --student ... --train-file ... --output-dir ...
 

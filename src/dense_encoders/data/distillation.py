@@ -10,11 +10,24 @@ teacher's)::
 ``"documents"`` (texts) may be inlined instead of or next to ``"document_ids"``; with ids only, a
 corpus resolves them. ``"scores"`` are raw teacher scores, one per document, in the teacher's
 ranking order (descending).
+
+``"relevance"`` (optional): relevance labels, one non-negative integer grade per document, aligned
+with the documents (0 = not judged relevant)::
+
+    {"query_id": "q1", "query": "query text", "document_ids": ["d3", "d7"], "scores": [8.21, 1.5], "relevance": [0, 1]}
+
+Qrels (``read_training_file(..., qrels=...)``, ``dense-encoders distill --qrels``) give the same grades
+from the line's ``query_id`` and ``document_ids`` (unjudged documents get 0); they replace a line's
+``"relevance"`` field, with a warning. Documents whose grade is at least the relevance level (default
+1) are the judged positives P of M3SE and RankDistil-B (Menon et al. 2022, In Defense of
+Dual-Encoders for Neural Ranking; see :class:`DistillationCollator`); without labels P is the
+teacher's best document.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +38,8 @@ import torch
 from .format import DataFormatError, document_text, is_json_number, json_lines
 from .masking import EXAMPLE_INDEX, example_generator
 from .runs import Run, read_trec_run, top_documents
+
+logger = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------
 # The training file
@@ -149,42 +164,110 @@ def _scores_of(path: Path, line_number: int, record: dict, documents: list[str])
     return [float(score) for score in scores]
 
 
+def _relevance_of(path: Path, line_number: int, record: dict, documents: list[str]) -> list[int] | None:
+    """The line's optional ``"relevance"``: one non-negative integer grade per document."""
+    grades = record.get("relevance")
+    if grades is None:
+        return None
+    if not isinstance(grades, list):
+        raise DataFormatError(path, line_number, f"'relevance' must be a list of grades, got {type(grades).__name__}")
+    if len(grades) != len(documents):
+        raise DataFormatError(
+            path, line_number, f"{len(grades)} relevance grades for {len(documents)} documents: give one per document"
+        )
+    for position, grade in enumerate(grades, start=1):
+        if not is_json_number(grade) or not math.isfinite(grade) or grade != int(grade):
+            raise DataFormatError(
+                path, line_number, f"relevance grade {position} is not an integer: {grade!r} (0 = not relevant)"
+            )
+        if grade < 0:
+            raise DataFormatError(
+                path, line_number, f"relevance grade {position} is negative: {grade!r} (0 = not relevant)"
+            )
+    return [int(grade) for grade in grades]
+
+
+def _grades_from_qrels(
+    path: Path, line_number: int, query_id: str | None, document_ids: list[str] | None, qrels: Mapping, source: str
+) -> list[int]:
+    if query_id is None or document_ids is None:
+        missing = "'query_id'" if query_id is None else "'document_ids'"
+        raise DataFormatError(
+            path, line_number, f"no {missing} to look up in the qrels {source}: add query_id and document_ids "
+            "to the line, or give its grades in a 'relevance' field instead of qrels"
+        )
+    judged = qrels.get(query_id, {})
+    return [int(judged.get(doc_id, 0)) for doc_id in document_ids]
+
+
 def read_training_file(
     path: str | Path,
     *,
     corpus: Mapping[str, Mapping[str, str]] | None = None,
     queries: Mapping[str, str] | None = None,
+    qrels: Mapping[str, Mapping[str, int]] | str | Path | None = None,
 ) -> list[dict]:
     """Read and validate a distillation training file (the format of this module's docstring).
 
     Each line needs the query (``"query"`` text, or a ``"query_id"`` found in ``queries``), at least
     one document (``"documents"`` texts, or ``"document_ids"`` found in ``corpus``) and ``"scores"``:
-    one finite number per document. Any problem raises :class:`DataFormatError` naming ``file:line``
-    (score positions counted from 1). Returns one record per line: ``{"query_id", "query",
-    "document_ids", "documents", "scores"}`` with document texts and float scores; ``query_id`` and
-    ``document_ids`` are None where the line has none.
+    one finite number per document; ``"relevance"``, when present, one non-negative integer grade
+    per document. Any problem raises :class:`DataFormatError` naming ``file:line`` (score and grade
+    positions counted from 1). Returns one record per line: ``{"query_id", "query", "document_ids",
+    "documents", "scores", "relevance"}`` with document texts and float scores; ``query_id``,
+    ``document_ids`` and ``relevance`` are None where the line has none.
+
+    ``qrels`` (``{query id: {document id: grade}}``, or a BEIR / TREC qrels file,
+    :func:`~dense_encoders.data.retrieval.read_qrels`) grade every line's documents by its
+    ``query_id`` and ``document_ids`` (unjudged: 0), replacing ``"relevance"`` fields with a warning;
+    a line without those ids is an error, and so are qrels that judge none of the file's queries.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"training file not found: {path}")
+    source = "given"
+    if isinstance(qrels, (str, Path)):
+        from .retrieval import read_qrels
+
+        source = Path(qrels).name
+        qrels = read_qrels(qrels)
     records: list[dict] = []
+    replaced: list[int] = []
     for line_number, record in json_lines(path):
         query_id = _optional_id(path, line_number, record, "query_id")
         query = _query_of(path, line_number, record, query_id, queries)
         document_ids = _string_list(path, line_number, record, "document_ids") if "document_ids" in record else None
         documents = _documents_of(path, line_number, record, document_ids, corpus)
+        scores = _scores_of(path, line_number, record, documents)
+        relevance = _relevance_of(path, line_number, record, documents)
+        if qrels is not None:
+            if relevance is not None:
+                replaced.append(line_number)
+            relevance = _grades_from_qrels(path, line_number, query_id, document_ids, qrels, source)
         records.append(
             {
                 "query_id": query_id,
                 "query": query,
                 "document_ids": document_ids,
                 "documents": documents,
-                "scores": _scores_of(path, line_number, record, documents),
+                "scores": scores,
+                "relevance": relevance,
                 "line": line_number,
             }
         )
     if not records:
         raise ValueError(f"{path} holds no training examples")
+    if qrels is not None:
+        if not any(record["query_id"] in qrels for record in records):
+            raise ValueError(
+                f"the qrels {source} judge none of the {len(records)} queries of {path} (first query_id "
+                f"{records[0]['query_id']!r}): give the qrels of the training queries"
+            )
+        if replaced:
+            logger.warning(
+                "%s: %d line(s) carry a 'relevance' field (first at line %d); the qrels %s replace them",
+                path, len(replaced), replaced[0], source,
+            )
     return records
 
 
@@ -196,7 +279,11 @@ SAMPLING_STRATEGIES = ("random", "top", "log-random")
 
 
 def sample_documents(
-    scores: Sequence[float], k: int, strategy: str = "random", generator: torch.Generator | None = None
+    scores: Sequence[float],
+    k: int,
+    strategy: str = "random",
+    generator: torch.Generator | None = None,
+    positives: Sequence[bool] | None = None,
 ) -> list[int]:
     """Indices of ``k`` of a query's documents, always including the teacher's best.
 
@@ -204,24 +291,35 @@ def sample_documents(
     ``log-random``: the best plus k-1 drawn without replacement with probability proportional to
     1 / (teacher rank - 1) (ranks 2, 3, ...), i.e. uniform over log-rank: hard negatives are likely,
     the tail is still seen. Fewer than k documents: all of them. Returned in teacher order.
+
+    ``positives`` (one bool per document, the judged positives): with ``k >= 2`` the teacher-highest
+    judged positive is kept as well, so P is never sampled away: ``top`` replaces the k-th document
+    by it when it is not among the k best, ``random`` / ``log-random`` draw the other k-2 from the
+    remaining documents (with their own rank weights). When the teacher's best is judged (or nothing
+    is) the sample is the unlabelled one.
     """
     if strategy not in SAMPLING_STRATEGIES:
         raise ValueError(f"sampling strategy {strategy!r}: choose one of {SAMPLING_STRATEGIES}")
     if k < 1:
         raise ValueError(f"documents per query must be at least 1, got {k}")
+    if positives is not None and len(positives) != len(scores):
+        raise ValueError(f"{len(positives)} positive flags for {len(scores)} documents")
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))  # teacher ranking
     if len(order) <= k:
         return order
+    judged = next((i for i in order if positives[i]), None) if positives is not None and k >= 2 else None
+    kept = [order[0]] if judged is None or judged == order[0] else [order[0], judged]
     if strategy == "top":
-        return order[:k]
-    rest = order[1:]
+        return order[:k] if judged is None or judged in order[:k] else order[: k - 1] + [judged]
+    rank = {index: position for position, index in enumerate(order)}
+    rest = [i for i in order if i not in kept]
     if strategy == "random":
         weights = torch.ones(len(rest))
     else:
-        weights = 1.0 / torch.arange(1, len(rest) + 1, dtype=torch.float64)
-    picked = torch.multinomial(weights, k - 1, replacement=False, generator=generator).tolist()
-    chosen = [order[0]] + [rest[i] for i in picked]
-    rank = {index: position for position, index in enumerate(order)}
+        weights = 1.0 / torch.tensor([rank[i] for i in rest], dtype=torch.float64)
+    count = k - len(kept)  # 0 when k == 1, or k == 2 with a judged positive below the teacher's best
+    picked = torch.multinomial(weights, count, replacement=False, generator=generator).tolist() if count else []
+    chosen = kept + [rest[i] for i in picked]
     return sorted(chosen, key=rank.__getitem__)
 
 
@@ -235,6 +333,13 @@ class DistillationCollator:
 
     Batch: ``query_input_ids`` / ``query_attention_mask`` [Q, Lq], ``document_input_ids`` /
     ``document_attention_mask`` [Q*K, Ld], ``teacher_scores`` and ``document_mask`` [Q, K].
+
+    Relevance labels: when any example of the batch carries ``"relevance"`` (grades aligned with its
+    documents), the batch also holds ``positives`` bool [Q, K], the positive set P of M3SE and
+    RankDistil-B: a query's sampled documents graded at least ``relevance_level``, when there are
+    some AND at least one sampled document is not; otherwise (no judged positive among its
+    candidates, only judged positives sampled, no labels) its teacher's best document, which is P
+    without labels. Sampling keeps the teacher-highest judged positive (:func:`sample_documents`).
     """
 
     def __init__(
@@ -249,6 +354,7 @@ class DistillationCollator:
         query_prefix: str = "",
         document_prefix: str = "",
         seed: int | None = None,
+        relevance_level: int = 1,
     ):
         if sampling not in SAMPLING_STRATEGIES:
             raise ValueError(f"sampling={sampling!r}: choose one of {SAMPLING_STRATEGIES}")
@@ -259,7 +365,10 @@ class DistillationCollator:
         for name, value in (("query_max_length", query_max_length), ("document_max_length", document_max_length)):
             if value < 2:
                 raise ValueError(f"{name}={value}: must leave room for at least one token besides the specials")
+        if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
+            raise ValueError(f"relevance_level={relevance_level!r}: give a grade >= 1 (TREC DL convention: 2)")
         self.tokenizer = tokenizer
+        self.relevance_level = relevance_level
         self.documents_per_query = documents_per_query
         self.sampling = sampling
         self.query_max_length = query_max_length
@@ -283,7 +392,8 @@ class DistillationCollator:
         if not examples:
             raise ValueError("empty batch")
         k = self.documents_per_query
-        queries, documents, teacher, mask = [], [], [], []
+        queries, documents, teacher, mask, positives = [], [], [], [], []
+        labelled = any(example.get("relevance") is not None for example in examples)
         for example in examples:
             scores = [float(s) for s in example["scores"]]
             texts = example["documents"]
@@ -296,7 +406,10 @@ class DistillationCollator:
                 raise ValueError(
                     f"{where} has {len(texts)} document(s) but the configured losses need at least {self.min_documents}"
                 )
-            chosen = sample_documents(scores, k, self.sampling, self._generator_for(example))
+            judged = self._judged(example, where, len(texts))
+            chosen = sample_documents(scores, k, self.sampling, self._generator_for(example), positives=judged)
+            if labelled:
+                positives.append(positive_set([judged[i] for i in chosen] if judged else None, k))
             queries.append(self.query_prefix + example["query"])
             documents.extend(self.document_prefix + texts[i] for i in chosen)
             teacher.append([scores[i] for i in chosen] + [0.0] * (k - len(chosen)))
@@ -308,7 +421,7 @@ class DistillationCollator:
         document_batch = self.tokenizer(
             documents, padding=True, truncation=True, max_length=self.document_max_length, return_tensors="pt"
         )
-        return {
+        batch = {
             "query_input_ids": query_batch["input_ids"],
             "query_attention_mask": query_batch["attention_mask"],
             "document_input_ids": document_batch["input_ids"],
@@ -316,32 +429,70 @@ class DistillationCollator:
             "teacher_scores": torch.tensor(teacher, dtype=torch.float32),
             "document_mask": torch.tensor(mask, dtype=torch.bool),
         }
+        if labelled:
+            batch["positives"] = torch.tensor(positives, dtype=torch.bool)
+        return batch
+
+    def _judged(self, example: Mapping[str, Any], where: str, count: int) -> list[bool] | None:
+        """One flag per document (grade >= relevance level), None without labels."""
+        grades = example.get("relevance")
+        if grades is None:
+            return None
+        if len(grades) != count:
+            raise ValueError(f"{where}: {len(grades)} relevance grades for {count} documents")
+        return [int(grade) >= self.relevance_level for grade in grades]
+
+
+def positive_set(judged: Sequence[bool] | None, k: int) -> list[bool]:
+    """A query's row of ``positives`` from the judged flags of its sampled documents (teacher order):
+    the judged ones when there are some and at least one is not, else the teacher's best (the first)."""
+    if judged and any(judged) and not all(judged):
+        return list(judged) + [False] * (k - len(judged))
+    return [True] + [False] * (k - 1)
+
+
+def uses_labelled_positives(record: Mapping[str, Any], documents_per_query: int, relevance_level: int = 1) -> bool:
+    """Whether the collator gives this query a labelled P: its candidates hold a document graded at least
+    ``relevance_level`` and one graded below, and at least 2 documents are sampled (the judged positive is
+    kept, so then a sampled negative is certain unless the teacher's best is judged too and every other
+    sampled document happens to be judged: that step falls back to the teacher's best)."""
+    grades = record.get("relevance")
+    if grades is None or documents_per_query < 2:
+        return False
+    judged = [int(grade) >= relevance_level for grade in grades]
+    return any(judged) and not all(judged)
 
 
 def training_records_to_dataset(records: list[dict]):
-    """Records of :func:`read_training_file` as a ``datasets.Dataset``
-    with ``query``, ``documents``, ``scores``, ``query_id`` and ``example_index`` columns."""
+    """Records of :func:`read_training_file` as a ``datasets.Dataset`` with ``query``, ``documents``,
+    ``scores``, ``query_id`` and ``example_index`` columns, and ``relevance`` when any record has grades."""
     import datasets
 
     if not records:
         raise ValueError("no training records")
-    return datasets.Dataset.from_dict(
-        {
-            "query_id": [str(r.get("query_id", i)) for i, r in enumerate(records)],
-            "query": [r["query"] for r in records],
-            "documents": [list(r["documents"]) for r in records],
-            "scores": [[float(s) for s in r["scores"]] for r in records],
-            EXAMPLE_INDEX: list(range(len(records))),
-        }
-    )
+    columns = {
+        "query_id": [str(r.get("query_id", i)) for i, r in enumerate(records)],
+        "query": [r["query"] for r in records],
+        "documents": [list(r["documents"]) for r in records],
+        "scores": [[float(s) for s in r["scores"]] for r in records],
+        EXAMPLE_INDEX: list(range(len(records))),
+    }
+    if any(r.get("relevance") is not None for r in records):
+        # every example carries grades (0 where its line has none), so every batch of the run (and of every
+        # process) holds ``positives``
+        columns["relevance"] = [[int(g) for g in r["relevance"]] if r.get("relevance") is not None
+                                else [0] * len(r["documents"]) for r in records]
+    return datasets.Dataset.from_dict(columns)
 
 
 __all__ = [
     "SAMPLING_STRATEGIES",
     "DistillationCollator",
+    "positive_set",
     "read_training_file",
     "run_to_training_file",
     "sample_documents",
     "training_line",
     "training_records_to_dataset",
+    "uses_labelled_positives",
 ]

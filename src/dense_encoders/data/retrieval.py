@@ -148,6 +148,23 @@ def read_trec_qrels(path: str | Path) -> Qrels:
     return qrels
 
 
+def read_qrels(path: str | Path) -> Qrels:
+    """Qrels in either format, told apart by the first non-blank line: tab-separated 3 columns is BEIR
+    (``query-id  corpus-id  score``, header optional), whitespace-separated 4 columns is TREC
+    (``qid iteration docid relevance``)."""
+    path = require_file(Path(path), "qrels file")
+    with open(path, encoding="utf-8") as handle:
+        line_number, first = next(((n, line) for n, line in enumerate(handle, start=1) if line.strip()), (1, ""))
+    if len(first.rstrip("\r\n").split("\t")) == 3:
+        return read_beir_qrels(path)
+    if len(first.split()) == 4:
+        return read_trec_qrels(path)
+    raise DataFormatError(
+        path, line_number, "expected BEIR qrels (query-id<TAB>corpus-id<TAB>score, with a header) or TREC qrels "
+        f"(qid 0 docid grade), got {len(first.split())} column(s)"
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Datasets
 # --------------------------------------------------------------------------------------------
@@ -258,6 +275,7 @@ __all__ = [
     "load_pairs",
     "read_beir_qrels",
     "read_corpus_jsonl",
+    "read_qrels",
     "read_queries_jsonl",
     "read_trec_qrels",
 ]

@@ -148,6 +148,7 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]
                 facts.append(f"- {label}: {distillation[key]}")
         base_model = base_model or distillation.get("student")
         citations.append(DISTILLATION_BIBTEX)
+        facts += _positive_set_facts(folder)
     state = _read_json(folder / "trainer_state.json")
     if state:
         facts.append(f"- optimizer steps: {state.get('global_step')}, epochs: {round(float(state.get('epoch') or 0), 2)}")
@@ -167,6 +168,21 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]
     if base_model and Path(str(base_model)).exists():
         base_model = None  # a local path means nothing on the Hub
     return facts, citations, base_model, datasets
+
+
+def _positive_set_facts(folder: Path) -> list[str]:
+    """Which P M3SE / RankDistil-B used, from ``distillation_positives.json`` (nothing when the folder does not
+    record it or no configured loss takes a positive set)."""
+    recorded = _read_json(folder / "distillation_positives.json")
+    if not recorded or not recorded.get("losses"):
+        return []
+    names = {"m3se": "M3SE", "rankdistil_b": "RankDistil-B"}
+    label = "P (" + " / ".join(names.get(name, name) for name in recorded["losses"]) + ")"
+    if not recorded.get("source"):
+        return [f"- {label}: the teacher's best document (no relevance labels)"]
+    labelled, total = recorded.get("labelled_queries", 0), recorded.get("queries", 0)
+    return [f"- {label}: judged positives from {recorded['source']} (relevance >= {recorded.get('relevance_level')}) "
+            f"for {labelled:,} of {total:,} queries; the teacher's best document for the other {total - labelled:,}"]
 
 
 def _results(folder: Path, results: list) -> list[dict]:

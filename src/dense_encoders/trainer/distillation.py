@@ -154,16 +154,20 @@ class DistillationTrainer(HubPushMixin, Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         queries, documents = model(**inputs)
         teacher, mask = inputs["teacher_scores"], inputs["document_mask"]
+        positives = inputs.get("positives")  # P of m3se / rankdistil_b from relevance labels; None: the teacher's best
         queries, world_size = gather_with_local_grad(queries)
         documents, _ = gather_with_local_grad(documents)
         if world_size > 1:
             teacher, _ = gather_with_local_grad(teacher)
             mask = gather_with_local_grad(mask.to(torch.uint8))[0].bool()
+            if positives is not None:
+                positives = gather_with_local_grad(positives.to(torch.uint8))[0].bool()
         num_queries, k = teacher.shape
         student = torch.einsum("qh,qkh->qk", queries, documents.view(num_queries, k, -1))
         batch_scores = queries @ documents.T if "infonce" in self.objective.weights else None
         # the losses compute in at least float32 and never below the scores' precision (float64 stays float64)
-        total, components = self.objective(student, teacher, mask, batch_scores=batch_scores, global_mask=mask)
+        total, components = self.objective(student, teacher, mask, batch_scores=batch_scores, global_mask=mask,
+                                           positives=positives)
         normaliser = num_items_in_batch if num_items_in_batch is not None else num_queries
         loss = _gradient_scaled(total.sum() / normaliser, world_size)
         if model.training:
@@ -256,6 +260,13 @@ class DistillationSetup:
     sampling: str = field(default="random", metadata={"help": "random / top / log-random (teacher's best always kept)."})
     query_max_length: int = field(default=32, metadata={"help": "Query token limit."})
     document_max_length: int = field(default=512, metadata={"help": "Document token limit."})
+    qrels: str | None = field(default=None, metadata={
+        "help": "Relevance judgements (BEIR qrels .tsv 'query-id corpus-id score' with a header, or TREC qrels "
+        "'qid 0 docid grade') grading each line's documents by its query_id and document_ids: the judged positives "
+        "are P of m3se / rankdistil_b. They replace a 'relevance' field of the training file (with a warning)."})
+    relevance_level: int = field(default=1, metadata={
+        "help": "Grade from which a judged document counts as a positive of m3se / rankdistil_b (TREC DL: 2); "
+        "lower grades are negatives; queries without such a positive and a negative keep the teacher's best as P."})
     allow_missing_weights: bool = field(
         default=False, metadata={"help": "Train a student whose weights miss (or add) tensors of its model (refused by default)."}
     )
@@ -271,6 +282,8 @@ class DistillationSetup:
             raise ValueError(f"--pooling {self.pooling!r}: choose one of {POOLINGS}")
         if self.similarity is not None and self.similarity not in SIMILARITIES:
             raise ValueError(f"--similarity {self.similarity!r}: choose one of {SIMILARITIES}")
+        if self.relevance_level < 1:
+            raise ValueError(f"--relevance-level {self.relevance_level}: give a grade >= 1 (TREC DL convention: 2)")
         parse_loss_spec(self.losses)  # unknown names fail here, before any model is loaded
 
     def loss_options(self) -> dict[str, dict]:
@@ -370,7 +383,38 @@ def load_training_records(setup: DistillationSetup) -> list[dict]:
         setup.train_file,
         corpus=resolve(setup.corpus, "corpus.jsonl", read_corpus_jsonl),
         queries=resolve(setup.queries, "queries.jsonl", read_queries_jsonl),
+        qrels=setup.qrels,
     )
+
+
+POSITIVE_SET_LOSSES = ("m3se", "rankdistil_b")
+
+
+def positives_record(setup: DistillationSetup, records: list[dict]) -> dict:
+    """Where P of m3se / rankdistil_b comes from and for how many queries (``distillation_positives.json``)."""
+    from ..data.distillation import uses_labelled_positives
+
+    labelled = sum(uses_labelled_positives(r, setup.documents_per_query, setup.relevance_level) for r in records)
+    if not any(r.get("relevance") is not None for r in records):
+        source = None  # no labels, or labels that no configured loss uses (dropped)
+    elif setup.qrels is not None:
+        source = Path(setup.qrels).name
+    else:
+        source = f"the 'relevance' field of {Path(setup.train_file).name}"
+    return {"losses": [name for name in POSITIVE_SET_LOSSES if name in parse_loss_spec(setup.losses)],
+            "source": source, "relevance_level": setup.relevance_level if source else None,
+            "queries": len(records), "labelled_queries": labelled, "teacher_best_queries": len(records) - labelled}
+
+
+def _drop_unused_labels(setup: DistillationSetup, records: list[dict]) -> None:
+    """Relevance labels only matter to m3se / rankdistil_b: without them, sampling stays label-free."""
+    if any(name in parse_loss_spec(setup.losses) for name in POSITIVE_SET_LOSSES):
+        return
+    if setup.qrels is not None:
+        logger.warning("--qrels %s is unused: only m3se and rankdistil_b take judged positives (--losses %s)",
+                       setup.qrels, setup.losses)
+    for record in records:
+        record["relevance"] = None
 
 
 def distill(setup: DistillationSetup, args: DistillationArguments, *, check_output_dir: bool = True) -> Path:
@@ -386,11 +430,17 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
 
     if check_output_dir:  # before anything is loaded
         checkpoint = prepare_trainer_output_dir(
-            args, inputs=(setup.student, setup.train_file, setup.corpus, setup.queries))
+            args, inputs=(setup.student, setup.train_file, setup.corpus, setup.queries, setup.qrels))
     else:
         checkpoint = args.resume_from_checkpoint
     objective = DistillationObjective(setup.losses, setup.loss_options())
     records = load_training_records(setup)
+    _drop_unused_labels(setup, records)
+    positives = positives_record(setup, records)
+    if positives["source"]:
+        logger.info("P of %s: judged positives (relevance >= %d) from %s for %d of %d queries, the teacher's best "
+                    "for the other %d", "/".join(positives["losses"]), setup.relevance_level, positives["source"],
+                    positives["labelled_queries"], positives["queries"], positives["teacher_best_queries"])
     too_few = [r for r in records if len(r["documents"]) < objective.min_documents]
     if too_few:
         first = too_few[0]
@@ -415,6 +465,7 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
         document_max_length=lengths["document"],
         min_documents=objective.min_documents,
         seed=args.seed,
+        relevance_level=setup.relevance_level,
     )
     trainer = DistillationTrainer(
         model=dual,
@@ -430,6 +481,7 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
         output_dir.mkdir(parents=True, exist_ok=True)
         trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
         (output_dir / "distillation_setup.json").write_text(json.dumps(setup.__dict__, indent=2) + "\n")
+        (output_dir / "distillation_positives.json").write_text(json.dumps(positives, indent=2) + "\n")
         write_training_environment(trainer, output_dir)
     trainer.save_model(args.output_dir)  # pushes too when args.push_to_hub
     if trainer.args.should_save:
