@@ -323,7 +323,8 @@ def test_infuse_with_the_papers_recipe_records_it_in_the_card(tmp_path, tok, cro
                  str(folder), "--output-dir", str(output), "--epochs", "1", "--batch-size", "8", "--max-length", "32",
                  "--candidates", "10", "--warmup-steps", "0"])
     assert code == 0
-    assert "recipe ce-infusion (Can Cross Encoders Produce Useful Sentence Embeddings?)" in capsys.readouterr().err
+    assert ("trained with the recipe ce-infusion (Can Cross Encoders Produce Useful Sentence Embeddings?); "
+            "overridden: batch_size=8, epochs=1.0, max_length=32, warmup_steps=0.0") in capsys.readouterr().err
     setup = json.loads((output / "infusion_setup.json").read_text())
     assert (setup["recipe"], setup["learning_rate"], setup["model"]) == ("ce-infusion", 2e-5, "DE-2-CE")
     args = json.loads((output / "training_args.json").read_text())

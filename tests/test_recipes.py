@@ -186,7 +186,7 @@ def test_pretrain_with_a_recipe_trains_with_it_and_the_card_says_so(tmp_path, sm
             str(output), "--preset", "tiny-tite-2-late", "--max-seq-length", "16", "--per-device-train-batch-size",
             "2", "--max-steps", "2", "--bf16", "false", "--report-to", "none", "--disable-tqdm", "true"]
     assert cli.main(argv) == 0
-    assert "recipe tite-pretraining (TITE: Token-Independent Text Encoder" in capsys.readouterr().err
+    assert "trained with the recipe tite-pretraining (TITE: Token-Independent Text Encoder" in capsys.readouterr().err
     args = json.loads((output / "training_args.json").read_text())
     assert (args["lr_scheduler_type"], args["lr_scheduler_kwargs"], args["warmup_steps"], args["learning_rate"]) == (
         "cosine_with_min_lr", {"min_lr_rate": 0.02}, 3000, 1e-4)
@@ -227,6 +227,6 @@ def test_distill_with_and_without_a_recipe(tmp_path, tok, capsys):
     capsys.readouterr()
     defaults = tmp_path / "defaults"
     assert cli.main(argv(defaults)) == 0
-    assert "no --recipe, so the package defaults apply" in capsys.readouterr().err
+    assert "trained without --recipe, with the package defaults" in capsys.readouterr().err
     assert "- recipe: none" in (defaults / "README.md").read_text()
     assert json.loads((defaults / "training_args.json").read_text())["lr_scheduler_type"] == "linear"

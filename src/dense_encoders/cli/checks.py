@@ -91,4 +91,42 @@ def positive_int(text: str) -> int:
     return value
 
 
-__all__ = ["DEVICE_CHOICES", "check_device", "check_model", "positive_int"]
+PAIRS_PAPER = "Can Cross Encoders Produce Useful Sentence Embeddings?"
+
+
+def pair_threshold(text: str) -> float:
+    """argparse ``type`` of ``--pair-threshold``: a fraction of the score scale in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]: give a fraction of the score scale, e.g. 0.5")
+    return value
+
+
+def pair_scale(text: str) -> float:
+    """argparse ``type`` of ``--pair-scale``: the largest possible score (1, 5 for STSB), a positive number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: give the largest possible score, e.g. 1 or 5 (STSB)")
+    return int(value) if value.is_integer() else value
+
+
+def add_graded_pair_flags(parser: argparse.ArgumentParser) -> None:
+    """``--pair-threshold`` and ``--pair-scale``: how a graded pairs file (sentence1, sentence2, score) becomes a
+    retrieval task. Both default to None (threshold 0.5, scale inferred) so that other data can refuse them."""
+    parser.add_argument("--pair-threshold", type=pair_threshold, metavar="FRACTION",
+                        help="Graded pair files (sentence1, sentence2, score; e.g. STSB): a pair is relevant when its "
+                        "score >= FRACTION x the scale, as STSB is searched at 0.5 in " f"{PAIRS_PAPER} "
+                        "(default: 0.5, i.e. 2.5 on a 0-5 scale).")
+    parser.add_argument("--pair-scale", type=pair_scale, metavar="MAX",
+                        help="Largest possible score of a graded pair file: 1 or 5 (STSB) (default: inferred from the "
+                        "scores: 1 when all are within [0, 1], else 5).")
+
+
+__all__ = ["DEVICE_CHOICES", "add_graded_pair_flags", "check_device", "check_model", "pair_scale",
+           "pair_threshold", "positive_int"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .arguments import make_parser, parse
-from .checks import check_device, check_model, positive_int
+from .checks import add_graded_pair_flags, check_device, check_model, positive_int
 
 # ------------------------------------------------------------------------------------------------ evaluate
 
@@ -14,6 +14,9 @@ examples:
 
   # a plain transformers checkpoint: name its pooling; our models (TITE, Condenser) need none
   dense-encoders evaluate bert-base-uncased data/beir-scifact --pooling cls --similarity dot
+
+  # STSB as a search task: pairs scored >= 0.5 x 5 are relevant, the other second sentences distractors
+  dense-encoders evaluate runs/de-2-ce stsbenchmark.tsv --split test --pair-threshold 0.5 --pair-scale 5
 
   # prompts, separate max lengths, cached embeddings, FAISS, and a cross-encoder re-ranking the top 100
   dense-encoders evaluate runs/tite data/msmarco --query-max-length 32 --document-max-length 512 \\
@@ -31,8 +34,11 @@ def build_evaluate_parser():
         EVALUATE_EXAMPLES,
     )
     parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel.")
-    parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) or a pairs file.")
-    parser.add_argument("--split", default="test", help="qrels split of a BEIR folder (default: %(default)s).")
+    parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv), a (query, "
+                        "positive) pairs file, or a graded pairs file (sentence1, sentence2, score).")
+    parser.add_argument("--split", default="test", help="qrels split of a BEIR folder, or the rows of a graded pairs "
+                        "tsv with a split column (default: %(default)s).")
+    add_graded_pair_flags(parser)
     parser.add_argument("--pooling", choices=["cls", "mean"], help="Pooling of a plain transformers checkpoint.")
     parser.add_argument("--similarity", choices=["cosine", "dot"], help="Default: what the model declares.")
     parser.add_argument("--query-prompt", help="Prefix of every query (default: the model's 'query' prompt).")
@@ -98,6 +104,8 @@ def evaluate(argv: list[str]) -> int:
         allow_missing_weights=options.allow_missing_weights,
         relevance_level=options.relevance_level,
         allow_empty_documents=options.allow_empty_documents,
+        pair_threshold=options.pair_threshold,
+        pair_scale=options.pair_scale,
     )
     print(format_summary(results))
     if options.output:
@@ -127,8 +135,10 @@ def build_layerwise_parser():
     parser.add_argument("--cross-encoder", required=True,
                         help="Sequence-classification cross-encoder (folder or Hub id).")
     parser.add_argument("--dual-encoder", required=True, help="Dual encoder (folder or Hub id).")
-    parser.add_argument("--data", nargs="+", required=True, help="BEIR folder(s).")
+    parser.add_argument("--data", nargs="+", required=True,
+                        help="BEIR folder(s), pairs files or graded pairs files (e.g. STSB).")
     parser.add_argument("--split", default="test")
+    add_graded_pair_flags(parser)
     parser.add_argument("--layers", type=int, nargs="+", help="Layers (0 = embeddings; default: all).")
     parser.add_argument("--copies", choices=["both", "first"], default="both",
                         help="Pool both copies of the (text, text) pair (default) or the first only.")
@@ -148,6 +158,7 @@ def layerwise(argv: list[str]) -> int:
         options.cross_encoder, options.dual_encoder, options.data, split=options.split, layers=options.layers,
         copies=options.copies, batch_size=options.batch_size, max_length=options.max_length,
         output_dir=options.output_dir, show_progress_bar=not options.no_progress,
+        pair_threshold=options.pair_threshold, pair_scale=options.pair_scale,
     )
     print(format_layerwise(results))
     print(f"wrote {options.output_dir}/layerwise.csv, layerwise.json, layerwise.png")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .arguments import make_parser, parse
 from ..recipes import RECIPE_HELP
-from .checks import check_device, check_model, positive_int
+from .checks import add_graded_pair_flags, check_device, check_model, positive_int
 
 # ------------------------------------------------------------------------------------------------ pretrain
 
@@ -66,27 +66,27 @@ def pretrain(argv: list[str]) -> int:
     if setup.architecture != architecture:
         raise ValueError(f"--architecture {setup.architecture} contradicts the first argument, {architecture}; "
                          "name the architecture once, as the first argument")
-    announce_recipe(f"pretrain {architecture}", setup.recipe, {**vars(setup), **args.to_dict()})
     output = run_pretraining(setup, args)
     end_distributed()
     print(f"Saved the pre-trained {architecture} to {output}")
+    print(recipe_summary(f"pretrain {architecture}", setup.recipe, {**args.to_dict(), **vars(setup)}),
+          file=sys.stderr)
     return 0
 
 
-def announce_recipe(command: str, recipe: str | None, values: dict) -> None:
-    """One line on stderr saying whose settings this run trains with: a paper's recipe (and what the command
-    line changed of it), or the package defaults."""
+def recipe_summary(command: str, recipe: str | None, values: dict) -> str:
+    """One line saying whose settings a run trained with: a paper's recipe (and what the command line changed
+    of it), or the package defaults. Printed after the run, so that errors stay one or two lines."""
     from ..recipes import load_recipe, recipe_differences
 
     if recipe is None:
-        print(f"dense-encoders {command}: no --recipe, so the package defaults apply (a short run, not a paper's "
-              "settings); `dense-encoders recipes` lists the papers' recipes.", file=sys.stderr)
-        return
+        return (f"dense-encoders {command}: trained without --recipe, with the package defaults (a short run, not "
+                "a paper's settings); `dense-encoders recipes` lists the papers' recipes.")
     loaded = load_recipe(recipe)
     changed = recipe_differences(loaded, values)
     overridden = ", ".join(f"{name}={actual}" for name, (_, actual) in changed.items()) or "nothing"
-    print(f"dense-encoders {command}: recipe {loaded.name} ({loaded.paper}); overridden: {overridden}.",
-          file=sys.stderr)
+    return (f"dense-encoders {command}: trained with the recipe {loaded.name} ({loaded.paper}); "
+            f"overridden: {overridden}.")
 
 
 def end_distributed() -> None:
@@ -145,10 +145,10 @@ def distill(argv: list[str]) -> int:
 
     setup, args = parse(build_distill_parser(), argv, command="distill")
     check_model(setup.student, "--student")
-    announce_recipe("distill", setup.recipe, {**vars(setup), **args.to_dict()})
     output = run_distillation(setup, args)
     end_distributed()
     print(f"Saved the student to {output}")
+    print(recipe_summary("distill", setup.recipe, {**args.to_dict(), **vars(setup)}), file=sys.stderr)
     return 0
 
 
@@ -263,8 +263,11 @@ def build_infuse_parser():
     )
     parser.add_argument("--recipe", help=RECIPE_HELP + " The paper's: --recipe ce-infusion.")
     parser.add_argument("--cross-encoder", required=True, help="Sequence-classification cross-encoder.")
-    parser.add_argument("--train-data", required=True, help="BEIR folder with qrels/<split>.tsv for training.")
+    parser.add_argument("--train-data", required=True,
+                        help="BEIR folder with qrels/<split>.tsv, a (query, positive) pairs file or a graded pairs "
+                        "file (sentence1, sentence2, score) for training.")
     parser.add_argument("--split", default="train")
+    add_graded_pair_flags(parser)
     parser.add_argument("--output-dir", required=True,
                         help="A new or empty folder (models, initial/, teacher scores, report.json); a non-empty "
                         "one is refused.")
@@ -291,7 +294,8 @@ def build_infuse_parser():
     parser.add_argument("--losses", default="margin_mse+infonce", help="Losses of --method distill.")
     parser.add_argument("--candidates", type=int, default=30, help="BM25 candidates per query (negatives / teacher).")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval-data", help="BEIR folder for the retrieve + rerank report.")
+    parser.add_argument("--eval-data", help="BEIR folder, pairs or graded pairs file for the retrieve + rerank "
+                        "report.")
     parser.add_argument("--eval-split", default="test")
     parser.add_argument("--baseline", help="A baseline dual encoder for the report (its speed is the 1.00x).")
     parser.add_argument("--rerank-top-k", type=int, default=50)
@@ -299,17 +303,24 @@ def build_infuse_parser():
 
 
 def infuse(argv: list[str]) -> int:
+    from ..data.retrieval import is_graded_pairs_file
     from ..evaluation.infusion_report import format_report, retrieve_rerank_report
     from ..trainer.infusion import train_infused
     from ..trainer.output_dir import DASHED_FLAGS, prepare_output_dir
 
     options = parse(build_infuse_parser(), argv, command="infuse")
-    announce_recipe("infuse", options.recipe, vars(options))
+    # --pair-threshold / --pair-scale go to whichever of --train-data and --eval-data is a graded pairs file
+    pair_options = {"pair_threshold": options.pair_threshold, "pair_scale": options.pair_scale}
+    train_pairs = pair_options if is_graded_pairs_file(options.train_data) else {}
+    eval_pairs = pair_options if options.eval_data and is_graded_pairs_file(options.eval_data) else {}
+    if (options.pair_threshold is not None or options.pair_scale is not None) and not (train_pairs or eval_pairs):
+        raise ValueError("--pair-threshold / --pair-scale apply to graded pair files (sentence1, sentence2, score); "
+                         "neither --train-data nor --eval-data is one: leave them out")
     common = dict(method=options.method, split=options.split, num_copied_layers=options.num_copied_layers,
                   num_new_layers=options.num_new_layers, epochs=options.epochs, batch_size=options.batch_size,
                   learning_rate=options.learning_rate, warmup_steps=options.warmup_steps,
                   max_length=options.max_length, losses=options.losses, candidates=options.candidates,
-                  seed=options.seed)
+                  seed=options.seed, **train_pairs)
     output = Path(options.output_dir)
     prepare_output_dir(output, overwrite=options.overwrite_output_dir, flags=DASHED_FLAGS,
                        inputs=(options.cross_encoder, options.train_data, options.eval_data, options.baseline))
@@ -327,9 +338,10 @@ def infuse(argv: list[str]) -> int:
     if options.eval_data:
         models = ({"baseline DE": options.baseline} if options.baseline else {}) | trained
         report = retrieve_rerank_report(options.cross_encoder, models, options.eval_data, split=options.eval_split,
-                                        top_k=options.rerank_top_k, batch_size=options.batch_size)
+                                        top_k=options.rerank_top_k, batch_size=options.batch_size, **eval_pairs)
         (output / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         print(format_report(report))
+    print(recipe_summary("infuse", options.recipe, vars(options)), file=sys.stderr)
     return 0
 
 

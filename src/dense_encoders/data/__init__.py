@@ -3,6 +3,7 @@
 * :mod:`.format`: what every file shares: :class:`DataFormatError` (``file:line``), the JSON-lines
   reader, and :func:`document_text`, the one place where a document (title + text) becomes a string;
 * :mod:`.retrieval`: BEIR folders (corpus, queries, qrels), TREC qrels, (query, positive) pairs,
+  graded sentence pairs (STSB-style),
   :class:`RetrievalDataset`; :mod:`.runs`: TREC runs; :mod:`.bm25`: BM25 runs and hard negatives;
 * :mod:`.corpus`: pre-training corpora; :mod:`.masking`, :mod:`.spans`: the pre-training collators;
 * :mod:`.distillation`: the distillation training file and its collator.
@@ -14,7 +15,7 @@ from .corpus import SUPPORTED_EXTENSIONS, default_corpus_path, load_corpus, toke
 from .distillation import DistillationCollator, read_training_file, run_to_training_file
 from .format import DataFormatError, document_text
 from .masking import WholeWordMaskingCollator
-from .retrieval import RetrievalDataset, load_beir, load_dataset_for_evaluation, load_pairs
+from .retrieval import RetrievalDataset, load_beir, load_dataset_for_evaluation, load_graded_pairs, load_pairs
 from .runs import read_trec_run, write_trec_run
 from .spans import CoCondenserCollator, add_spans, split_into_spans
 
@@ -33,6 +34,7 @@ __all__ = [
     "document_text",
     "load_beir",
     "load_dataset_for_evaluation",
+    "load_graded_pairs",
     "load_pairs",
     "read_training_file",
     "read_trec_run",

@@ -1,4 +1,5 @@
-"""Retrieval data: BEIR folders (corpus, queries, qrels), TREC qrels, plain (query, positive) pairs.
+"""Retrieval data: BEIR folders (corpus, queries, qrels), TREC qrels, plain (query, positive) pairs, graded
+sentence pairs (STSB-style, thresholded into a retrieval task).
 
 A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``,
 ``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score`` with a header). Every malformed
@@ -8,11 +9,15 @@ line raises :class:`~dense_encoders.data.format.DataFormatError` naming the file
 from __future__ import annotations
 
 import csv
+import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .format import DataFormatError, document_text, json_lines, parses_as_number, require_file, string_field
+from .format import (
+    DataFormatError, document_text, is_json_number, json_lines, parses_as_number, require_file, string_field,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -255,23 +260,217 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
     )
 
 
-def load_dataset_for_evaluation(
-    source: str | Path, split: str = "test", *, allow_empty_documents: bool = False
+GRADED_SCORE_FIELDS = ("score", "label")
+
+
+def _score(path: Path, line_number: int, value) -> float:
+    """A graded pair's score: a finite number >= 0 (a JSON number, or a tsv column that reads as one)."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    else:
+        number = float(value) if is_json_number(value) else None
+    if number is None or not math.isfinite(number):
+        raise DataFormatError(path, line_number, f"score {value!r} is not a number; give the relatedness as a number")
+    if number < 0:
+        raise DataFormatError(path, line_number, f"score {value!r} is negative; scores run from 0 to the scale (1 or 5)")
+    return number
+
+
+def _check_pair_options(threshold: float, scale: float | None) -> None:
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
+        raise ValueError(
+            f"pair threshold {threshold!r} is not in (0, 1]: give a fraction of the score scale, e.g. 0.5 "
+            "(2.5 on a 0-5 scale)"
+        )
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
+        raise ValueError(f"pair scale {scale!r}: give the largest possible score, 1 or 5 (STSB), or leave it unset")
+
+
+def _graded_tsv_rows(path: Path, split: str | None) -> tuple[list[tuple[int, str, str, str]], str | None]:
+    """(line, sentence1, sentence2, score text) of a graded tsv, and the split kept. A header naming ``sentence1``,
+    ``sentence2``, ``score`` picks its columns by name; a ``split`` column then keeps the rows of ``split``."""
+    rows: list[tuple[int, str, str, str]] = []
+    columns, width, split_column = (0, 1, 2), 3, None
+    splits_seen: set[str] = set()
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        first = True
+        for line_number, row in enumerate(reader, start=1):
+            if not row or not "".join(row).strip():
+                continue
+            if first:
+                first = False
+                names = [name.strip().lower() for name in row]
+                if {"sentence1", "sentence2", "score"} <= set(names):
+                    columns = (names.index("sentence1"), names.index("sentence2"), names.index("score"))
+                    width, split_column = len(row), names.index("split") if "split" in names else None
+                    continue
+                if len(row) == 3 and not parses_as_number(row[2]):
+                    continue  # a header of three other names: columns by position
+                if len(row) != 3:
+                    raise DataFormatError(
+                        path, line_number, f"expected 3 tab-separated columns (sentence1, sentence2, score), got "
+                        f"{len(row)}; a file with more columns needs a header naming sentence1, sentence2 and score"
+                    )
+            if len(row) != width:
+                expected = "(sentence1, sentence2, score)" if width == 3 else "(as many as the header)"
+                raise DataFormatError(path, line_number, f"expected {width} tab-separated columns {expected}, got {len(row)}")
+            if split_column is not None:
+                splits_seen.add(row[split_column])
+                if split is not None and row[split_column] != split:
+                    continue
+            rows.append((line_number, row[columns[0]], row[columns[1]], row[columns[2]]))
+    if split_column is not None and split is not None and not rows and splits_seen:
+        raise ValueError(f"{path} has no pairs of split {split!r}; its split column holds {sorted(splits_seen)}")
+    return rows, (split if split_column is not None else None)
+
+
+def load_graded_pairs(
+    path: str | Path,
+    threshold: float = 0.5,
+    scale: float | None = None,
+    name: str | None = None,
+    split: str | None = None,
 ) -> RetrievalDataset:
-    """A BEIR folder, or a pairs file (``.tsv`` / ``.jsonl``)."""
+    """Graded sentence pairs (STSB-style) as a retrieval task, as *Can Cross Encoders Produce Useful
+    Sentence Embeddings?* evaluates STSB: a pair is relevant when ``score >= threshold * scale``.
+
+    ``.tsv``: ``sentence1<TAB>sentence2<TAB>score``, header optional; a header naming ``sentence1``,
+    ``sentence2`` and ``score`` picks those columns (extra columns allowed, e.g. sentence-transformers'
+    ``stsbenchmark.tsv``; a ``split`` column then keeps the rows of ``split``). ``.jsonl``:
+    ``{"sentence1", "sentence2", "score"}`` per line (``label`` accepted for ``score``).
+
+    ``scale`` (largest possible score) is inferred when unset: 1 when every score is within [0, 1], 5
+    when within [0, 5]. ``threshold`` is a fraction of it, in (0, 1]. Queries: each distinct first
+    sentence with at least one relevant pair (ids ``q<n>`` count every distinct first sentence in order
+    of appearance, so an id names the same sentence at every threshold); corpus: every distinct second
+    sentence (``d<n>``), non-relevant ones included as distractors; qrels: grade 1. The split records the
+    threshold (``pairs@0.5``), so two thresholds are two tasks in results and model cards.
+    """
+    _check_pair_options(threshold, scale)
+    path = require_file(Path(path), "graded pairs file")
+    triples: list[tuple[int, str, str, float]] = []
+    if path.suffix == ".jsonl":
+        split = None  # jsonl records carry no split
+        for line_number, record in json_lines(path):
+            first = string_field(path, line_number, record, "sentence1")
+            second = string_field(path, line_number, record, "sentence2")
+            field_name = next((f for f in GRADED_SCORE_FIELDS if record.get(f) is not None), None)
+            if field_name is None:
+                raise DataFormatError(path, line_number, "missing field 'score' or 'label'")
+            triples.append((line_number, first, second, _score(path, line_number, record[field_name])))
+    elif path.suffix in (".tsv", ".txt"):
+        rows, split = _graded_tsv_rows(path, split)
+        for line_number, first, second, score in rows:
+            triples.append((line_number, first, second, _score(path, line_number, score)))
+    else:
+        raise ValueError(f"{path}: graded pairs must be a .tsv (sentence1<TAB>sentence2<TAB>score) or .jsonl file, "
+                         f"got {path.suffix!r}")
+    largest = max((score for *_, score in triples), default=None)
+    if scale is None and largest is not None:
+        if largest > 5:
+            raise ValueError(f"{path}: the largest score is {largest:g}, beyond the 0-1 and 0-5 scales; pass the "
+                             "scale (--pair-scale, scale=)")
+        scale = 1 if largest <= 1 else 5
+        logger.info("%s: score scale inferred as 0-%g (largest score %g)", path, scale, largest)
+    cut = threshold * scale if scale is not None else None
+    query_ids: dict[str, str] = {}
+    doc_ids: dict[str, str] = {}
+    qrels: Qrels = {}
+    for line_number, first, second, score in triples:
+        if not first.strip() or not second.strip():
+            raise DataFormatError(path, line_number, "empty sentence1 or sentence2; fill it in or remove the line")
+        if score > scale:
+            raise DataFormatError(path, line_number, f"score {score:g} is above the scale 0-{scale:g}; pass the "
+                                  "scale of this file (--pair-scale, scale=)")
+        query_id = query_ids.setdefault(first, f"q{len(query_ids)}")
+        doc_id = doc_ids.setdefault(second, f"d{len(doc_ids)}")
+        if score >= cut or math.isclose(score, cut):  # 3.0 at 0.6 x 5 (= 3.0000000000000004) is relevant
+            qrels.setdefault(query_id, {})[doc_id] = 1
+    if not triples:
+        raise ValueError(f"{path} holds no graded pairs (sentence1, sentence2, score), so none reaches the threshold "
+                         f"{threshold:g}; largest score: none. Fill in the file")
+    if not qrels:
+        where = f" (split {split!r})" if split is not None else ""
+        raise ValueError(
+            f"{path}{where}: no pair reaches the threshold {threshold:g} (score >= {cut:g}); the largest score is "
+            f"{largest:g}. Lower the threshold (--pair-threshold) or check the scale (--pair-scale)"
+        )
+    return RetrievalDataset(
+        name=name or path.stem,
+        split=f"{split or 'pairs'}@{threshold:g}",
+        corpus={doc_id: {"title": "", "text": text} for text, doc_id in doc_ids.items()},
+        queries={query_id: text for text, query_id in query_ids.items() if query_id in qrels},
+        qrels=qrels,
+        source=str(path.resolve()),
+        extra={"pair_threshold": threshold, "pair_scale": scale},
+    )
+
+
+def is_graded_pairs_file(path: str | Path) -> bool:
+    """Whether ``path`` holds graded pairs (:func:`load_graded_pairs`) rather than (query, positive) pairs:
+    jsonl records carrying ``score`` or ``label``; a tsv whose first row has three or more columns."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    with open(path, encoding="utf-8", newline="") as handle:
+        first = next((line for line in handle if line.strip()), None)
+    if first is None:
+        return False
+    if path.suffix == ".jsonl":
+        try:
+            record = json.loads(first)
+        except json.JSONDecodeError:
+            return False
+        return isinstance(record, dict) and any(f in record for f in GRADED_SCORE_FIELDS)
+    if path.suffix in (".tsv", ".txt"):
+        return len(first.rstrip("\r\n").split("\t")) >= 3
+    return False
+
+
+def load_dataset_for_evaluation(
+    source: str | Path,
+    split: str = "test",
+    *,
+    allow_empty_documents: bool = False,
+    pair_threshold: float | None = None,
+    pair_scale: float | None = None,
+) -> RetrievalDataset:
+    """A BEIR folder, a (query, positive) pairs file or a graded pairs file (``.tsv`` / ``.jsonl``).
+
+    ``pair_threshold`` (default 0.5) and ``pair_scale`` go to :func:`load_graded_pairs`; they are refused
+    for the other sources, which have no scores to threshold. A graded file with a ``split`` column keeps
+    the rows of ``split``."""
     source = Path(source)
+    pair_options = [n for n, v in (("pair_threshold", pair_threshold), ("pair_scale", pair_scale)) if v is not None]
+    if source.is_file() and is_graded_pairs_file(source):
+        threshold = 0.5 if pair_threshold is None else pair_threshold
+        return load_graded_pairs(source, threshold=threshold, scale=pair_scale, split=split)
+    if pair_options and (source.is_dir() or source.is_file()):
+        kind = "a BEIR folder" if source.is_dir() else "a (query, positive) pairs file"
+        raise ValueError(
+            f"{' and '.join(pair_options)} (--pair-threshold / --pair-scale) apply to graded pair files "
+            f"(sentence1, sentence2, score); {source} is {kind}: leave them out"
+        )
     if source.is_dir():
         return load_beir(source, split=split, allow_empty_documents=allow_empty_documents)
     if source.is_file():
         return load_pairs(source)
-    raise FileNotFoundError(f"{source}: expected a BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or a pairs file")
+    raise FileNotFoundError(
+        f"{source}: expected a BEIR folder (corpus.jsonl, queries.jsonl, qrels/), a pairs file or a graded pairs file"
+    )
 
 
 __all__ = [
     "Qrels",
     "RetrievalDataset",
+    "is_graded_pairs_file",
     "load_beir",
     "load_dataset_for_evaluation",
+    "load_graded_pairs",
     "load_pairs",
     "read_beir_qrels",
     "read_corpus_jsonl",

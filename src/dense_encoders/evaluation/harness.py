@@ -3,7 +3,8 @@
 The results JSON is what model cards and reports read::
 
     {"format": "dense-encoders/retrieval-results/1", "model": ..., "model_fingerprint": ...,
-     "dataset": {"name", "split", "source", "num_queries", "num_documents"},
+     "dataset": {"name", "split", "source", "num_queries", "num_documents"},  # graded pairs add
+                "pair_threshold", "pair_scale"; their split names the threshold ("pairs@0.5")
      "settings": {"k", "similarity", "search_backend", "batch_size", "prompts", "max_lengths", ...},
      "metrics": {"ndcg@10": ..., "mrr@10": ..., "recall@100": ..., "recall@1000": ..., "hits@10": ...},
      "per_query": {"ndcg@10": {query_id: value}, ...},
@@ -99,6 +100,8 @@ def evaluate_retrieval(
     run_output: str | Path | None = None,
     relevance_level: int = 1,
     allow_empty_documents: bool = False,
+    pair_threshold: float | None = None,
+    pair_scale: float | None = None,
     **encoder_options,
 ) -> dict:
     """Evaluate ``model`` (anything :class:`RetrievalEncoder` accepts, or a RetrievalEncoder) on ``data``.
@@ -111,11 +114,13 @@ def evaluate_retrieval(
     ``relevance_level`` (default 1; TREC DL uses 2) is the grade from which binary measures (RR,
     Recall, Hits) count a document as relevant; nDCG keeps the graded values; the evaluated queries
     are those with at least one document at or above it. ``allow_empty_documents`` keeps corpus
-    documents without text (an error by default).
+    documents without text (an error by default). ``pair_threshold`` / ``pair_scale`` turn a graded pairs
+    file into a task (:func:`~dense_encoders.data.retrieval.load_graded_pairs`); the results record them.
     """
     if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
         raise ValueError(f"relevance level must be an integer >= 1, got {relevance_level!r}")
-    dataset = _dataset(data, split, allow_empty_documents=allow_empty_documents)
+    dataset = _dataset(data, split, allow_empty_documents=allow_empty_documents, pair_threshold=pair_threshold,
+                       pair_scale=pair_scale)
     encoder, similarity = _encoder(model, similarity, encoder_options)
     query_ids, doc_ids = dataset.query_ids(), dataset.document_ids()
     queries = encoder.encode_queries(dataset.query_texts(query_ids))
@@ -142,6 +147,7 @@ def evaluate_retrieval(
             "source": dataset.source,
             "num_queries": len(query_ids),
             "num_documents": len(doc_ids),
+            **{key: dataset.extra[key] for key in ("pair_threshold", "pair_scale") if key in dataset.extra},
         },
         "settings": {
             "k": k, "similarity": similarity, "search_backend": search_backend,
@@ -168,9 +174,14 @@ def evaluate_retrieval(
     return results
 
 
-def _dataset(data: RetrievalDataset | str | Path, split: str, allow_empty_documents: bool = False) -> RetrievalDataset:
+def _dataset(data: RetrievalDataset | str | Path, split: str, allow_empty_documents: bool = False,
+             pair_threshold: float | None = None, pair_scale: float | None = None) -> RetrievalDataset:
+    if isinstance(data, RetrievalDataset) and (pair_threshold is not None or pair_scale is not None):
+        raise ValueError("pair_threshold / pair_scale apply when loading a graded pairs file; this dataset is "
+                         "already loaded: pass the file's path, or load it with load_graded_pairs")
     dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(
-        data, split=split, allow_empty_documents=allow_empty_documents)
+        data, split=split, allow_empty_documents=allow_empty_documents, pair_threshold=pair_threshold,
+        pair_scale=pair_scale)
     if not dataset.queries or not dataset.corpus:
         raise ValueError(f"dataset {dataset.name!r} ({dataset.split}) has no queries or no documents")
     return dataset

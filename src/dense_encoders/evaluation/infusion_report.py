@@ -22,11 +22,15 @@ def retrieve_rerank_report(
     top_k: int = 50,
     batch_size: int = 32,
     baseline: str | None = None,
+    pair_threshold: float | None = None,
+    pair_scale: float | None = None,
 ) -> dict:
     """The paper's Table 1: Hits@10 / MRR@10 of each dual encoder for retrieve and retrieve + rerank by
     ``cross_encoder`` (top ``top_k``), and each encoder's corpus encode speed (documents/s) with the
-    speed-up over ``baseline`` (default: the first entry), all measured in this one run."""
-    dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(data, split=split)
+    speed-up over ``baseline`` (default: the first entry), all measured in this one run. ``pair_threshold`` /
+    ``pair_scale``: for a graded pairs file (:func:`~dense_encoders.data.retrieval.load_graded_pairs`)."""
+    dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(
+        data, split=split, pair_threshold=pair_threshold, pair_scale=pair_scale)
     baseline = baseline or next(iter(dual_encoders))
     reranker = load_cross_encoder(cross_encoder)
     scores: dict = {}  # (query, document) -> CE score, shared: each pair is scored once for all encoders
@@ -48,8 +52,9 @@ def retrieve_rerank_report(
     reference = next(r for r in rows if r["model"] == baseline)
     for row in rows:
         row["speedup"] = row["documents_per_s"] / reference["documents_per_s"]
-    return {"dataset": dataset.name, "split": dataset.split, "top_k": top_k, "cross_encoder": str(cross_encoder),
-            "baseline": baseline, "rows": rows}
+    graded = {key: dataset.extra[key] for key in ("pair_threshold", "pair_scale") if key in dataset.extra}
+    return {"dataset": dataset.name, "split": dataset.split, **graded, "top_k": top_k,
+            "cross_encoder": str(cross_encoder), "baseline": baseline, "rows": rows}
 
 
 def format_report(report: dict) -> str:

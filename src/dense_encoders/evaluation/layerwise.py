@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
+from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
 from ..hub.cross_encoder import cross_encoder_model_and_tokenizer
 from .harness import search_and_score
 
@@ -166,8 +166,14 @@ def layerwise_analysis(
     k: int = 100,
     output_dir: str | Path | None = None,
     show_progress_bar: bool = True,
+    pair_threshold: float | None = None,
+    pair_scale: float | None = None,
 ) -> dict:
     """Per-layer Hits@10 / MRR@10 of ``cross_encoder`` and ``dual_encoder`` on each dataset.
+
+    ``pair_threshold`` / ``pair_scale`` apply to the graded pairs files among ``datasets`` (the paper's STSB
+    task, :func:`~dense_encoders.data.retrieval.load_graded_pairs`); a graded dataset's rows are named
+    ``name (split)``, the split naming the threshold.
 
     Returns ``{"rows": [{dataset, encoder, layer, hits@10, mrr@10}], "t_tests": [{layer, measure,
     t, p, datasets}]}``; with ``output_dir``: ``layerwise.csv``, ``layerwise.json``, ``layerwise.png``.
@@ -176,9 +182,16 @@ def layerwise_analysis(
 
     if not datasets:
         raise ValueError("give at least one dataset")
+    graded = [not isinstance(s, RetrievalDataset) and is_graded_pairs_file(s) for s in datasets]
+    if (pair_threshold is not None or pair_scale is not None) and not any(graded):
+        raise ValueError("--pair-threshold / --pair-scale (pair_threshold, pair_scale) apply to graded pair files "
+                         "(sentence1, sentence2, score); none of the datasets is one: leave them out")
     rows = []
-    for source in datasets:
-        dataset = source if isinstance(source, RetrievalDataset) else load_dataset_for_evaluation(source, split)
+    for source, is_graded in zip(datasets, graded):
+        pair_options = {"pair_threshold": pair_threshold, "pair_scale": pair_scale} if is_graded else {}
+        dataset = source if isinstance(source, RetrievalDataset) else load_dataset_for_evaluation(
+            source, split, **pair_options)
+        label = f"{dataset.name} ({dataset.split})" if "pair_threshold" in dataset.extra else dataset.name
         queries, documents = dataset.query_texts(), dataset.document_texts()
         options = {"batch_size": batch_size, "max_length": max_length, "show_progress_bar": show_progress_bar}
         encoders = {
@@ -191,7 +204,7 @@ def layerwise_analysis(
                 metrics, _, _, _ = search_and_score(
                     dataset, query_layers[layer], document_layers[layer], k=k, similarity="cosine", measures=MEASURES
                 )
-                rows.append({"dataset": dataset.name, "encoder": encoder_name, "layer": layer, **metrics})
+                rows.append({"dataset": label, "encoder": encoder_name, "layer": layer, **metrics})
 
     t_tests = []
     names = sorted({row["dataset"] for row in rows})

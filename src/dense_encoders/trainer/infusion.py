@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from ..data.bm25 import bm25_run, mine_bm25_triplets
-from ..data.retrieval import RetrievalDataset, load_beir
+from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..hub.cross_encoder import cross_encoder_model_and_tokenizer
 from ..models.infused import InfusedDualEncoderModel
 
@@ -123,15 +123,20 @@ def train_infused(
     losses: str = "margin_mse+infonce",
     candidates: int = 30,
     seed: int = 0,
+    pair_threshold: float | None = None,
+    pair_scale: float | None = None,
 ) -> Path:
     """Build DE-(N+M)-CE (or -Rand with ``random_init``) from ``cross_encoder`` and train it on the
-    ``split`` of a BEIR folder by ``method`` (module doc). Returns the saved folder.
+    ``split`` of a BEIR folder (or on a pairs file, or a graded pairs file thresholded by ``pair_threshold`` /
+    ``pair_scale``: :func:`~dense_encoders.data.retrieval.load_dataset_for_evaluation`) by ``method`` (module
+    doc). Returns the saved folder.
 
     ``output_dir`` is not checked here: ``dense-encoders infuse`` checks (or clears) its ``--output-dir``
     once for all the models it trains into it (:func:`dense_encoders.trainer.output_dir.prepare_output_dir`)."""
     if method not in METHODS:
         raise ValueError(f"method={method!r}: choose one of {METHODS}")
-    dataset = train_data if isinstance(train_data, RetrievalDataset) else load_beir(train_data, split=split)
+    dataset = train_data if isinstance(train_data, RetrievalDataset) else load_dataset_for_evaluation(
+        train_data, split=split, pair_threshold=pair_threshold, pair_scale=pair_scale)
     output_dir = Path(output_dir)
     initial = output_dir / "initial"
     model, tokenizer = infuse(cross_encoder, num_copied_layers=num_copied_layers, num_new_layers=num_new_layers,
