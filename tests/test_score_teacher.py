@@ -396,16 +396,17 @@ def test_read_training_file_ids_and_texts(tmp_path):
     assert records == [
         {"query_id": "q1", "query": "what colour are apples", "document_ids": ["d1", "d4"],
          "documents": ["Apples apples are red fruit grown on trees", "bananas are yellow and sweet"], "scores": [3.5, -1.0],
-         "line": 1},
+         "relevance": None, "line": 1},
         {"query_id": "q3", "query": "longest river in africa", "document_ids": ["d3"],
-         "documents": ["Rivers the nile is a long river in africa"], "scores": [2.0], "line": 2},
+         "documents": ["Rivers the nile is a long river in africa"], "scores": [2.0], "relevance": None,
+         "line": 2},
     ]
     assert all(isinstance(s, float) for r in records for s in r["scores"])
 
     texts = write_jsonl(tmp_path / "texts.jsonl", [{"query": "q text", "documents": ["a", "b", "c"], "scores": [1, 2, 0.5]}])
     assert read_training_file(texts) == [
         {"query_id": None, "query": "q text", "document_ids": None, "documents": ["a", "b", "c"], "scores": [1.0, 2.0, 0.5],
-         "line": 1}
+         "relevance": None, "line": 1}
     ]
 
 
