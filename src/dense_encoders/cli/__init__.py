@@ -4,6 +4,9 @@ Subcommands:
   quickstart   distil all-MiniLM-L6-v2 into a TITE and a 2-layer student, evaluate, time, save (offline)
   pretrain     Condenser / coCondenser / TITE pre-training on transformers.Trainer
   evaluate     retrieval evaluation of an encoder on a BEIR folder or a pairs file
+  encode       a corpus (or queries) into resumable embedding shards, across processes and GPUs
+  index        a FAISS index (Flat, HNSW, IVF-PQ, ...) from embedding shards
+  search       top-k of queries over embedding shards (exact, streamed) or a FAISS index -> TREC run
   score-teacher  score (query, document) candidates of a run with a cross-encoder -> training jsonl
   distill      distil teacher scores into any encoder (Margin-MSE, KL, InfoNCE, M3SE, ...)
   layerwise    per-layer retrieval quality of a cross-encoder's and a dual encoder's embeddings
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from .arguments import expand_config_file, parse
 from .bench import bench, build_bench_parser
+from .corpus import build_encode_parser, build_index_parser, build_search_parser, encode, index, search
 from .evaluate import build_evaluate_parser, build_layerwise_parser, evaluate, layerwise
 from .hub import build_push_parser, push
 from .quickstart import build_quickstart_parser, quickstart
@@ -53,6 +57,9 @@ COMMANDS = {
     "quickstart": quickstart,
     "pretrain": pretrain,
     "evaluate": evaluate,
+    "encode": encode,
+    "index": index,
+    "search": search,
     "score-teacher": score_teacher,
     "distill": distill,
     "layerwise": layerwise,
@@ -65,6 +72,9 @@ PARSERS = {
     "quickstart": build_quickstart_parser,
     "pretrain": build_pretrain_parser,
     "evaluate": build_evaluate_parser,
+    "encode": build_encode_parser,
+    "index": build_index_parser,
+    "search": build_search_parser,
     "score-teacher": build_score_teacher_parser,
     "distill": build_distill_parser,
     "layerwise": build_layerwise_parser,
@@ -78,6 +88,9 @@ MEMORY_FLAGS = {
     "pretrain": "--per-device-train-batch-size (or set --grad-cache-chunk-size for coCondenser)",
     "distill": "--per-device-train-batch-size or --documents-per-query (or add --activation-checkpointing)",
     "evaluate": "--batch-size (or --document-max-length)",
+    "encode": "--batch-size (or --shard-size, --max-length)",
+    "search": "--k (or search a FAISS index)",
+    "index": "--train-size",
     "layerwise": "--batch-size (or --max-length)",
     "infuse": "--batch-size (or --max-length)",
     "score-teacher": "--batch-size",

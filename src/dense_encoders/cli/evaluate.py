@@ -53,6 +53,9 @@ def build_evaluate_parser():
                         help="Documents retrieved per query (default: %(default)s).")
     parser.add_argument("--backend", choices=["exact", "faiss"], default="exact", help="Search (default: %(default)s).")
     parser.add_argument("--cache-dir", help="Cache embeddings here (safetensors), keyed by model, settings and texts.")
+    parser.add_argument("--corpus-embeddings", metavar="DIR",
+                        help="Embedding shards of this corpus (`dense-encoders encode`), searched shard by shard "
+                        "instead of encoding the documents; refused when model, prompt, length or ids differ.")
     parser.add_argument("--rerank", metavar="CROSS_ENCODER",
                         help="Re-score the top of the run with this cross-encoder.")
     parser.add_argument("--rerank-top-k", type=positive_int, default=100,
@@ -106,6 +109,7 @@ def evaluate(argv: list[str]) -> int:
         allow_empty_documents=options.allow_empty_documents,
         pair_threshold=options.pair_threshold,
         pair_scale=options.pair_scale,
+        corpus_embeddings=options.corpus_embeddings,
     )
     print(format_summary(results))
     if options.output:

@@ -22,11 +22,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..data.runs import write_trec_run
-from .encoding import SUPPORTED_SIMILARITIES, RetrievalEncoder
+from .encoding import SUPPORTED_SIMILARITIES, EncodedTexts, RetrievalEncoder
 from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
 from .search import search, topk_to_run
@@ -102,6 +103,7 @@ def evaluate_retrieval(
     allow_empty_documents: bool = False,
     pair_threshold: float | None = None,
     pair_scale: float | None = None,
+    corpus_embeddings: str | Path | None = None,
     **encoder_options,
 ) -> dict:
     """Evaluate ``model`` (anything :class:`RetrievalEncoder` accepts, or a RetrievalEncoder) on ``data``.
@@ -116,6 +118,9 @@ def evaluate_retrieval(
     are those with at least one document at or above it. ``allow_empty_documents`` keeps corpus
     documents without text (an error by default). ``pair_threshold`` / ``pair_scale`` turn a graded pairs
     file into a task (:func:`~dense_encoders.data.retrieval.load_graded_pairs`); the results record them.
+    ``corpus_embeddings``: a folder of embedding shards of this corpus (``dense-encoders encode``) searched
+    instead of encoding the documents: the same model, document prompt, length and normalisation, and exactly
+    the corpus's document ids, or a one-line error.
     """
     if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
         raise ValueError(f"relevance level must be an integer >= 1, got {relevance_level!r}")
@@ -124,11 +129,19 @@ def evaluate_retrieval(
     encoder, similarity = _encoder(model, similarity, encoder_options)
     query_ids, doc_ids = dataset.query_ids(), dataset.document_ids()
     queries = encoder.encode_queries(dataset.query_texts(query_ids))
-    documents = encoder.encode_documents(dataset.document_texts(doc_ids))
-    metrics, per_query, run, search_seconds = search_and_score(
-        dataset, queries.embeddings, documents.embeddings, k=k, similarity=similarity,
-        search_backend=search_backend, measures=measures, relevance_level=relevance_level,
-    )
+    if corpus_embeddings is not None:
+        if search_backend != "exact":
+            raise ValueError("corpus embeddings are searched exactly, shard by shard; for a FAISS index use "
+                             "`dense-encoders index` and `dense-encoders search`")
+        documents, metrics, per_query, run, search_seconds = _search_stored_corpus(
+            encoder, dataset, queries, corpus_embeddings, k=k, similarity=similarity, measures=measures,
+            relevance_level=relevance_level)
+    else:
+        documents = encoder.encode_documents(dataset.document_texts(doc_ids))
+        metrics, per_query, run, search_seconds = search_and_score(
+            dataset, queries.embeddings, documents.embeddings, k=k, similarity=similarity,
+            search_backend=search_backend, measures=measures, relevance_level=relevance_level,
+        )
     reranked = None
     if cross_encoder is not None:
         reranked = _rerank_stage(
@@ -152,6 +165,7 @@ def evaluate_retrieval(
         "settings": {
             "k": k, "similarity": similarity, "search_backend": search_backend,
             "relevance_level": relevance_level, **encoder.settings(),
+            "corpus_embeddings": str(corpus_embeddings) if corpus_embeddings is not None else None,
         },
         "metrics": metrics,
         "per_query": per_query,
@@ -172,6 +186,40 @@ def evaluate_retrieval(
     if run_output is not None:
         write_trec_run(run, run_output)
     return results
+
+
+def _search_stored_corpus(encoder: RetrievalEncoder, dataset: RetrievalDataset, queries: EncodedTexts, folder, *,
+                          k: int, similarity: str, measures, relevance_level: int):
+    """Search the corpus's stored embedding shards instead of encoding it: ``(documents, metrics, per_query,
+    run, seconds)``; shards of another model, prompt, length or corpus are refused."""
+    from ..data.embedding_shards import EmbeddingShards
+    from .shard_search import run_from_topk, search_shards
+
+    shards = EmbeddingShards.open(folder)
+    wanted = {"side": "document", "fingerprint": encoder.fingerprint, "prompt": encoder.prompts["document"],
+              "max_length": encoder.max_lengths["document"], "normalize": encoder.normalize}
+    differences = [f"{key}: {shards.settings.get(key)!r} there, {value!r} here" for key, value in wanted.items()
+                   if shards.settings.get(key) != value]
+    if differences:
+        if any(item.startswith("fingerprint") for item in differences):
+            differences = ["they come from another model (weights or pipeline)"] + [
+                item for item in differences if not item.startswith("fingerprint")]
+        raise ValueError(f"{shards.folder} was encoded differently ({'; '.join(differences)}): encode the corpus "
+                         "again with this model and these settings, or drop --corpus-embeddings")
+    stored = set(shards.ids())
+    corpus = set(dataset.document_ids())
+    if stored != corpus:
+        raise ValueError(f"{shards.folder} holds {len(stored)} documents, {len(stored - corpus)} of them not in "
+                         f"{dataset.name}'s corpus of {len(corpus)} ({len(corpus - stored)} missing): encode this "
+                         "corpus")
+    start = time.perf_counter()
+    scores, indices = search_shards(queries.embeddings, shards, k, similarity=similarity)
+    seconds = time.perf_counter() - start
+    run = run_from_topk(dataset.query_ids(), shards, scores, indices)
+    metrics, per_query = compute_metrics(dataset.qrels, run, measures or DEFAULT_MEASURES,
+                                         relevance_level=relevance_level)
+    documents = EncodedTexts(np.empty((0, shards.dimension), dtype=np.float32), 0.0, True, str(shards.folder))
+    return documents, metrics, per_query, run, seconds
 
 
 def _dataset(data: RetrievalDataset | str | Path, split: str, allow_empty_documents: bool = False,
@@ -288,6 +336,8 @@ def format_summary(results: dict) -> str:
             f"encode: {throughput['documents_per_s']:.1f} documents/s, "
             f"{throughput['queries_per_s']:.1f} queries/s on {results['environment']['device']}"
         )
+    elif results["settings"].get("corpus_embeddings"):
+        lines.append(f"encode: documents read from the embedding shards {results['settings']['corpus_embeddings']}")
     else:
         lines.append("encode: embeddings read from the cache")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["exact_search", "faiss_search", "search", "topk_to_run"]
+__all__ = ["RunningTopK", "exact_search", "faiss_search", "search", "topk_to_run"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
@@ -116,6 +116,34 @@ def _stable_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     return values, positions
 
 
+class RunningTopK:
+    """The best ``k`` documents of every query, updated one scored block at a time: a block's own top-k,
+    merged into the running one by a stable sort of [running, block], so that among equal scores the lower
+    document index stays first. The blocks of one query range must come in increasing document order (query
+    ranges may interleave: :func:`exact_search` goes query range by query range, a search over stored shards
+    shard by shard)."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self._best: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def add(self, query_start: int, block_scores: torch.Tensor, document_offset: int) -> None:
+        scores, positions = _stable_topk(block_scores, self.k)
+        indices = positions + document_offset
+        if query_start in self._best:
+            best_scores, best_indices = self._best[query_start]
+            candidates, order = torch.sort(torch.cat([best_scores, scores], dim=1), dim=1, descending=True, stable=True)
+            scores = candidates[:, : self.k]
+            indices = torch.gather(torch.cat([best_indices, indices], dim=1), 1, order[:, : self.k])
+        self._best[query_start] = (scores, indices)
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scores, indices)`` ``[Q, min(k, documents seen)]``, query ranges in order."""
+        starts = sorted(self._best)
+        return (torch.cat([self._best[start][0] for start in starts]),
+                torch.cat([self._best[start][1] for start in starts]))
+
+
 def exact_search(
     queries: ArrayLike,
     documents: ArrayLike,
@@ -158,29 +186,12 @@ def exact_search(
 
         query_starts = tqdm(query_starts, desc="Exact search", unit="chunk")
 
-    all_scores = torch.empty((num_queries, k), dtype=torch.float32, device=q.device)
-    all_indices = torch.empty((num_queries, k), dtype=torch.int64, device=q.device)
+    best = RunningTopK(k)
     for q_start in query_starts:
         q_block = q[q_start : q_start + query_chunk_size]
-        best_scores: torch.Tensor | None = None
-        best_indices: torch.Tensor | None = None
         for d_start in range(0, num_documents, document_chunk_size):
-            block = _score_block(q_block, d[d_start : d_start + document_chunk_size])
-            chunk_scores, chunk_positions = _stable_topk(block, k)
-            chunk_indices = chunk_positions + d_start
-            if best_scores is None:
-                best_scores, best_indices = chunk_scores, chunk_indices
-                continue
-            # Running top-k first: every index in it is lower than this chunk's, so a stable
-            # descending sort keeps "lower index first" among equal scores across chunks.
-            cand_scores = torch.cat([best_scores, chunk_scores], dim=1)
-            cand_indices = torch.cat([best_indices, chunk_indices], dim=1)
-            cand_scores, order = torch.sort(cand_scores, dim=1, descending=True, stable=True)
-            best_scores = cand_scores[:, :k]
-            best_indices = torch.gather(cand_indices, 1, order[:, :k])
-        all_scores[q_start : q_start + q_block.shape[0]] = best_scores
-        all_indices[q_start : q_start + q_block.shape[0]] = best_indices
-    return all_scores, all_indices
+            best.add(q_start, _score_block(q_block, d[d_start : d_start + document_chunk_size]), d_start)
+    return best.result()
 
 
 def faiss_search(

@@ -1,0 +1,228 @@
+"""Corpus-scale subcommands: ``encode`` (texts -> embedding shards), ``index`` (shards -> FAISS index) and
+``search`` (shards or index + queries -> TREC run)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .arguments import make_parser, parse
+from .checks import check_device, check_model, positive_int
+
+ENCODE_EXAMPLES = """\
+examples:
+  # MS MARCO's 8.8M passages on 4 GPUs: each process encodes its own slice of 100k-text shards
+  torchrun --nproc_per_node 4 -m dense_encoders.cli encode runs/tite-msmarco collection.tsv --output emb/msmarco
+
+  # the queries, with the model's query prompt and length
+  dense-encoders encode runs/tite-msmarco queries.dev.small.tsv --queries --output emb/msmarco-dev-queries
+
+  # one process driving two GPUs through sentence-transformers' multi-process pool
+  dense-encoders encode sentence-transformers/all-MiniLM-L6-v2 data/beir-scifact --output emb/scifact \\
+      --devices cuda:0 cuda:1
+
+  # interrupted? run the same command again: finished shards are kept, the rest is encoded
+"""
+
+
+def build_encode_parser():
+    parser = make_parser(
+        "dense-encoders encode",
+        "Encode a corpus (or, with --queries, a query set) into embedding shards: safetensors files of "
+        "--shard-size texts with their ids, and a manifest recording the model, pipeline, prompt, length, dtype "
+        "and the source's checksum. Streams the texts (one shard in memory), resumes an interrupted run, and "
+        "splits the shards across processes under torchrun / accelerate launch.",
+        ENCODE_EXAMPLES,
+    )
+    parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel.")
+    parser.add_argument("texts", help="A BEIR folder (its corpus.jsonl, or queries.jsonl with --queries), a .jsonl "
+                        "with _id/title/text, a .tsv of id<TAB>text, or a .txt with one text per line (ids: line "
+                        "numbers from 1).")
+    parser.add_argument("--output", required=True, help="Folder of the shards: new, or an unfinished run to continue.")
+    parser.add_argument("--queries", action="store_true",
+                        help="Encode queries: the model's query prompt and length instead of the document ones.")
+    parser.add_argument("--shard-size", type=positive_int, default=100_000,
+                        help="Texts per shard (default: %(default)s); memory holds one shard.")
+    parser.add_argument("--dtype", choices=["float16", "float32"], default="float16",
+                        help="Stored precision (default: %(default)s).")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="Texts per forward (default: %(default)s).")
+    parser.add_argument("--prompt", help="Prefix of every text (default: the model's query / document prompt).")
+    parser.add_argument("--max-length", type=positive_int, help="Token limit (default: the model's for the side).")
+    parser.add_argument("--pooling", choices=["cls", "mean"], help="Pooling of a plain transformers checkpoint.")
+    parser.add_argument("--normalize", action="store_true", help="L2-normalise the stored embeddings.")
+    parser.add_argument("--device", help="Device of a single process (default: sentence-transformers' choice; under "
+                        "torchrun cuda:LOCAL_RANK or the CPU).")
+    parser.add_argument("--devices", nargs="+", metavar="DEVICE",
+                        help="Several devices of one machine through sentence-transformers' multi-process pool.")
+    parser.add_argument("--allow-empty-documents", action="store_true", help="Encode blank texts instead of refusing.")
+    parser.add_argument("--allow-missing-weights", action="store_true",
+                        help="Encode with a checkpoint whose weights miss (or add) tensors of its model.")
+    parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
+    return parser
+
+
+def encode(argv: list[str]) -> int:
+    from ..evaluation.corpus_encoding import encode_corpus
+    from .train import end_distributed
+
+    options = parse(build_encode_parser(), argv)
+    check_model(options.model, "model")
+    check_device(options.device)
+    for device in options.devices or []:
+        check_device(device, "--devices")
+    if options.device and options.devices:
+        raise ValueError("give either --device or --devices, not both")
+    shards = encode_corpus(
+        options.model, options.texts, options.output, side="query" if options.queries else "document",
+        shard_size=options.shard_size, dtype=options.dtype, batch_size=options.batch_size, prompt=options.prompt,
+        max_length=options.max_length, pooling=options.pooling, normalize=options.normalize, device=options.device,
+        devices=options.devices, allow_empty=options.allow_empty_documents,
+        allow_missing_weights=options.allow_missing_weights, show_progress_bar=not options.no_progress,
+    )
+    end_distributed()
+    if shards is not None:
+        print(f"{shards.count} {shards.side} embeddings (dimension {shards.dimension}, {len(shards)} shards) in "
+              f"{shards.folder}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ index
+
+INDEX_EXAMPLES = """\
+examples:
+  dense-encoders index emb/msmarco --faiss "IVF65536,PQ64" --train-size 1000000 --output emb/msmarco/ivfpq.faiss
+  dense-encoders index emb/scifact --faiss HNSW32
+  dense-encoders index emb/scifact --faiss Flat
+"""
+
+
+def build_index_parser():
+    parser = make_parser(
+        "dense-encoders index",
+        "Build a FAISS index (inner product; cosine models are normalised) from embedding shards: trained on a "
+        "sample when the index type needs it, filled shard by shard, saved to disk. Uses the GPUs when faiss has "
+        "them, the CPU otherwise.",
+        INDEX_EXAMPLES,
+    )
+    parser.add_argument("shards", help="A folder written by `dense-encoders encode`.")
+    parser.add_argument("--faiss", required=True, metavar="FACTORY",
+                        help="faiss.index_factory string: Flat, HNSW32, IVF{n},PQ{m}, ...")
+    parser.add_argument("--output", help="Index file (default: SHARDS/index-<factory>.faiss).")
+    parser.add_argument("--train-size", type=positive_int, default=100_000,
+                        help="Vectors sampled for training IVF / PQ (default: %(default)s).")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the training sample (default: %(default)s).")
+    parser.add_argument("--similarity", choices=["cosine", "dot"], help="Default: what the model declares.")
+    parser.add_argument("--cpu", action="store_true", help="Build on the CPU even when faiss sees GPUs.")
+    return parser
+
+
+def index(argv: list[str]) -> int:
+    from ..data.embedding_shards import EmbeddingShards
+    from ..evaluation.shard_search import build_faiss_index
+
+    options = parse(build_index_parser(), argv)
+    shards = EmbeddingShards.open(options.shards)
+    if shards.side != "document":
+        raise ValueError(f"{shards.folder} holds query embeddings: index a corpus")
+    name = "".join(c if c.isalnum() else "-" for c in options.faiss).strip("-")
+    output = Path(options.output) if options.output else shards.folder / f"index-{name}.faiss"
+    if output.exists():
+        raise ValueError(f"{output} exists: delete it or give another --output")
+    built = build_faiss_index(shards, options.faiss, output, similarity=options.similarity,
+                              train_size=options.train_size, seed=options.seed, use_gpu=False if options.cpu else None)
+    print(f"{options.faiss} index of {shards.count} embeddings in {built}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ search
+
+SEARCH_EXAMPLES = """\
+examples:
+  # exact search streamed over the shards (memory: the queries, one shard and the top-k lists)
+  dense-encoders search emb/msmarco emb/msmarco-dev-queries --k 1000 --output runs/dev.trec
+
+  # a FAISS index; the queries may also be a text file, encoded with the corpus's model
+  dense-encoders search emb/msmarco/index-IVF65536-PQ64.faiss queries.dev.small.tsv --nprobe 64 --output runs/dev.trec
+"""
+
+
+def build_search_parser():
+    parser = make_parser(
+        "dense-encoders search",
+        "Top-k search of queries over a corpus's embedding shards (exact, streamed) or its FAISS index; writes a "
+        "TREC run.",
+        SEARCH_EXAMPLES,
+    )
+    parser.add_argument("corpus", help="Embedding shards (a folder from `encode`) or a .faiss index from `index`.")
+    parser.add_argument("queries", help="Query shards (`encode --queries`), or a queries file (BEIR folder, .jsonl, "
+                        ".tsv, .txt) encoded with the corpus's model.")
+    parser.add_argument("--output", required=True, help="TREC run file to write.")
+    parser.add_argument("--k", type=positive_int, default=1000, help="Documents per query (default: %(default)s).")
+    parser.add_argument("--similarity", choices=["cosine", "dot"], help="Default: what the model declares.")
+    parser.add_argument("--nprobe", type=positive_int, help="IVF cells visited per query.")
+    parser.add_argument("--ef-search", type=positive_int, help="HNSW search breadth (default: 2 x --k).")
+    parser.add_argument("--batch-size", type=positive_int, default=32,
+                        help="Batch size when the queries are encoded here (default: %(default)s).")
+    parser.add_argument("--device", help="Device for encoding queries and for exact search (default: cpu).")
+    parser.add_argument("--tag", default="dense-encoders", help="Run tag (default: %(default)s).")
+    parser.add_argument("--no-progress", action="store_true", help="Hide the progress bars.")
+    return parser
+
+
+def search(argv: list[str]) -> int:
+    from ..data.embedding_shards import EmbeddingShards
+    from ..data.runs import write_trec_run
+    from ..evaluation.shard_search import open_faiss_index, run_from_topk, search_faiss_index, search_shards
+
+    options = parse(build_search_parser(), argv)
+    check_device(options.device)
+    corpus = Path(options.corpus)
+    faiss_index = record = None
+    if corpus.suffix == ".faiss":
+        faiss_index, record, documents = open_faiss_index(corpus)
+    else:
+        documents = EmbeddingShards.open(corpus)
+    query_ids, query_embeddings = _queries_for(documents, options)
+    if faiss_index is not None:
+        scores, indices = search_faiss_index(faiss_index, record, query_embeddings, options.k, nprobe=options.nprobe,
+                                             ef_search=options.ef_search)
+    else:
+        if options.nprobe or options.ef_search:
+            raise ValueError("--nprobe / --ef-search apply to a FAISS index, not to exact search over shards")
+        scores, indices = search_shards(query_embeddings, documents, options.k, similarity=options.similarity,
+                                        device=options.device or "cpu", show_progress_bar=not options.no_progress)
+    run = run_from_topk(query_ids, documents, scores, indices)
+    write_trec_run(run, options.output, tag=options.tag)
+    print(f"Wrote the top {options.k} of {len(run)} queries over {documents.count} documents to {options.output}",
+          file=sys.stderr)
+    return 0
+
+
+def _queries_for(documents, options):
+    """Query ids and embeddings: from query shards (same model checked), or encoded here with the corpus's model."""
+    from ..data.embedding_shards import iterate_texts, text_source
+    from ..evaluation.encoding import RetrievalEncoder
+    from ..evaluation.shard_search import check_compatible, load_query_embeddings
+
+    queries = Path(options.queries)
+    if queries.is_dir() and (queries / "manifest.json").is_file():
+        query_ids, embeddings, shards = load_query_embeddings(queries)
+        check_compatible(shards, documents)
+        return query_ids, embeddings
+    settings = documents.settings
+    model = settings["model"]
+    check_model(model, "the corpus's model")
+    encoder = RetrievalEncoder(model, pooling=settings.get("pooling"), device=options.device,
+                               batch_size=options.batch_size,
+                               normalize=settings["normalize"], show_progress_bar=not options.no_progress,
+                               document_prompt=settings["prompt"], document_max_length=settings["max_length"])
+    if encoder.fingerprint != settings["fingerprint"]:
+        raise ValueError(f"{model} has other weights than the model that encoded {documents.folder}: encode the "
+                         "queries with `dense-encoders encode --queries` from that model")
+    pairs = list(iterate_texts(text_source(queries, "query")))
+    if not pairs:
+        raise ValueError(f"{queries} holds no queries")
+    return [identifier for identifier, _ in pairs], encoder.encode_queries([text for _, text in pairs]).embeddings
+
+
+__all__ = ["build_encode_parser", "build_index_parser", "build_search_parser", "encode", "index", "search"]

@@ -1,0 +1,406 @@
+"""Embedding shards: a corpus (or a query set) encoded into fixed-size safetensors files, with a manifest.
+
+Layout of an output folder::
+
+    encoding.json                  what is being encoded how (written first; a resume must match it)
+    shard-00000.safetensors        ``embeddings`` [rows, dim] (float16 or float32), metadata: rows, ids sha256
+    shard-00000.ids                the rows' ids, one per line
+    ...
+    manifest.json                  written last: encoding.json + count, dimension, every shard's rows and sha256
+
+Shard ``i`` holds the texts ``[i * shard_size, (i + 1) * shard_size)`` of the source in file order, so
+any process can encode any shard, and a shard is complete when its safetensors file exists (ids first,
+then embeddings, each written atomically). Sources are read as streams: a BEIR ``corpus.jsonl`` or
+``queries.jsonl`` (or a BEIR folder), a ``.tsv`` of ``id<TAB>text`` (MS MARCO's collection.tsv and
+queries.tsv), or a ``.txt`` file with one text per line (ids: line numbers, from 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .format import DataFormatError, document_text, json_lines
+
+SETTINGS_FILE = "encoding.json"
+MANIFEST_FILE = "manifest.json"
+FORMAT = "dense-encoders-embeddings"
+VERSION = 1
+DTYPES = {"float16": np.float16, "float32": np.float32}
+SHARD_METADATA = "dense_encoders_shard"
+SIDES = ("document", "query")
+
+
+# ------------------------------------------------------------------------------------------------ sources
+
+
+@dataclass(frozen=True)
+class TextSource:
+    """A file of texts with ids: ``kind`` is ``beir`` (jsonl with ``_id``), ``tsv`` or ``lines``."""
+
+    path: Path
+    kind: str
+    side: str
+
+    def describe(self) -> dict:
+        return {"path": str(self.path.resolve()), "kind": self.kind}
+
+
+def text_source(path: str | Path, side: str = "document") -> TextSource:
+    """The file to read for ``side``: a BEIR folder gives its corpus.jsonl (or queries.jsonl)."""
+    if side not in SIDES:
+        raise ValueError(f"side={side!r}: choose one of {SIDES}")
+    path = Path(path)
+    if path.is_dir():
+        name = "corpus.jsonl" if side == "document" else "queries.jsonl"
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"{path} has no {name}: give a BEIR folder, a .jsonl, a .tsv or a .txt file")
+        path = path / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: give a BEIR folder, a .jsonl, a .tsv or a .txt file")
+    kinds = {".jsonl": "beir", ".tsv": "tsv", ".txt": "lines"}
+    if path.suffix not in kinds:
+        raise ValueError(f"{path}: texts come as .jsonl (BEIR, with _id), .tsv (id<TAB>text) or .txt (one per "
+                         f"line), not {path.suffix or 'a file without suffix'}")
+    return TextSource(path, kinds[path.suffix], side)
+
+
+def iterate_texts(source: TextSource, *, allow_empty: bool = False) -> Iterator[tuple[str, str]]:
+    """``(id, text)`` of every text in file order, read as a stream. Documents of a BEIR corpus are
+    ``title + " " + text``; a blank text is a :class:`DataFormatError` naming file:line unless ``allow_empty``."""
+    if source.kind == "beir":
+        rows = ((number, record) for number, record in json_lines(source.path))
+        for number, record in rows:
+            identifier = record.get("_id")
+            if not isinstance(identifier, (str, int)) or isinstance(identifier, bool) or str(identifier) == "":
+                raise DataFormatError(source.path, number, "needs an '_id' (a string)")
+            text = document_text(record) if source.side == "document" else record.get("text")
+            if not isinstance(text, str):
+                raise DataFormatError(source.path, number, "needs a 'text' string")
+            yield _checked(source, number, str(identifier), text, allow_empty)
+        return
+    with open(source.path, encoding="utf-8", newline="") as handle:
+        for number, line in enumerate(handle, start=1):
+            line = line.rstrip("\r\n")
+            if source.kind == "lines":
+                yield _checked(source, number, str(number), line, allow_empty)
+                continue
+            if not line.strip():
+                continue
+            identifier, tab, text = line.partition("\t")
+            if not tab or not identifier.strip():
+                raise DataFormatError(source.path, number, "expected 'id<TAB>text'")
+            yield _checked(source, number, identifier.strip(), text, allow_empty)
+
+
+def _checked(source: TextSource, number: int, identifier: str, text: str, allow_empty: bool) -> tuple[str, str]:
+    if not text.strip() and not allow_empty:
+        what = "document" if source.side == "document" else "query"
+        raise DataFormatError(source.path, number, f"blank {what} {identifier!r}: remove it, or pass "
+                              "--allow-empty-documents to encode it as the empty text")
+    return identifier, text
+
+
+def scan_source(source: TextSource, *, allow_empty: bool = False) -> dict:
+    """One streamed pass: the number of texts and the file's sha256 (what the manifest pins the corpus by)."""
+    digest = hashlib.sha256()
+    with open(source.path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    count = sum(1 for _ in iterate_texts(source, allow_empty=allow_empty))
+    if count == 0:
+        raise ValueError(f"{source.path} holds no texts")
+    return {**source.describe(), "sha256": digest.hexdigest(), "count": count}
+
+
+# ------------------------------------------------------------------------------------------------ shards
+
+
+def shard_file(folder: Path, index: int) -> Path:
+    return Path(folder) / f"shard-{index:05d}.safetensors"
+
+
+def ids_file(folder: Path, index: int) -> Path:
+    return Path(folder) / f"shard-{index:05d}.ids"
+
+
+def shard_count(count: int, shard_size: int) -> int:
+    return -(-count // shard_size)
+
+
+def shard_rows(count: int, shard_size: int, index: int) -> int:
+    return min(shard_size, count - index * shard_size)
+
+
+def _atomic_write(path: Path, write) -> None:
+    handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        write(scratch)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(scratch, 0o666 & ~umask)
+        os.replace(scratch, path)
+    finally:
+        if os.path.exists(scratch):
+            os.remove(scratch)
+
+
+def _ids_digest(ids: list[str]) -> str:
+    return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
+
+
+def write_shard(folder: Path, index: int, embeddings: np.ndarray, ids: list[str], dtype: str) -> None:
+    """Shard ``index``: ids, then embeddings (the file whose presence marks the shard done), each atomic."""
+    from safetensors.numpy import save_file
+
+    if len(ids) != len(embeddings):
+        raise ValueError(f"shard {index}: {len(ids)} ids for {len(embeddings)} embeddings")
+    if any("\n" in identifier or "\r" in identifier for identifier in ids):
+        raise ValueError(f"shard {index}: an id contains a line break")
+    folder = Path(folder)
+    _atomic_write(ids_file(folder, index), lambda scratch: Path(scratch).write_text(
+        "".join(identifier + "\n" for identifier in ids), encoding="utf-8"))
+    array = np.ascontiguousarray(embeddings, dtype=DTYPES[dtype])
+    # one metadata key: safetensors writes a mapping's keys in an order that varies between processes, and a
+    # resumed run must write the same bytes
+    metadata = {SHARD_METADATA: json.dumps({"rows": len(ids), "ids_sha256": _ids_digest(ids), "shard": index},
+                                           sort_keys=True)}
+    _atomic_write(shard_file(folder, index), lambda scratch: save_file({"embeddings": array}, scratch,
+                                                                         metadata=metadata))
+
+
+def _shard_metadata(handle) -> dict:
+    try:
+        return json.loads((handle.metadata() or {}).get(SHARD_METADATA, "{}"))
+    except json.JSONDecodeError:
+        return {}
+
+
+def read_shard_ids(folder: Path, index: int) -> list[str]:
+    return ids_file(folder, index).read_text(encoding="utf-8").splitlines()
+
+
+def read_shard(folder: Path, index: int) -> tuple[np.ndarray, list[str]]:
+    """``(embeddings as stored, ids)`` of a complete shard; a damaged one is a one-line error naming it."""
+    from safetensors import safe_open
+
+    path = shard_file(folder, index)
+    try:
+        with safe_open(str(path), framework="np") as handle:
+            metadata = _shard_metadata(handle)
+            embeddings = handle.get_tensor("embeddings")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is missing: run `dense-encoders encode` again to finish the run") from None
+    except Exception as error:  # a damaged file
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"{path} cannot be read ({reason}): delete it and run `dense-encoders encode` "
+                         "again") from None
+    ids = read_shard_ids(folder, index)
+    if len(ids) != len(embeddings) or metadata.get("ids_sha256") != _ids_digest(ids):
+        raise ValueError(f"{ids_file(folder, index)} does not match {path.name}: delete both and run "
+                         "`dense-encoders encode` again")
+    return embeddings, ids
+
+
+def shard_is_complete(folder: Path, index: int, rows: int) -> bool:
+    """Whether shard ``index`` exists with ``rows`` rows and ids that match it (a resume skips it)."""
+    from safetensors import safe_open
+
+    path = shard_file(folder, index)
+    if not path.is_file() or not ids_file(folder, index).is_file():
+        return False
+    try:
+        with safe_open(str(path), framework="np") as handle:
+            metadata = _shard_metadata(handle)
+    except Exception:
+        return False
+    if metadata.get("rows") != rows:
+        return False
+    return metadata.get("ids_sha256") == _ids_digest(read_shard_ids(folder, index))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ records
+
+
+def differing_settings(recorded: dict, wanted: dict) -> list[str]:
+    """The keys whose values differ, as ``key: recorded -> wanted`` (nested mappings compared key by key)."""
+    problems = []
+    for key in sorted(set(recorded) | set(wanted)):
+        if recorded.get(key) != wanted.get(key):
+            if isinstance(recorded.get(key), dict) and isinstance(wanted.get(key), dict):
+                problems += [f"{key}.{item}" for item in differing_settings(recorded[key], wanted[key])]
+            else:
+                problems.append(f"{key}: {_short(recorded.get(key))} -> {_short(wanted.get(key))}")
+    return problems
+
+
+def _short(value) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 24 else text[:12] + "..." + text[-8:]
+
+
+def read_json(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error.msg}, line {error.lineno}): delete the folder's "
+                         "files or choose another --output") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} is not an embeddings record")
+    return value
+
+
+def write_json(path: Path, value: dict) -> None:
+    _atomic_write(Path(path), lambda scratch: Path(scratch).write_text(json.dumps(value, indent=2, sort_keys=True)
+                                                                         + "\n", encoding="utf-8"))
+
+
+def write_manifest(folder: Path, settings: dict, num_shards: int) -> "EmbeddingShards":
+    """``manifest.json`` of a folder whose ``num_shards`` shards are all complete (the last step of a run)."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    shards, dimension = [], None
+    for index in range(num_shards):
+        rows = shard_rows(settings["count"], settings["shard_size"], index)
+        if not shard_is_complete(folder, index, rows):
+            raise ValueError(f"{shard_file(folder, index)} is missing or incomplete: run the same command again")
+        if dimension is None:
+            with safe_open(str(shard_file(folder, index)), framework="np") as handle:
+                dimension = int(handle.get_slice("embeddings").get_shape()[1])
+        shards.append({"file": shard_file(folder, index).name, "ids": ids_file(folder, index).name, "rows": rows,
+                       "sha256": file_sha256(shard_file(folder, index))})
+    write_json(folder / MANIFEST_FILE, {"format": FORMAT, "version": VERSION, "settings": settings,
+                                        "count": settings["count"], "dimension": dimension, "shards": shards})
+    return EmbeddingShards.open(folder)
+
+
+def save_embedding_shards(folder: str | Path, embeddings: np.ndarray, ids: list[str], *, shard_size: int = 100_000,
+                          dtype: str = "float32", settings: dict | None = None) -> "EmbeddingShards":
+    """Embeddings computed elsewhere (``[N, dim]``, rows in ``ids`` order) as a finished shards folder, e.g. to
+    search or index them with the same tools; ``settings`` are recorded (side ``document`` unless given)."""
+    folder = Path(folder)
+    if folder.exists() and any(folder.iterdir()):
+        raise ValueError(f"{folder} is not empty: give a new folder")
+    if len(ids) != len(embeddings) or len(ids) == 0:
+        raise ValueError(f"{len(ids)} ids for {len(embeddings)} embeddings: give one id per row, at least one")
+    folder.mkdir(parents=True, exist_ok=True)
+    recorded = {"format": FORMAT, "version": VERSION, "side": "document", "similarity": "dot", "normalize": False,
+                **(settings or {}), "dtype": dtype, "shard_size": shard_size, "count": len(ids)}
+    write_json(folder / SETTINGS_FILE, recorded)
+    for index in range(shard_count(len(ids), shard_size)):
+        rows = slice(index * shard_size, (index + 1) * shard_size)
+        write_shard(folder, index, np.asarray(embeddings[rows]), list(ids[rows]), dtype)
+    return write_manifest(folder, recorded, shard_count(len(ids), shard_size))
+
+
+@dataclass(frozen=True)
+class EmbeddingShards:
+    """A finished folder of shards (its ``manifest.json``), read shard by shard."""
+
+    folder: Path
+    manifest: dict
+
+    @classmethod
+    def open(cls, folder: str | Path) -> "EmbeddingShards":
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder} does not exist: give a folder written by `dense-encoders encode`")
+        manifest = read_json(folder / MANIFEST_FILE)
+        if manifest is None:
+            hint = ("it is an unfinished run: run the same `dense-encoders encode` command again to finish it"
+                    if (folder / SETTINGS_FILE).is_file() else "it was not written by `dense-encoders encode`")
+            raise FileNotFoundError(f"{folder} has no {MANIFEST_FILE}: {hint}")
+        if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+            raise ValueError(f"{folder / MANIFEST_FILE} is not a {FORMAT} v{VERSION} manifest")
+        return cls(folder, manifest)
+
+    @property
+    def count(self) -> int:
+        return int(self.manifest["count"])
+
+    @property
+    def dimension(self) -> int:
+        return int(self.manifest["dimension"])
+
+    @property
+    def side(self) -> str:
+        return self.manifest["settings"]["side"]
+
+    @property
+    def settings(self) -> dict:
+        return self.manifest["settings"]
+
+    def __len__(self) -> int:
+        return len(self.manifest["shards"])
+
+    def shards(self) -> Iterator[tuple[int, np.ndarray, list[str]]]:
+        """``(offset of the shard's first row, embeddings as float32, ids)`` of every shard in order."""
+        offset = 0
+        for index, entry in enumerate(self.manifest["shards"]):
+            embeddings, ids = read_shard(self.folder, index)
+            if len(ids) != entry["rows"]:
+                raise ValueError(f"{shard_file(self.folder, index)} has {len(ids)} rows, the manifest "
+                                 f"{entry['rows']}: encode the folder again")
+            yield offset, np.asarray(embeddings, dtype=np.float32), ids
+            offset += len(ids)
+
+    def ids(self) -> Iterator[str]:
+        for index in range(len(self)):
+            yield from read_shard_ids(self.folder, index)
+
+    def ids_at(self, positions) -> dict[int, str]:
+        """The ids at the given global row positions (one pass over the ids files)."""
+        wanted = sorted(set(int(p) for p in positions))
+        found, cursor = {}, 0
+        for offset, identifier in enumerate(self.ids()):
+            while cursor < len(wanted) and wanted[cursor] == offset:
+                found[offset] = identifier
+                cursor += 1
+            if cursor == len(wanted):
+                break
+        return found
+
+
+__all__ = [
+    "DTYPES",
+    "EmbeddingShards",
+    "MANIFEST_FILE",
+    "SETTINGS_FILE",
+    "TextSource",
+    "differing_settings",
+    "file_sha256",
+    "ids_file",
+    "iterate_texts",
+    "read_json",
+    "read_shard",
+    "read_shard_ids",
+    "save_embedding_shards",
+    "scan_source",
+    "shard_count",
+    "shard_file",
+    "shard_is_complete",
+    "shard_rows",
+    "text_source",
+    "write_json",
+    "write_manifest",
+    "write_shard",
+]

@@ -1,0 +1,240 @@
+"""Encoding a whole corpus (or query set) into embedding shards, resumably, in bounded memory, on one or
+many processes (the format is :mod:`dense_encoders.data.embedding_shards`).
+
+The texts are read as a stream; a process holds one shard of texts and embeddings at a time. Under
+``torchrun`` / ``accelerate launch`` (``WORLD_SIZE`` > 1) each rank encodes a contiguous slice of the shards
+on its own device (``cuda:LOCAL_RANK``, else the CPU), and rank 0 writes the manifest after a barrier. On one
+process, ``devices=["cuda:0", "cuda:1"]`` uses sentence-transformers' multi-process pool instead. A killed
+run is continued by running it again: finished shards are skipped, and the shards it writes are the ones
+an uninterrupted run would have written (same texts, same batches, same bytes).
+
+Within a shard the texts are encoded in order of length (chunks of length-sorted texts, so batches carry
+little padding), and the embeddings are put back in file order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..data.embedding_shards import (
+    DTYPES,
+    FORMAT,
+    MANIFEST_FILE,
+    SETTINGS_FILE,
+    VERSION,
+    EmbeddingShards,
+    differing_settings,
+    iterate_texts,
+    read_json,
+    scan_source,
+    shard_count,
+    shard_is_complete,
+    shard_rows,
+    text_source,
+    write_json,
+    write_manifest,
+    write_shard,
+)
+from .encoding import RetrievalEncoder
+
+logger = logging.getLogger(__name__)
+
+# settings that decide the embeddings: a resume (or a search) must agree on all of them
+IDENTITY = ("side", "fingerprint", "pooling_modules", "prompt", "max_length", "normalize", "dtype", "shard_size",
+            "source_sha256", "count")
+
+
+def distributed_context() -> tuple[int, int, int]:
+    """``(rank, world size, local rank)`` from torchrun's environment; the process group is started (NCCL on
+    CUDA, else Gloo) when there are several processes and none is running yet."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    if world > 1:
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return rank, world, local
+
+
+def _barrier(world: int) -> None:
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def _from_rank_zero(world: int, value):
+    """Rank 0's ``value`` on every rank (an exception raised on rank 0 is re-raised everywhere)."""
+    if world == 1:
+        if isinstance(value, BaseException):
+            raise value
+        return value
+    import torch.distributed as dist
+
+    box = [value if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def my_shards(num_shards: int, rank: int, world: int) -> range:
+    """The contiguous slice of shards rank ``rank`` of ``world`` encodes."""
+    per_rank = -(-num_shards // world)
+    return range(min(num_shards, rank * per_rank), min(num_shards, (rank + 1) * per_rank))
+
+
+def _prepare_folder(output: Path, settings: dict) -> None:
+    """Rank 0: a new folder gets ``encoding.json``; an existing run must have the same identity."""
+    recorded = read_json(output / SETTINGS_FILE)
+    if recorded is None:
+        if output.exists() and any(output.iterdir()):
+            raise ValueError(f"{output} is not empty and holds no {SETTINGS_FILE}: choose a new --output (an "
+                             "unfinished encode run is continued by giving its folder again)")
+        output.mkdir(parents=True, exist_ok=True)
+        write_json(output / SETTINGS_FILE, settings)
+        return
+    differences = differing_settings({key: recorded.get(key) for key in IDENTITY},
+                                     {key: settings.get(key) for key in IDENTITY})
+    if differences:
+        raise ValueError(f"{output} holds a run with other settings ({'; '.join(differences[:4])}): give the same "
+                         "model, texts and flags to continue it, or a new --output")
+
+
+def encode_corpus(
+    model,
+    source: str | Path,
+    output: str | Path,
+    *,
+    side: str = "document",
+    shard_size: int = 100_000,
+    dtype: str = "float16",
+    batch_size: int = 32,
+    prompt: str | None = None,
+    max_length: int | None = None,
+    pooling: str | None = None,
+    normalize: bool = False,
+    device: str | None = None,
+    devices: list[str] | None = None,
+    allow_empty: bool = False,
+    allow_missing_weights: bool = False,
+    show_progress_bar: bool = True,
+) -> EmbeddingShards | None:
+    """Encode the texts of ``source`` (BEIR folder, .jsonl, .tsv or .txt) into shards in ``output``.
+
+    Returns the finished :class:`EmbeddingShards` on rank 0 (None on the other ranks). ``prompt`` and
+    ``max_length`` default to the model's own for ``side`` (as :class:`RetrievalEncoder` reads them).
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype {dtype}: choose one of {sorted(DTYPES)}")
+    if shard_size < 1:
+        raise ValueError(f"--shard-size {shard_size}: must be at least 1")
+    rank, world, local = distributed_context()
+    if world > 1 and devices:
+        raise ValueError("--devices starts one process per device itself: do not combine it with torchrun")
+    if device is None and world > 1:
+        import torch
+
+        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+    output = Path(output)
+    texts = text_source(source, side)
+    options = {f"{side}_prompt": prompt, f"{side}_max_length": max_length}
+    encoder = RetrievalEncoder(model, pooling=pooling, device=device, batch_size=batch_size, normalize=normalize,
+                               show_progress_bar=False, allow_missing_weights=allow_missing_weights, **options)
+    scanned = _from_rank_zero(world, _attempt(lambda: scan_source(texts, allow_empty=allow_empty)) if rank == 0
+                              else None)
+    settings = {
+        "format": FORMAT, "version": VERSION, "side": side, "model": encoder.name, "fingerprint": encoder.fingerprint,
+        "pooling": pooling, "pooling_modules": encoder.settings()["modules"], "similarity": encoder.similarity,
+        "prompt": encoder.prompts[side], "max_length": encoder.max_lengths[side], "normalize": normalize,
+        "dtype": dtype, "shard_size": shard_size, "source": scanned, "source_sha256": scanned["sha256"],
+        "count": scanned["count"],
+    }
+    _from_rank_zero(world, _attempt(lambda: _prepare_folder(output, settings)) if rank == 0 else None)
+    if (output / MANIFEST_FILE).is_file():
+        logger.info("%s is complete already (%s)", output, MANIFEST_FILE)
+        return EmbeddingShards.open(output) if rank == 0 else None
+    count, num_shards = scanned["count"], shard_count(scanned["count"], shard_size)
+    mine = my_shards(num_shards, rank, world)
+    todo = [index for index in mine if not shard_is_complete(output, index, shard_rows(count, shard_size, index))]
+    if len(todo) < len(mine):
+        logger.info("rank %d: %d of its %d shards are done already", rank, len(mine) - len(todo), len(mine))
+    if todo:
+        _encode_shards(encoder, texts, output, todo, settings, devices=devices, allow_empty=allow_empty,
+                       show_progress_bar=show_progress_bar and rank == 0)
+    _barrier(world)
+    result = _from_rank_zero(world, _attempt(lambda: write_manifest(output, settings, num_shards)) if rank == 0
+                             else None)
+    return result if rank == 0 else None
+
+
+def _attempt(action):
+    """``action()``, or the exception it raised (to be broadcast to the other ranks)."""
+    try:
+        return action()
+    except Exception as error:  # noqa: BLE001 - re-raised on every rank by _from_rank_zero
+        return error
+
+
+def _encode_shards(encoder: RetrievalEncoder, texts, output: Path, todo: list[int], settings: dict, *,
+                   devices: list[str] | None, allow_empty: bool, show_progress_bar: bool) -> None:
+    from tqdm.auto import tqdm
+
+    side, shard_size, count = settings["side"], settings["shard_size"], settings["count"]
+    wanted = set(todo)
+    model = encoder.model
+    previous_length = model.max_seq_length
+    model.max_seq_length = settings["max_length"]
+    pool = model.start_multi_process_pool(target_devices=list(devices)) if devices else None
+    bar = tqdm(total=sum(shard_rows(count, shard_size, index) for index in todo), unit="text",
+               desc=f"Encoding {side}s", disable=not show_progress_bar)
+    try:
+        batch_ids: list[str] = []
+        batch_texts: list[str] = []
+        current = None
+        for position, (identifier, text) in enumerate(iterate_texts(texts, allow_empty=allow_empty)):
+            index = position // shard_size
+            if index > max(wanted):
+                break
+            if index not in wanted:
+                continue
+            current = index
+            batch_ids.append(identifier)
+            batch_texts.append(text)
+            if len(batch_ids) == shard_rows(count, shard_size, index):
+                embeddings = _encode_sorted(encoder, side, batch_texts, settings, pool, bar)
+                write_shard(output, index, embeddings, batch_ids, settings["dtype"])
+                batch_ids, batch_texts, current = [], [], None
+        if current is not None:
+            raise ValueError(f"{texts.path} changed while it was being encoded: shard {current} is short")
+    finally:
+        bar.close()
+        if pool is not None:
+            model.stop_multi_process_pool(pool)
+        model.max_seq_length = previous_length
+
+
+def _encode_sorted(encoder: RetrievalEncoder, side: str, texts: list[str], settings: dict, pool, bar) -> np.ndarray:
+    """One shard's embeddings in file order, encoded in chunks of length-sorted texts."""
+    order = sorted(range(len(texts)), key=lambda position: -len(texts[position]))
+    encode = encoder.model.encode_query if side == "query" else encoder.model.encode_document
+    chunk = max(encoder.batch_size * 16, 1)
+    parts = []
+    for start in range(0, len(order), chunk):
+        selected = [texts[position] for position in order[start : start + chunk]]
+        parts.append(np.asarray(encode(selected, prompt=settings["prompt"], batch_size=encoder.batch_size,
+                                       show_progress_bar=False, convert_to_numpy=True,
+                                       normalize_embeddings=settings["normalize"], pool=pool), dtype=np.float32))
+        bar.update(len(selected))
+    embeddings = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+    embeddings[np.asarray(order)] = np.concatenate(parts)
+    return embeddings
+
+
+__all__ = ["IDENTITY", "distributed_context", "encode_corpus", "my_shards"]

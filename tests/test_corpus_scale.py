@@ -1,0 +1,389 @@
+"""Corpus-scale encoding and search: shards equal the in-memory encoding, two torchrun processes equal one,
+a killed run resumes to the same bytes, streamed search equals the harness's search, FAISS indexes agree
+with exact search, manifests refuse mismatches, and memory does not grow with the corpus."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO_ROOT, cpu_only_env
+from transformers import BertConfig, BertModel
+
+from dense_encoders.cli import main
+from dense_encoders.data.embedding_shards import (
+    EmbeddingShards,
+    iterate_texts,
+    save_embedding_shards,
+    text_source,
+)
+from dense_encoders.data.format import DataFormatError
+from dense_encoders.data.runs import read_trec_run
+from dense_encoders.evaluation.corpus_encoding import encode_corpus, my_shards
+from dense_encoders.evaluation.encoding import RetrievalEncoder
+from dense_encoders.evaluation.search import exact_search
+from dense_encoders.evaluation.shard_search import (
+    build_faiss_index,
+    open_faiss_index,
+    search_faiss_index,
+    search_shards,
+)
+
+WORDS = "dense passage query encoder retrieval ranking river mountain protein enzyme music bridge".split()
+
+
+def tiny_model(folder: Path, tok, seed: int = 0) -> Path:
+    from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
+
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32)
+    BertModel(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    write_sentence_transformers_files(folder, pooling="mean", similarity="cosine")
+    return folder
+
+
+def write_corpus(path: Path, count: int, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as handle:
+        for i in range(count):
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 12)))
+            handle.write(json.dumps({"_id": f"d{i}", "title": rng.choice(["", "a title"]), "text": text}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory, tok) -> Path:
+    return tiny_model(tmp_path_factory.mktemp("model") / "tiny", tok)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.jsonl", 230)
+
+
+def stored(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def all_embeddings(shards: EmbeddingShards) -> tuple[np.ndarray, list[str]]:
+    parts, ids = [], []
+    for _, embeddings, shard_ids in shards.shards():
+        parts.append(embeddings)
+        ids += shard_ids
+    return np.concatenate(parts), ids
+
+
+# ---- encoding ----------------------------------------------------------------------------------------
+
+
+def test_shards_equal_the_in_memory_encoding(model, corpus, tmp_path):
+    shards = encode_corpus(model, corpus, tmp_path / "emb", shard_size=50, dtype="float32", batch_size=8,
+                           show_progress_bar=False)
+    assert (shards.count, len(shards), shards.dimension) == (230, 5, 16)
+    assert [entry["rows"] for entry in shards.manifest["shards"]] == [50, 50, 50, 50, 30]
+    embeddings, ids = all_embeddings(shards)
+    texts = list(iterate_texts(text_source(corpus)))
+    assert ids == [identifier for identifier, _ in texts] == [f"d{i}" for i in range(230)]
+    reference = RetrievalEncoder(model, batch_size=8, show_progress_bar=False).encode_documents(
+        [text for _, text in texts]).embeddings
+    np.testing.assert_allclose(embeddings, reference, rtol=0, atol=1e-6)
+    settings = shards.settings
+    assert (settings["side"], settings["dtype"], settings["shard_size"], settings["count"]) == ("document", "float32",
+                                                                                             50, 230)
+    assert settings["source"]["sha256"] and settings["fingerprint"] and settings["max_length"] == 32
+    half = encode_corpus(model, corpus, tmp_path / "emb16", shard_size=50, batch_size=8, show_progress_bar=False)
+    stored16, _ = all_embeddings(half)  # float16 by default: the float32 values rounded to half precision
+    np.testing.assert_array_equal(stored16, embeddings.astype(np.float16).astype(np.float32))
+
+
+def test_tsv_and_txt_sources_and_blank_texts(tmp_path):
+    tsv = tmp_path / "collection.tsv"
+    tsv.write_text("7\tfirst passage\n9\tsecond passage\n\n12\tthird\n", encoding="utf-8")
+    assert list(iterate_texts(text_source(tsv))) == [("7", "first passage"), ("9", "second passage"), ("12", "third")]
+    lines = tmp_path / "texts.txt"
+    lines.write_text("alpha\nbeta\n\ngamma\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"texts.txt:3: blank document '3'"):
+        list(iterate_texts(text_source(lines)))
+    assert list(iterate_texts(text_source(lines), allow_empty=True))[2:] == [("3", ""), ("4", "gamma")]
+    (tmp_path / "beir").mkdir()
+    (tmp_path / "beir" / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "a question"}) + "\n")
+    assert list(iterate_texts(text_source(tmp_path / "beir", "query"))) == [("q1", "a question")]
+    with pytest.raises(FileNotFoundError, match="has no corpus.jsonl"):
+        text_source(tmp_path / "beir")
+
+
+def test_ranks_take_contiguous_slices_of_the_shards():
+    assert [list(my_shards(5, rank, 2)) for rank in range(2)] == [[0, 1, 2], [3, 4]]
+    assert [list(my_shards(2, rank, 4)) for rank in range(4)] == [[0], [1], [], []]
+    assert sorted(i for rank in range(3) for i in my_shards(10, rank, 3)) == list(range(10))
+
+
+@pytest.mark.numerics
+def test_two_torchrun_processes_equal_one(model, corpus, tmp_path):
+    one = encode_corpus(model, corpus, tmp_path / "one", shard_size=50, dtype="float32", batch_size=8,
+                        show_progress_bar=False)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+               "-m", "dense_encoders.cli", "encode", str(model), str(corpus), "--output", str(tmp_path / "two"),
+               "--shard-size", "50", "--dtype", "float32", "--batch-size", "8", "--no-progress"]
+    done = subprocess.run(command, cwd=tmp_path, env=cpu_only_env(PYTHONPATH=str(Path(REPO_ROOT) / "src")),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = EmbeddingShards.open(tmp_path / "two")
+    (a, ids_a), (b, ids_b) = all_embeddings(one), all_embeddings(two)
+    assert ids_a == ids_b
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)  # different thread counts may round differently
+    assert two.settings["fingerprint"] == one.settings["fingerprint"]
+
+
+@pytest.mark.slow
+def test_one_process_driving_several_devices_equals_one_device(model, corpus, tmp_path):
+    """--devices: sentence-transformers' multi-process pool (two CPU workers here) gives the same shards."""
+    one = encode_corpus(model, corpus, tmp_path / "one", shard_size=100, dtype="float32", batch_size=8,
+                        show_progress_bar=False)
+    pooled = encode_corpus(model, corpus, tmp_path / "pool", shard_size=100, dtype="float32", batch_size=8,
+                           devices=["cpu", "cpu"], show_progress_bar=False)
+    (a, ids_a), (b, ids_b) = all_embeddings(one), all_embeddings(pooled)
+    assert ids_a == ids_b
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+KILL_AFTER_TWO_SHARDS = """
+import os, signal, sys
+from dense_encoders.evaluation import corpus_encoding
+written = []
+original = corpus_encoding.write_shard
+def write_then_die(*args, **kwargs):
+    original(*args, **kwargs)
+    written.append(args[1])
+    if len(written) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+corpus_encoding.write_shard = write_then_die
+corpus_encoding.encode_corpus(sys.argv[1], sys.argv[2], sys.argv[3], shard_size=40, batch_size=8,
+                              show_progress_bar=False)
+"""
+
+
+def test_a_killed_run_resumes_to_the_same_bytes(model, corpus, tmp_path):
+    reference = encode_corpus(model, corpus, tmp_path / "whole", shard_size=40, batch_size=8, show_progress_bar=False)
+    output = tmp_path / "killed"
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_SHARDS, str(model), str(corpus), str(output)],
+                            env=cpu_only_env(PYTHONPATH=str(Path(REPO_ROOT) / "src")), capture_output=True, timeout=300)
+    assert killed.returncode == -9
+    assert not (output / "manifest.json").exists()
+    assert sorted(p.name for p in output.glob("shard-*.safetensors")) == ["shard-00000.safetensors",
+                                                                           "shard-00001.safetensors"]
+    with pytest.raises(FileNotFoundError, match="unfinished run: run the same `dense-encoders encode` command"):
+        EmbeddingShards.open(output)
+    (output / ".shard-00002.safetensors.x.tmp").write_bytes(b"half a shard")  # debris of a write cut short
+    resumed = encode_corpus(model, corpus, output, shard_size=40, batch_size=8, show_progress_bar=False)
+    assert resumed.count == reference.count
+    (output / ".shard-00002.safetensors.x.tmp").unlink()
+    whole, again = stored(tmp_path / "whole"), stored(output)
+    assert whole.keys() == again.keys()
+    for name in whole:
+        if name not in ("manifest.json", "encoding.json"):
+            assert whole[name] == again[name], name
+    manifest = json.loads(again["manifest.json"])
+    assert manifest["shards"] == json.loads(whole["manifest.json"])["shards"]  # same files, same sha256
+    # a finished folder: running again changes nothing
+    encode_corpus(model, corpus, output, shard_size=40, batch_size=8, show_progress_bar=False)
+    assert stored(output)["manifest.json"] == again["manifest.json"]
+
+
+def test_manifest_mismatches_are_refused(model, corpus, tok, tmp_path, capsys):
+    output = tmp_path / "emb"
+    argv = ["encode", str(model), str(corpus), "--output", str(output), "--shard-size", "100", "--no-progress"]
+    assert main(argv) == 0
+    other_model = tiny_model(tmp_path / "other", tok, seed=1)
+    cases = [
+        (["encode", str(other_model), *argv[2:]], "fingerprint"),
+        ([*argv, "--max-length", "8"], "max_length: 32 -> 8"),
+        ([*argv[:-3], "--shard-size", "50", "--no-progress"], "shard_size: 100 -> 50"),
+        ([*argv, "--dtype", "float32"], "dtype: float16 -> float32"),
+        ([*argv, "--prompt", "passage: "], "prompt"),
+    ]
+    for case, problem in cases:
+        capsys.readouterr()
+        assert main(case) == 2, case
+        err = capsys.readouterr().err
+        assert "holds a run with other settings" in err and problem in err and err.count("\n") <= 2, err
+    changed = write_corpus(tmp_path / "changed.jsonl", 230, seed=5)
+    assert main(["encode", str(model), str(changed), *argv[3:]]) == 2
+    assert "source_sha256" in capsys.readouterr().err
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    assert main(["encode", str(model), str(corpus), "--output", str(stray)]) == 2
+    assert "is not empty and holds no encoding.json" in capsys.readouterr().err
+    # queries encoded by another model cannot be searched against this corpus
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": WORDS[i]}) + "\n" for i in range(5)))
+    assert main(["encode", str(other_model), str(queries), "--queries", "--output", str(tmp_path / "q"),
+                 "--no-progress"]) == 0
+    assert main(["search", str(output), str(tmp_path / "q"), "--output", str(tmp_path / "run.trec")]) == 2
+    assert "were encoded differently (fingerprint" in capsys.readouterr().err
+    assert main(["search", str(output), str(output), "--output", str(tmp_path / "run.trec")]) == 2
+    assert "holds document embeddings: encode the queries" in capsys.readouterr().err
+
+
+# ---- search ------------------------------------------------------------------------------------------
+
+
+def clustered(count: int, dim: int, clusters: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Tight, well separated clusters (about count / clusters members each) and one query per cluster."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, dim)).astype(np.float32) * 4
+    members = np.arange(count) % clusters
+    points = centres[members] + 0.05 * rng.normal(size=(count, dim)).astype(np.float32)
+    queries = centres + 0.05 * rng.normal(size=(clusters, dim)).astype(np.float32)
+    return points, queries
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_streamed_search_equals_the_in_memory_search(tmp_path, similarity):
+    rng = np.random.default_rng(0)
+    documents = rng.normal(size=(1000, 12)).astype(np.float32)
+    documents[500] = documents[20]  # a tie: the lower index comes first in both
+    queries = rng.normal(size=(37, 12)).astype(np.float32)
+    shards = save_embedding_shards(tmp_path / "s", documents, [f"d{i}" for i in range(1000)], shard_size=256,
+                                   settings={"similarity": similarity})
+    for k, chunk in ((10, 128), (300, 64), (1000, 256)):
+        streamed = search_shards(queries, shards, k, document_chunk_size=chunk, query_chunk_size=16)
+        reference = exact_search(queries, documents, k, similarity=similarity, document_chunk_size=chunk,
+                                 query_chunk_size=16)
+        assert torch.equal(streamed[1], reference[1]) and torch.equal(streamed[0], reference[0])
+
+
+def test_faiss_flat_equals_exact_and_ivfpq_reaches_recall(tmp_path):
+    points, queries = clustered(6000, 16, 60)
+    shards = save_embedding_shards(tmp_path / "s", points, [f"d{i}" for i in range(len(points))], shard_size=1000)
+    scores, indices = search_shards(queries, shards, 100, similarity="dot")
+    flat, record, documents = open_faiss_index(build_faiss_index(shards, "Flat", tmp_path / "flat.faiss"))
+    assert documents.folder == shards.folder and record["count"] == 6000
+    flat_scores, flat_indices = search_faiss_index(flat, record, queries, 100)
+    # the same ranking up to rounding: equal scores rank by rank, and the same documents except those
+    # within rounding of the 100th score (BLAS kernels differ between FAISS and torch)
+    tolerance = 1e-5 * float(np.abs(scores.numpy()).max())
+    np.testing.assert_allclose(flat_scores, scores.numpy(), rtol=0, atol=tolerance)
+    for row in range(len(queries)):
+        clear = scores[row].numpy() > scores[row, -1].item() + tolerance
+        assert set(indices[row].numpy()[clear]) <= set(flat_indices[row]), row
+    assert (flat_indices == indices.numpy()).mean() > 0.9
+    path = build_faiss_index(shards, "IVF16,PQ8", tmp_path / "ivfpq.faiss", train_size=3000)
+    index, record, _ = open_faiss_index(path)
+    _, approximate = search_faiss_index(index, record, queries, 100, nprobe=4)
+    recall = np.mean([len(set(approximate[row]) & set(indices[row].tolist())) / 100 for row in range(len(queries))])
+    assert recall >= 0.95, recall
+    with pytest.raises(ValueError, match="not a FAISS index_factory string"):
+        build_faiss_index(shards, "NoSuchIndex", tmp_path / "bad.faiss")
+    with pytest.raises(ValueError, match="--nprobe applies to IVF indexes"):
+        search_faiss_index(flat, {**record, "factory": "Flat"}, queries, 10, nprobe=2)
+
+
+def test_encode_index_search_and_evaluate_from_the_command_line(model, tmp_path, capsys):
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    write_corpus(beir / "corpus.jsonl", 120)
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": f"{WORDS[i]} {WORDS[i + 1]}"})
+                                                + "\n" for i in range(8)))
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i * 7}\t1\n"
+                                                                                      for i in range(8)))
+    emb, queries = tmp_path / "emb", tmp_path / "queries"
+    assert main(["encode", str(model), str(beir), "--output", str(emb), "--shard-size", "32", "--dtype", "float32",
+                 "--no-progress"]) == 0
+    assert main(["encode", str(model), str(beir), "--queries", "--output", str(queries), "--dtype", "float32",
+                 "--no-progress"]) == 0
+    assert main(["search", str(emb), str(queries), "--k", "20", "--output", str(tmp_path / "exact.trec"),
+                 "--no-progress"]) == 0
+    assert main(["index", str(emb), "--faiss", "Flat"]) == 0
+    assert main(["search", str(emb / "index-Flat.faiss"), str(beir), "--k", "20", "--output",
+                 str(tmp_path / "flat.trec"), "--no-progress"]) == 0
+
+    exact, flat = read_trec_run(tmp_path / "exact.trec"), read_trec_run(tmp_path / "flat.trec")
+    assert exact.keys() == flat.keys() and all(len(documents) == 20 for documents in exact.values())
+    for query, documents in exact.items():  # the same scores rank by rank; tied documents may swap
+        assert sorted(documents.values()) == pytest.approx(sorted(flat[query].values()), abs=1e-5)
+        kth = min(documents.values())
+        assert {d for d, score in documents.items() if score > kth + 1e-5} <= set(flat[query])
+    encoded = tmp_path / "encoded.json"
+    reused = tmp_path / "reused.json"
+    assert main(["evaluate", str(model), str(beir), "--output", str(encoded), "--no-progress"]) == 0
+    assert main(["evaluate", str(model), str(beir), "--output", str(reused), "--corpus-embeddings", str(emb),
+                 "--no-progress"]) == 0
+    first, second = json.loads(encoded.read_text()), json.loads(reused.read_text())
+    assert second["metrics"] == pytest.approx(first["metrics"], abs=1e-12)
+    assert second["timings"]["documents_cached"] is True
+    capsys.readouterr()
+    assert main(["evaluate", str(model), str(beir), "--corpus-embeddings", str(emb), "--document-max-length", "8",
+                 "--no-progress"]) == 2
+    assert "was encoded differently (max_length: 32 there, 8 here)" in capsys.readouterr().err
+    other = tmp_path / "other-corpus"
+    assert main(["encode", str(model), str(write_corpus(tmp_path / "c.jsonl", 40)), "--output", str(other),
+                 "--no-progress"]) == 0
+    assert main(["evaluate", str(model), str(beir), "--corpus-embeddings", str(other), "--no-progress"]) == 2
+    assert "missing): encode this corpus" in capsys.readouterr().err
+
+
+# ---- memory --------------------------------------------------------------------------------------------
+
+
+PEAK_RSS = """
+import sys
+import sentence_transformers, torch, transformers  # noqa: F401 - imported before the peak is reset
+from dense_encoders.cli import main
+
+def kib(field):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field))
+
+before = kib("VmRSS:")
+with open("/proc/self/clear_refs", "w") as handle:
+    handle.write("5")  # the peak (VmHWM) starts again from the current RSS: it measures the command
+code = main(sys.argv[1:])
+print("PEAK", kib("VmHWM:"), before, code)
+"""
+
+
+def peak_rss_kib(argv: list[str], cwd: Path) -> tuple[int, int]:
+    """(peak RSS of the command, its growth over the RSS before it) in KiB, in a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS, *argv], cwd=cwd, capture_output=True, text=True,
+                          env=cpu_only_env(PYTHONPATH=str(Path(REPO_ROOT) / "src")), timeout=600)
+    line = next((line for line in done.stdout.splitlines() if line.startswith("PEAK")), None)
+    assert line is not None, done.stderr[-2000:]
+    _, peak, before, code = line.split()
+    assert code == "0", done.stderr[-2000:]
+    return int(peak), int(peak) - int(before)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc/self/clear_refs")
+def test_memory_does_not_grow_with_the_corpus(model, tmp_path):
+    """Peak RSS of encode and of exact search on 20k and on 100k texts (22 MB of text): within +15 %, and the
+    commands' own growth within +15 % + 8 MiB (one shard of texts and embeddings, the queries and the top-k
+    lists are all that is held; reading the 100k texts at once would add some 40 MB)."""
+    queries = tmp_path / "queries.txt"
+    queries.write_text("".join(f"{WORDS[i % 12]} {WORDS[(i * 5) % 12]}\n" for i in range(200)))
+    peaks = {}
+    for count in (20_000, 100_000):
+        texts = tmp_path / f"texts-{count}.txt"
+        rng = random.Random(count)
+        texts.write_text("".join(" ".join(rng.choice(WORDS) for _ in range(30)) + "\n" for _ in range(count)))
+        emb = tmp_path / f"emb-{count}"
+        peaks[count] = {
+            "encode": peak_rss_kib(["encode", str(model), str(texts), "--output", str(emb), "--shard-size", "5000",
+                                    "--batch-size", "512", "--max-length", "8", "--no-progress"], tmp_path),
+            "search": peak_rss_kib(["search", str(emb), str(queries), "--output", str(tmp_path / f"{count}.trec"),
+                                    "--k", "100", "--no-progress"], tmp_path),
+        }
+    print("(peak RSS, growth) in KiB:", peaks)
+    for step in ("encode", "search"):
+        (small_peak, small_growth), (large_peak, large_growth) = peaks[20_000][step], peaks[100_000][step]
+        assert large_peak <= 1.15 * small_peak, peaks
+        assert large_growth <= 1.15 * small_growth + 8 * 1024, peaks
