@@ -387,3 +387,15 @@ def test_memory_does_not_grow_with_the_corpus(model, tmp_path):
         (small_peak, small_growth), (large_peak, large_growth) = peaks[20_000][step], peaks[100_000][step]
         assert large_peak <= 1.15 * small_peak, peaks
         assert large_growth <= 1.15 * small_growth + 8 * 1024, peaks
+
+
+def test_a_blank_text_is_one_line_naming_the_file_and_line(model, tmp_path, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("alpha beta\n\ngamma\n")
+    assert main(["encode", str(model), str(texts), "--output", str(tmp_path / "emb"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "texts.txt:2: blank document '2'" in err and "--allow-empty-documents" in err and err.count("\n") <= 2
+    assert not (tmp_path / "emb").exists()  # nothing is written before the texts are read through
+    assert main(["encode", str(model), str(texts), "--output", str(tmp_path / "emb"), "--no-progress",
+                 "--allow-empty-documents"]) == 0
+    assert list(EmbeddingShards.open(tmp_path / "emb").ids()) == ["1", "2", "3"]

@@ -69,19 +69,32 @@ def _barrier(world: int) -> None:
         dist.barrier()
 
 
-def _from_rank_zero(world: int, value):
-    """Rank 0's ``value`` on every rank (an exception raised on rank 0 is re-raised everywhere)."""
-    if world == 1:
-        if isinstance(value, BaseException):
-            raise value
-        return value
-    import torch.distributed as dist
+class _Failure:
+    """An exception of rank 0 as it travels to the other ranks (its type and message; not every exception
+    class can be rebuilt from its pickled arguments)."""
 
-    box = [value if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
+    def __init__(self, error: BaseException):
+        self.error = error
+        self.kind = FileNotFoundError if isinstance(error, FileNotFoundError) else ValueError
+        self.message = str(error)
+
+    def __getstate__(self):
+        return {"kind": self.kind, "message": self.message, "error": None}
+
+
+def _from_rank_zero(world: int, value):
+    """Rank 0's ``value`` on every rank; a failure of rank 0 (:func:`_attempt`) is raised on every rank."""
+    if world > 1:
+        import torch.distributed as dist
+
+        box = [value if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        value = box[0] if dist.get_rank() != 0 else value
+    if isinstance(value, _Failure):
+        if value.error is not None:
+            raise value.error
+        raise value.kind(value.message)
+    return value
 
 
 def my_shards(num_shards: int, rank: int, world: int) -> range:
@@ -145,8 +158,11 @@ def encode_corpus(
     output = Path(output)
     texts = text_source(source, side)
     options = {f"{side}_prompt": prompt, f"{side}_max_length": max_length}
+    # a local model by its absolute path, so that `search` finds it from any folder
+    name = str(Path(model).resolve()) if isinstance(model, (str, Path)) and Path(model).exists() else None
     encoder = RetrievalEncoder(model, pooling=pooling, device=device, batch_size=batch_size, normalize=normalize,
-                               show_progress_bar=False, allow_missing_weights=allow_missing_weights, **options)
+                               show_progress_bar=False, allow_missing_weights=allow_missing_weights, name=name,
+                               **options)
     scanned = _from_rank_zero(world, _attempt(lambda: scan_source(texts, allow_empty=allow_empty)) if rank == 0
                               else None)
     settings = {
@@ -175,11 +191,11 @@ def encode_corpus(
 
 
 def _attempt(action):
-    """``action()``, or the exception it raised (to be broadcast to the other ranks)."""
+    """``action()``, or the failure it raised (to be broadcast to the other ranks and raised everywhere)."""
     try:
         return action()
     except Exception as error:  # noqa: BLE001 - re-raised on every rank by _from_rank_zero
-        return error
+        return _Failure(error)
 
 
 def _encode_shards(encoder: RetrievalEncoder, texts, output: Path, todo: list[int], settings: dict, *,
@@ -187,7 +203,7 @@ def _encode_shards(encoder: RetrievalEncoder, texts, output: Path, todo: list[in
     from tqdm.auto import tqdm
 
     side, shard_size, count = settings["side"], settings["shard_size"], settings["count"]
-    wanted = set(todo)
+    wanted, last = set(todo), max(todo)
     model = encoder.model
     previous_length = model.max_seq_length
     model.max_seq_length = settings["max_length"]
@@ -200,7 +216,7 @@ def _encode_shards(encoder: RetrievalEncoder, texts, output: Path, todo: list[in
         current = None
         for position, (identifier, text) in enumerate(iterate_texts(texts, allow_empty=allow_empty)):
             index = position // shard_size
-            if index > max(wanted):
+            if index > last:
                 break
             if index not in wanted:
                 continue
