@@ -35,6 +35,7 @@ if os.environ.get("DENSE_ENCODERS_DETERMINISTIC", "") not in ("", "0"):
 
 import dense_encoders  # noqa: F401,E402  (registers the Auto classes)
 from dense_encoders import CondenserConfig  # noqa: E402
+from transformers import BertConfig  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,6 +93,15 @@ def tiny_condenser_config(**overrides) -> CondenserConfig:
     )
     settings.update(overrides)
     return CondenserConfig(**settings)
+
+
+def tiny_bert_config(tok, **overrides) -> BertConfig:
+    """A tiny BERT (3 layers, width 32, no dropout, one label) over the bundled tokenizer's vocabulary."""
+    settings = dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0, num_labels=1)
+    settings.update(overrides)
+    return BertConfig(**settings)
 
 
 def random_mlm_batch(batch_size=6, seq_len=12, vocab_size=120, seed=0, mask_rate=0.3):

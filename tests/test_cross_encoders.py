@@ -8,21 +8,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import float32_atol
-from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification, BertModel
+from conftest import tiny_bert_config as tiny_config
+from transformers import AutoModelForSequenceClassification, BertForSequenceClassification, BertModel
 
 from dense_encoders import InfusedDualEncoderConfig, InfusedDualEncoderModel
 from dense_encoders.evaluation.layerwise import dual_encoder_layerwise_embeddings, layerwise_embeddings
 from dense_encoders.trainer.infusion import infuse, save_dual_encoder
 
 TEXTS = ["dense retrieval with cross encoders", "a", "which layer of the cross encoder embeds best?"]
-
-
-def tiny_config(tok, **overrides):
-    settings = dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                    intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                    attention_probs_dropout_prob=0.0, num_labels=1)
-    settings.update(overrides)
-    return BertConfig(**settings)
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 import torch
-from transformers import BertConfig, BertForSequenceClassification, BertModel
+from conftest import tiny_bert_config
+from transformers import BertForSequenceClassification, BertModel
 
 from dense_encoders.cli import main
 from dense_encoders.data.format import DataFormatError
@@ -195,14 +196,6 @@ def test_dispatch_recognises_graded_files_and_refuses_pair_options_elsewhere(tmp
 # ---------------------------------------------------------------------------- the command line
 
 
-def tiny_bert_config(tok, **overrides):
-    settings = dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                    attention_probs_dropout_prob=0.0, num_labels=1)
-    settings.update(overrides)
-    return BertConfig(**settings)
-
-
 @pytest.fixture
 def tiny_dual_encoder(tmp_path, tok):
     from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
@@ -210,7 +203,7 @@ def tiny_dual_encoder(tmp_path, tok):
     torch.manual_seed(0)
     folder = tmp_path / "de"
     # with its pooler saved: a pooler initialised at load would change the fingerprint (the cache key) each load
-    BertModel(tiny_bert_config(tok)).save_pretrained(folder)
+    BertModel(tiny_bert_config(tok, num_hidden_layers=2)).save_pretrained(folder)
     tok.save_pretrained(folder)
     write_sentence_transformers_files(folder, pooling="mean", similarity="cosine")
     return folder
@@ -220,7 +213,7 @@ def tiny_dual_encoder(tmp_path, tok):
 def tiny_cross_encoder(tmp_path, tok):
     torch.manual_seed(0)
     folder = tmp_path / "ce"
-    BertForSequenceClassification(tiny_bert_config(tok)).save_pretrained(folder)
+    BertForSequenceClassification(tiny_bert_config(tok, num_hidden_layers=2)).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
 
