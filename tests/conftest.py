@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -131,6 +132,16 @@ def tok():
     from dense_encoders.tokenization import load_tokenizer
 
     return load_tokenizer()
+
+
+@pytest.fixture
+def small_corpus(tmp_path):
+    """8 short documents: tokenizing and training take well under a second."""
+    words = "dense passage query encoder retrieval ranking river mountain protein enzyme music bridge".split()
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(40))}) + "\n"
+                            for i in range(8)))
+    return path
 
 
 @pytest.fixture

@@ -21,16 +21,6 @@ from dense_encoders.trainer.output_dir import (
 
 
 @pytest.fixture
-def small_corpus(tmp_path):
-    """8 short documents: tokenizing and training take well under a second."""
-    words = "dense passage query encoder retrieval ranking river mountain protein enzyme music bridge".split()
-    path = tmp_path / "small.jsonl"
-    path.write_text("".join(json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(40))}) + "\n"
-                            for i in range(8)))
-    return path
-
-
-@pytest.fixture
 def student_folder(tmp_path, tok):
     torch.manual_seed(0)
     folder = tmp_path / "student"

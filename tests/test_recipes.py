@@ -171,15 +171,6 @@ def test_readme_recipes_table_is_the_generated_one():
 # ---- end to end: the run uses the recipe and the card names it ------------------------------------------
 
 
-@pytest.fixture
-def small_corpus(tmp_path):
-    words = "dense passage query encoder retrieval ranking river mountain protein enzyme music bridge".split()
-    path = tmp_path / "small.jsonl"
-    path.write_text("".join(json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(40))}) + "\n"
-                            for i in range(8)))
-    return path
-
-
 def test_pretrain_with_a_recipe_trains_with_it_and_the_card_says_so(tmp_path, small_corpus, capsys):
     output = tmp_path / "tite"
     argv = ["pretrain", "tite", "--recipe", "tite-pretraining", "--corpus", str(small_corpus), "--output-dir",

@@ -193,7 +193,7 @@ def _search_stored_corpus(encoder: RetrievalEncoder, dataset: RetrievalDataset, 
     """Search the corpus's stored embedding shards instead of encoding it: ``(documents, metrics, per_query,
     run, seconds)``; shards of another model, prompt, length or corpus are refused."""
     from ..data.embedding_shards import EmbeddingShards
-    from .shard_search import run_from_topk, search_shards
+    from .shard_search import search_shards
 
     shards = EmbeddingShards.open(folder)
     wanted = {"side": "document", "fingerprint": encoder.fingerprint, "prompt": encoder.prompts["document"],
@@ -206,8 +206,8 @@ def _search_stored_corpus(encoder: RetrievalEncoder, dataset: RetrievalDataset, 
                 item for item in differences if not item.startswith("fingerprint")]
         raise ValueError(f"{shards.folder} was encoded differently ({'; '.join(differences)}): encode the corpus "
                          "again with this model and these settings, or drop --corpus-embeddings")
-    stored = set(shards.ids())
-    corpus = set(dataset.document_ids())
+    stored_ids = list(shards.ids())
+    stored, corpus = set(stored_ids), set(dataset.document_ids())
     if stored != corpus:
         raise ValueError(f"{shards.folder} holds {len(stored)} documents, {len(stored - corpus)} of them not in "
                          f"{dataset.name}'s corpus of {len(corpus)} ({len(corpus - stored)} missing): encode this "
@@ -215,7 +215,7 @@ def _search_stored_corpus(encoder: RetrievalEncoder, dataset: RetrievalDataset, 
     start = time.perf_counter()
     scores, indices = search_shards(queries.embeddings, shards, k, similarity=similarity)
     seconds = time.perf_counter() - start
-    run = run_from_topk(dataset.query_ids(), shards, scores, indices)
+    run = topk_to_run(dataset.query_ids(), stored_ids, scores, indices)
     metrics, per_query = compute_metrics(dataset.qrels, run, measures or DEFAULT_MEASURES,
                                          relevance_level=relevance_level)
     documents = EncodedTexts(np.empty((0, shards.dimension), dtype=np.float32), 0.0, True, str(shards.folder))
