@@ -1,7 +1,8 @@
 """TITE's batch plan (issue: TITE at GPU speed), checked on CPU so that CI guards the GPU design.
 
 * the plan equals the per-layer recomputation from device tensors (the pre-plan code path);
-* a pooled TITE layer dispatches at most 30 % more aten ops than a BertLayer on the same batch;
+* a pooled TITE layer dispatches at most 30 % more aten ops than a BertLayer on the same batch, and
+  its Q/K/V projections are one matrix product (K/V one when intra pooling pools the queries);
 * the layers read no device value on the host (Tensor.item / bool / int / tolist are patched).
 """
 
@@ -172,10 +173,123 @@ def test_a_pooled_layer_dispatches_at_most_30_percent_more_ops_than_a_bert_layer
     bert_ops = count_layer_ops(bert_layer, torch.randn(len(lengths), 16, 32), attention_mask=mask)
     total_tite, total_bert = sum(tite_ops.values()), sum(bert_ops.values())
     assert total_tite <= 1.3 * total_bert, (total_tite, total_bert, tite_ops)
+    # Q/K/V in one matrix product (intra: pooled Q alone, K and V in one), then the output, feed-forward in, out
+    products = tite_ops["aten.addmm.default"] + tite_ops["aten.linear.default"] + tite_ops["aten.mm.default"]
+    assert products == (5 if location == "intra" else 4), tite_ops
     # and nothing that recomputes indices per layer on the device
     for op in ("aten.cumsum.default", "aten.arange.start", "aten.repeat_interleave.Tensor", "aten.nonzero.default",
                "aten._local_scalar_dense.default"):
         assert op not in tite_ops, op
+
+
+# ---------------------------------------------------------------------------- fused projections
+
+
+def float64_attention(location: str = "intra"):
+    model = tiny("tiny-tite-2-late", pooling_location=location).double()
+    return model, model.layers[1].attention
+
+
+def separate(attention, names, states):
+    return tuple(getattr(attention, name)(states) for name in names)
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("names", [("query", "key", "value"), ("key", "value")])
+def test_fused_projections_equal_the_separate_linears_forward_and_backward(names):
+    """One GEMM over concatenated weights = each nn.Linear on its own, values and every gradient (float64)."""
+    from conftest import FLOAT64_TOLERANCE
+
+    _, attention = float64_attention()
+    states = torch.randn(23, 32, dtype=torch.float64, requires_grad=True)
+    upstream = [torch.randn(23, 32, dtype=torch.float64) for _ in names]
+    fused = attention._project(names, states)
+    assert all(f.grad_fn is not None for f in fused)  # under autograd: concatenated in the forward, no cache
+    assert attention._fused_projections == {}
+    torch.autograd.backward(fused, upstream)
+    fused_grads = [states.grad.clone()] + [getattr(attention, n).weight.grad.clone() for n in names] + [
+        getattr(attention, n).bias.grad.clone() for n in names]
+    states.grad = None
+    attention.zero_grad()
+    reference = separate(attention, names, states)
+    torch.autograd.backward(reference, upstream)
+    reference_grads = [states.grad] + [getattr(attention, n).weight.grad for n in names] + [
+        getattr(attention, n).bias.grad for n in names]
+    for got, expected in zip(fused, reference):
+        torch.testing.assert_close(got, expected, **FLOAT64_TOLERANCE)
+    for got, expected in zip(fused_grads, reference_grads):
+        torch.testing.assert_close(got, expected, **FLOAT64_TOLERANCE)
+
+
+@pytest.mark.numerics
+def test_the_inference_cache_follows_every_change_of_the_weights():
+    """Cached concatenated weights are rebuilt after an in-place update (optimizer step, load_state_dict)
+    and after .to(); each result equals the separate linears on the weights of that moment."""
+    from conftest import FLOAT64_TOLERANCE, float32_atol
+
+    model, attention = float64_attention()
+    names = ("query", "key", "value")
+    states = torch.randn(9, 32, dtype=torch.float64)
+
+    def check():
+        with torch.no_grad():
+            got, expected = attention._project(names, states), separate(attention, names, states)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, **FLOAT64_TOLERANCE)
+
+    with torch.inference_mode():  # the cache made here is an ordinary tensor
+        attention._project(names, states.clone())
+    cached = attention._fused_projections[names][1][0]
+    assert not cached.is_inference()
+    check()
+    assert attention._fused_projections[names][1][0] is cached  # reused while nothing changed
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    states_grad = torch.randn(9, 32, dtype=torch.float64)
+    loss = sum((p * states_grad).sum() for p in separate(attention, names, states))
+    loss.backward()
+    optimizer.step()
+    check()
+    assert attention._fused_projections[names][1][0] is not cached
+    model.load_state_dict({k: v + 1.0 for k, v in model.state_dict().items()})
+    check()
+    model.float()
+    states = states.float()
+    with torch.no_grad():
+        got = attention._project(names, states)
+        expected = separate(attention, names, states)
+    assert got[0].dtype == torch.float32  # rebuilt for the new dtype (float32: GEMM rounding tolerance)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, atol=float32_atol(e, depth=32), rtol=0)
+    # a frozen model used to differentiate its input: the cached weights serve, gradients flow to the input
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    inputs = states.clone().requires_grad_(True)
+    sum(p.sum() for p in attention._project(names, inputs)).backward()
+    assert inputs.grad is not None and torch.isfinite(inputs.grad).all()
+
+
+def test_hooked_or_replaced_projections_run_one_by_one():
+    """Adapters and hooks on a projection (what PEFT / quantisation put there) are never bypassed."""
+    _, attention = float64_attention()
+    names = ("query", "key", "value")
+    states = torch.randn(5, 32, dtype=torch.float64)
+    with torch.no_grad():
+        plain = separate(attention, names, states)
+        handle = attention.key.register_forward_hook(lambda module, args, output: output * 2)
+        hooked = attention._project(names, states)
+        handle.remove()
+
+        class Adapter(torch.nn.Linear):
+            def forward(self, x):
+                return super().forward(x) + 1
+
+        adapter = Adapter(32, 32, dtype=torch.float64)
+        adapter.load_state_dict(attention.value.state_dict())
+        attention.value = adapter
+        adapted = attention._project(names, states)
+    # run one by one: bit-equal to the separate linears with the hook / adapter applied
+    assert torch.equal(hooked[1], 2 * plain[1]) and torch.equal(hooked[0], plain[0])
+    assert torch.equal(adapted[2], plain[2] + 1) and torch.equal(adapted[1], plain[1])
 
 
 # ---------------------------------------------------------------------------- no host reads in the layers
