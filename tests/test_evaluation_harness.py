@@ -286,6 +286,26 @@ def test_compare_systems_is_a_paired_t_test_with_holm():
         compare_systems(a, list(reversed(b)))
 
 
+def test_compare_systems_keeps_splits_of_one_dataset_apart():
+    """Two splits (or graded-pair thresholds) of one dataset are two hypotheses: two rows, Holm over m = 2."""
+    def fake(split, values):
+        return {"dataset": {"name": "scifact", "split": split}, "per_query": {"ndcg@10": dict(values)}}
+
+    test_a, test_b = {"q1": 0.9, "q2": 0.8, "q3": 0.7}, {"q1": 0.5, "q2": 0.6, "q3": 0.6}
+    dev_a, dev_b = {"x": 0.5, "y": 0.4, "z": 0.9, "w": 0.1}, {"x": 0.5, "y": 0.5, "z": 0.7, "w": 0.2}
+    rows = compare_systems([fake("test", test_a), fake("dev", dev_a)], [fake("test", test_b), fake("dev", dev_b)])
+    assert [(row["dataset"], row["split"]) for row in rows] == [("scifact", "test"), ("scifact", "dev")]
+    p_test, p_dev = paired_t_test(test_a, test_b)[1], paired_t_test(dev_a, dev_b)[1]
+    low, high = sorted((p_test, p_dev))  # Holm by hand: 2 * smallest, then max(that, 1 * largest)
+    by_hand = {p_test: None, p_dev: None}
+    by_hand[low], by_hand[high] = min(1.0, 2 * low), max(min(1.0, 2 * low), high)
+    assert rows[0]["p_holm"] == pytest.approx(by_hand[p_test]) and rows[1]["p_holm"] == pytest.approx(by_hand[p_dev])
+    with pytest.raises(ValueError, match=r"'scifact \(test\)' vs 'scifact \(dev\)'"):
+        compare_systems([fake("test", test_a)], [fake("dev", dev_b)])
+    with pytest.raises(ValueError, match="given twice"):
+        compare_systems([fake("test", test_a)] * 2, [fake("test", test_b)] * 2)
+
+
 def test_cli_evaluate(minilm_path, toy_dataset, tmp_path, plain_bert, capsys):
     folder = write_beir(tmp_path / "toy", toy_dataset)
     output = tmp_path / "results.json"

@@ -274,28 +274,39 @@ def compare_systems(
 ) -> list[dict]:
     """System A vs B on several datasets: a paired t-test per dataset over the per-query values of
     ``measure``, Holm-Bonferroni across the datasets (TITE paper, Sec. 5). ``results_a[i]`` and
-    ``results_b[i]`` must be results of the same dataset. One row per dataset."""
+    ``results_b[i]`` must be results of the same dataset and split (a BEIR test and dev split, or two
+    graded-pair thresholds, are separate hypotheses). One row per dataset and split."""
     if len(results_a) != len(results_b) or not results_a:
         raise ValueError("give one results dict of system A and one of system B per dataset, in the same order")
-    rows = []
+    rows, seen = [], set()
     for a, b in zip(results_a, results_b):
-        if a["dataset"]["name"] != b["dataset"]["name"]:
-            raise ValueError(f"results of different datasets paired: {a['dataset']['name']!r} vs {b['dataset']['name']!r}")
+        task_a = (a["dataset"]["name"], a["dataset"].get("split"))
+        task_b = (b["dataset"]["name"], b["dataset"].get("split"))
+        if task_a != task_b:
+            raise ValueError(f"results of different datasets paired: {_task_label(*task_a)!r} vs {_task_label(*task_b)!r}")
+        if task_a in seen:
+            raise ValueError(f"{_task_label(*task_a)!r} is given twice: each dataset and split is one hypothesis")
+        seen.add(task_a)
         per_query_a, per_query_b = a["per_query"][measure], b["per_query"][measure]
         t, p = paired_t_test(per_query_a, per_query_b)
         common = sorted(set(per_query_a) & set(per_query_b))
         rows.append({
-            "dataset": a["dataset"]["name"],
+            "dataset": task_a[0],
+            "split": task_a[1],
             "queries": len(common),
             "mean_a": sum(per_query_a[q] for q in common) / len(common),
             "mean_b": sum(per_query_b[q] for q in common) / len(common),
             "t": t,
             "p": p,
         })
-    adjusted = holm_bonferroni({row["dataset"]: row["p"] for row in rows}, alpha=alpha)
+    adjusted = holm_bonferroni({_task_label(row["dataset"], row["split"]): row["p"] for row in rows}, alpha=alpha)
     for row in rows:
-        row["p_holm"], row["significant"] = adjusted[row["dataset"]]
+        row["p_holm"], row["significant"] = adjusted[_task_label(row["dataset"], row["split"])]
     return rows
+
+
+def _task_label(name: str, split: str | None) -> str:
+    return name if split is None else f"{name} ({split})"
 
 
 def save_results(results: dict, path: str | Path) -> Path:
