@@ -17,6 +17,7 @@ absolutely, its sibling files relatively, nothing from ``dense_encoders``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -414,30 +415,27 @@ class TiteAttention(nn.Module):
         live parameters. Projections replaced or hooked (adapters, quantised layers) run one by one.
         """
         modules = [getattr(self, name) for name in names]
-        if len(modules) == 1 or any(
-            type(module) is not nn.Linear or module.bias is None or module._forward_hooks or module._forward_pre_hooks
-            for module in modules
-        ):
+        if any(type(module) is not nn.Linear or module.bias is None or module._forward_hooks
+               or module._forward_pre_hooks for module in modules):
             return tuple(module(states) for module in modules)
-        parameters = [module.weight for module in modules] + [module.bias for module in modules]
-        live = (torch.is_grad_enabled() and any(p.requires_grad for p in parameters)) or (
+        weights, biases = [module.weight for module in modules], [module.bias for module in modules]
+        live = (torch.is_grad_enabled() and any(p.requires_grad for p in weights + biases)) or (
             states.is_cuda and torch.cuda.is_current_stream_capturing()
         )
-        fused = None
+        key = None
         if not live:
             try:
-                key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
+                key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in weights + biases)
             except RuntimeError:  # inference tensors have no version counter: nothing to key a cache on
-                key = None
-            cached = self._fused_projections.get(names)
-            if key is not None and cached is not None and cached[0] == key:
-                fused = cached[1]
-            elif key is not None:
-                with torch.inference_mode(False), torch.no_grad():  # an ordinary tensor, usable outside inference mode
-                    fused = (torch.cat(parameters[: len(modules)]), torch.cat(parameters[len(modules):]))
+                pass
+        cached = self._fused_projections.get(names)
+        if key is not None and cached is not None and cached[0] == key:
+            fused = cached[1]
+        else:
+            with torch.inference_mode(False) if key is not None else contextlib.nullcontext():
+                fused = (torch.cat(weights), torch.cat(biases))  # cached: an ordinary tensor, usable anywhere
+            if key is not None:
                 self._fused_projections[names] = (key, fused)
-        if fused is None:
-            fused = (torch.cat(parameters[: len(modules)]), torch.cat(parameters[len(modules):]))
         return F.linear(states, *fused).split([module.out_features for module in modules], dim=-1)
 
     def forward(self, states: torch.Tensor, plan: LayerPlan) -> torch.Tensor:
