@@ -1,0 +1,70 @@
+"""Detect the format of a checkpoint folder written by another implementation, and convert it.
+
+Each source format is one module of this package exposing a :class:`~.source_format.SourceFormat`;
+adding a format means writing that module and listing it in :data:`SOURCE_FORMATS`. A format's ``detect`` looks at the folder
+only (``config.json`` keys, file names, tensor names in file headers); its ``convert`` writes our folder
+and returns the facts recorded in ``conversion.json`` (which the model card reports).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .condenser_reference import CONDENSER_REFERENCE
+from .lightning_ir import LIGHTNING_IR
+from .source_format import ConversionError, SourceFormat
+from .tite_authors import TITE_AUTHORS
+
+# Lightning IR first: its folders hold a TITE backbone too
+SOURCE_FORMATS: tuple[SourceFormat, ...] = (LIGHTNING_IR, TITE_AUTHORS, CONDENSER_REFERENCE)
+
+
+def detect_format(source: str | Path) -> SourceFormat:
+    """The :class:`SourceFormat` of ``source``, or a :class:`ConversionError` naming what was looked for."""
+    folder = Path(source)
+    if not folder.is_dir():
+        raise ConversionError(f"{source} is not a folder: give the checkpoint folder to convert.")
+    for source_format in SOURCE_FORMATS:
+        if source_format.detect(folder):
+            return source_format
+    known = "; ".join(f"{f.name} ({f.description})" for f in SOURCE_FORMATS)
+    raise ConversionError(f"{source} is in none of the formats `dense-encoders convert` reads: {known}.")
+
+
+def convert_checkpoint(source: str | Path, output: str | Path, *, overwrite: bool = False, **options) -> Path:
+    """Convert ``source`` (any format of :data:`SOURCE_FORMATS`) into our checkpoint folder ``output``.
+
+    The folder is written next to ``output`` and renamed into place when complete, so an interrupted or
+    failed conversion leaves nothing half-written; an existing non-empty ``output`` is refused unless
+    ``overwrite``. Returns ``output``.
+    """
+    source_format = detect_format(source)
+    output = Path(output)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())) and not overwrite:
+        raise ConversionError(f"{output} exists and is not empty: choose a new folder or pass --overwrite.")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.converting-", dir=output.parent))
+    try:
+        facts = source_format.convert(Path(source), staging, **options)
+        record = {
+            "source_format": source_format.name,
+            "source_description": source_format.description,
+            "source": str(Path(source).resolve()),
+            "converted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **facts,
+        }
+        (staging / "conversion.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        from ..hub.cards import model_card
+
+        model_card(staging, output.name).save(staging / "README.md")
+        if output.exists():
+            shutil.rmtree(output)
+        staging.rename(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return output
