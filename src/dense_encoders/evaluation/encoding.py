@@ -31,7 +31,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..hub.checkpoint_folder import check_checkpoint_weights, has_sentence_transformers_files, is_ours, native_pipeline
+from ..hub.checkpoint_folder import (
+    check_checkpoint_weights,
+    from_pretrained_kwargs,
+    has_sentence_transformers_files,
+    is_ours,
+    native_pipeline,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +66,14 @@ def load_sentence_transformer(
             raise ValueError("pooling= is for plain transformers checkpoints; this SentenceTransformer declares its own")
         return model.to(device) if device else model
     name_or_path = str(model)
-    check_checkpoint_weights(
+    report = check_checkpoint_weights(
         name_or_path, allow_missing_weights=allow_missing_weights, trust_remote_code=trust_remote_code
     )
+    model_kwargs = {"trust_remote_code": trust_remote_code, **from_pretrained_kwargs(report, allow_missing_weights)}
     if pooling is None and has_sentence_transformers_files(name_or_path):
-        return SentenceTransformer(name_or_path, device=device, trust_remote_code=trust_remote_code)
+        return SentenceTransformer(
+            name_or_path, device=device, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs
+        )
 
     from sentence_transformers.base.modules.transformer import Transformer
     from sentence_transformers.sentence_transformer.modules.pooling import Pooling
@@ -83,7 +92,7 @@ def load_sentence_transformer(
             )
         pooling = native_pipeline(config)[0]
     remote = {"trust_remote_code": trust_remote_code}
-    transformer = Transformer(name_or_path, model_kwargs=remote, config_kwargs=remote, processor_kwargs=remote)
+    transformer = Transformer(name_or_path, model_kwargs=model_kwargs, config_kwargs=remote, processor_kwargs=remote)
     modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
     return SentenceTransformer(modules=modules, device=device, similarity_fn_name=similarity)
 

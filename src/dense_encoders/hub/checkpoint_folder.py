@@ -493,7 +493,7 @@ def check_checkpoint_weights(
     Raises :class:`CheckpointWeightsError` (a ``ValueError``) naming the first missing / unexpected keys,
     their counts and the fix; with ``allow_missing_weights=True`` it logs that instead (the transformers
     load report follows) and the caller loads the partial model. An unreadable weights file (truncated,
-    corrupt) is always an error naming the file. Returns ``{"files", "model_class", "missing_keys",
+    corrupt) is always an error naming the file. Returns ``{"files", "model_class", "ours", "missing_keys",
     "unexpected_keys"}``, or ``None`` when there is nothing to check (no transformers weights).
     """
     import logging
@@ -520,6 +520,7 @@ def check_checkpoint_weights(
     report = {
         "files": files,
         "model_class": type(model).__name__,
+        "ours": is_ours(config),
         "missing_keys": sorted(missing),
         "unexpected_keys": sorted(unexpected),
     }
@@ -544,3 +545,14 @@ def check_checkpoint_weights(
         "copy / download its weights again); to load it anyway, pass --allow-missing-weights "
         "(allow_missing_weights=True)."
     )
+
+
+def from_pretrained_kwargs(report: dict | None, allow_missing_weights: bool) -> dict:
+    """What ``from_pretrained`` needs to load the checkpoint that :func:`check_checkpoint_weights` reported.
+
+    Our model classes refuse missing weights themselves (``StrictLoadingMixin`` in their remote code); when
+    the caller allowed a partial checkpoint of ours, they must be told so (other classes take no such flag).
+    """
+    if allow_missing_weights and report and report.get("ours") and report["missing_keys"]:
+        return {"allow_missing_weights": True}
+    return {}

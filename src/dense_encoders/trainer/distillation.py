@@ -298,13 +298,14 @@ class DistillationSetup:
         return {name: value for name, value in options.items() if name in configured}
 
 
-def student_conventions(name_or_path: str) -> tuple[str | None, str | None, str]:
+def student_conventions(name_or_path: str, model_kwargs: dict | None = None) -> tuple[str | None, str | None, str]:
     """(pooling, similarity, transformer folder) a checkpoint declares: sentence-transformers files
-    first, then our model types (pooler_output, their native similarity); (None, None, path) when nothing is declared."""
+    first, then our model types (pooler_output, their native similarity); (None, None, path) when nothing is declared.
+    ``model_kwargs`` go to ``from_pretrained`` (e.g. ``allow_missing_weights``)."""
     if has_sentence_transformers_files(name_or_path):
         from sentence_transformers import SentenceTransformer
 
-        model = SentenceTransformer(name_or_path, trust_remote_code=True, device="cpu")
+        model = SentenceTransformer(name_or_path, trust_remote_code=True, device="cpu", model_kwargs=model_kwargs)
         modes = [getattr(module, "pooling_mode", None) for module in model]
         pooling = next((mode for mode in modes if mode), None)
         if pooling not in (None, "cls", "mean"):
@@ -350,16 +351,17 @@ def _build_student(setup: DistillationSetup) -> tuple[DualEncoder, str]:
     """:func:`build_student` and the folder of the student's transformer (where its tokenizer is)."""
     from transformers import AutoModel
 
-    from ..hub.checkpoint_folder import check_checkpoint_weights
+    from ..hub.checkpoint_folder import check_checkpoint_weights, from_pretrained_kwargs
 
-    check_checkpoint_weights(setup.student, allow_missing_weights=setup.allow_missing_weights)
-    pooling, similarity, folder = student_conventions(setup.student)  # loads a SentenceTransformer: once per run
+    report = check_checkpoint_weights(setup.student, allow_missing_weights=setup.allow_missing_weights)
+    load_kwargs = from_pretrained_kwargs(report, setup.allow_missing_weights)
+    pooling, similarity, folder = student_conventions(setup.student, load_kwargs)  # loads a SentenceTransformer once
     pooling = setup.pooling or pooling
     if pooling is None:
         raise ValueError(
             f"{setup.student} declares no pooling (no sentence-transformers files): pass --pooling cls or mean"
         )
-    encoder = AutoModel.from_pretrained(folder, trust_remote_code=True)
+    encoder = AutoModel.from_pretrained(folder, trust_remote_code=True, **load_kwargs)
     if pooling != "pooler" and isinstance(getattr(encoder, "pooler", None), nn.Module):
         # a BERT-style pooler head the student never uses: no gradients (DDP would need
         # find_unused_parameters), no compute, and not saved with the student

@@ -24,7 +24,7 @@ from transformers.models.bert.modeling_bert import BertLayer, BertModel, BertOnl
 from transformers.utils import ModelOutput, logging
 
 from .configuration_condenser import CondenserConfig
-from .sentence_transformers_condenser import SentenceTransformersFilesMixin
+from .sentence_transformers_condenser import SentenceTransformersFilesMixin, StrictLoadingMixin
 
 logger = logging.get_logger(__name__)
 
@@ -155,7 +155,7 @@ class CondenserForPreTrainingOutput(ModelOutput):
 # --------------------------------------------------------------------------------------------
 
 
-class CondenserPreTrainedModel(SentenceTransformersFilesMixin, BertPreTrainedModel):
+class CondenserPreTrainedModel(StrictLoadingMixin, SentenceTransformersFilesMixin, BertPreTrainedModel):
     """Shared base: BERT's weight init and attention back-ends (eager / sdpa / flash), Condenser config.
 
     ``save_pretrained`` also writes the sentence-transformers files of the encoder inside (CLS, dot).
@@ -199,7 +199,7 @@ class CondenserPreTrainedModel(SentenceTransformersFilesMixin, BertPreTrainedMod
             tokenizer.save_pretrained(save_directory)
 
 
-class CondenserModel(SentenceTransformersFilesMixin, BertModel):
+class CondenserModel(StrictLoadingMixin, SentenceTransformersFilesMixin, BertModel):
     """The Condenser retrieval encoder: a BERT backbone, no pooler weights.
 
     ``pooler_output`` is the last layer's CLS vector, the embedding the papers retrieve with
@@ -268,6 +268,7 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
     positions, which gives the same loss as scoring every position.
     """
 
+    fresh_weight_prefixes = ("c_head.", "cls.")  # the heads on a backbone checkpoint: warned about below
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",

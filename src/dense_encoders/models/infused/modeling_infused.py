@@ -13,7 +13,7 @@ from transformers import BertModel, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_infused import InfusedDualEncoderConfig
-from .sentence_transformers_infused import SentenceTransformersFilesMixin
+from .sentence_transformers_infused import SentenceTransformersFilesMixin, StrictLoadingMixin
 
 # model types whose encoder is transformers' BertModel layout (embeddings + encoder.layer[i])
 BERT_FAMILY = ("bert",)
@@ -27,7 +27,7 @@ def mean_pool(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
-class InfusedDualEncoderModel(SentenceTransformersFilesMixin, BertModel):
+class InfusedDualEncoderModel(StrictLoadingMixin, SentenceTransformersFilesMixin, BertModel):
     """The infused dual encoder; ``pooler_output`` is the mean over non-padding tokens (as in the paper)."""
 
     config_class = InfusedDualEncoderConfig

@@ -1,6 +1,6 @@
 # Copied from dense_encoders.models.condenser.sentence_transformers_condenser: keep the copies identical
 # (tests/test_checkpoint_folder.py checks it; each model folder ships its own copy as remote code).
-"""The sentence-transformers module files of a checkpoint folder, written as plain JSON.
+"""The sentence-transformers module files of a checkpoint folder, written as plain JSON; and strict loading.
 
 ``save_pretrained`` of every model family calls :func:`write_sentence_transformers_files`, so a folder
 saved anywhere (with its tokenizer) loads in ``SentenceTransformer`` with the pooling that reproduces
@@ -11,6 +11,10 @@ The layout is sentence-transformers' own (6.x), byte for byte: a ``Transformer``
 folder's root, ``Pooling`` in ``1_Pooling`` and, for a model trained with cosine similarity,
 ``Normalize`` in ``2_Normalize``. Nothing here imports sentence-transformers or the dense-encoders package: the file is
 shipped as remote code next to the modeling file.
+
+:class:`StrictLoadingMixin` makes ``from_pretrained`` refuse a checkpoint that lacks weights of the model
+(transformers would initialise them at random and only print a load report): every number computed from
+such a model is meaningless, so the caller must ask for it with ``allow_missing_weights=True``.
 """
 
 from __future__ import annotations
@@ -175,8 +179,41 @@ class SentenceTransformersFilesMixin:
             )
 
 
+class StrictLoadingMixin:
+    """``from_pretrained`` that refuses to hand back a model with randomly initialised weights.
+
+    ``fresh_weight_prefixes`` names parameters that may legitimately start fresh (pre-training heads
+    on top of an encoder checkpoint); any other parameter missing from the checkpoint, or skipped for
+    a shape mismatch, raises a one-line ValueError unless the caller passes ``allow_missing_weights=True``.
+    """
+
+    fresh_weight_prefixes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, allow_missing_weights: bool = False,
+                        **kwargs):
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        fresh = sorted(
+            {key for key in info.get("missing_keys", ()) if not key.startswith(cls.fresh_weight_prefixes)}
+            | {entry[0] if isinstance(entry, (tuple, list)) else entry for entry in info.get("mismatched_keys", ())}
+        )
+        if fresh and not allow_missing_weights:
+            shown = ", ".join(fresh[:5]) + (f", ... (+{len(fresh) - 5} more)" if len(fresh) > 5 else "")
+            raise ValueError(
+                f"{pretrained_model_name_or_path} lacks {len(fresh)} weights of {cls.__name__} ({shown}): they would be "
+                "randomly initialised and every number computed from the model meaningless. Point at the complete "
+                "checkpoint (a folder another implementation wrote: `dense-encoders convert` it first), or pass "
+                "allow_missing_weights=True to load it anyway."
+            )
+        return (model, info) if want_info else model
+
+
 __all__ = [
     "SentenceTransformersFilesMixin",
+    "StrictLoadingMixin",
     "read_saved_settings",
     "sentence_transformers_files",
     "write_sentence_transformers_files",

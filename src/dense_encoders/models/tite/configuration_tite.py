@@ -11,7 +11,23 @@ from transformers import PretrainedConfig
 
 POOLING_LOCATIONS = ("pre", "intra", "post")
 POOLING_IMPLEMENTATIONS = ("auto", "triton", "torch")
-POSITION_EMBEDDING_TYPES = ("rotary", "absolute")
+# "absolute+rotary": a learned table added to the embeddings AND rotary queries / keys in every layer
+# (the TITE authors' released configuration)
+POSITION_EMBEDDING_TYPES = ("rotary", "absolute", "absolute+rotary")
+# Keys that only the TITE authors' code (github.com/webis-de/tite) writes into a config.json of model_type
+# "tite": such a folder has other weight names and layouts, so it is refused here and converted by
+# ``dense-encoders convert`` instead of being loaded with its weights silently initialised at random.
+AUTHORS_CONFIG_KEYS = (
+    "absolute_positional_embedding_type",
+    "relative_positional_embedding_type",
+    "positional_embedding_type",
+    "rotary_interleaved",
+    "norm_location",
+    "norm_type",
+    "dropout_prob",
+    "rope_implementation",
+)
+CONVERT_HINT = "convert the folder once with `dense-encoders convert FOLDER OUT` (pip install dense-encoders) and load OUT"
 # Written into every saved ``config.json`` so that ``AutoModel.from_pretrained(folder, trust_remote_code=True)``
 # (and so sentence-transformers) finds the encoder even in a folder a pre-training class saved.
 TITE_AUTO_MAP = {
@@ -60,7 +76,9 @@ class TiteConfig(PretrainedConfig):
         max_position_embeddings (`int`, defaults to 512): longest input; with pooling on, the schedule
             must reduce exactly this length to one vector.
         position_embedding_type (`str`, defaults to "rotary"): "rotary" (RoPE on queries and keys;
-            pooled queries sit at window centres) or "absolute" (learned table, e.g. for BERT warm starts).
+            pooled queries sit at window centres), "absolute" (learned table, e.g. for BERT warm starts)
+            or "absolute+rotary" (both, as the TITE authors' released models: the table is added to the
+            embeddings, RoPE rotates queries and keys in every layer).
         rope_theta (`float`, defaults to 10000.0): RoPE base.
         type_vocab_size (`int`, defaults to 0): token-type embeddings (0 = none; 2 for BERT warm starts).
         hidden_act (`str`, defaults to "gelu"), hidden_dropout_prob (0.1), layer_norm_eps (1e-12),
@@ -104,6 +122,7 @@ class TiteConfig(PretrainedConfig):
         cuda_graphs: bool = False,
         **kwargs: Any,
     ):
+        refuse_foreign_config(kwargs)
         self.vocab_size = vocab_size
         self.num_hidden_layers = num_hidden_layers
         self.hidden_sizes = _per_layer("hidden_sizes", hidden_sizes, num_hidden_layers)
@@ -139,6 +158,16 @@ class TiteConfig(PretrainedConfig):
     def embedding_size(self) -> int:
         """Width fed into the first layer (the first layer's input)."""
         return self.hidden_sizes[0]
+
+    @property
+    def rotary_positions(self) -> bool:
+        """Whether the layers rotate queries and keys (RoPE)."""
+        return "rotary" in self.position_embedding_type.split("+")
+
+    @property
+    def absolute_positions(self) -> bool:
+        """Whether the embeddings add a learned position table."""
+        return "absolute" in self.position_embedding_type.split("+")
 
     def sequence_lengths(self, length: int | None = None) -> list[int]:
         """Length entering the first layer, then after every layer, for an input of ``length`` tokens."""
@@ -195,6 +224,25 @@ class TiteConfig(PretrainedConfig):
                 )
 
 
+def refuse_foreign_config(kwargs: dict) -> None:
+    """Raise a one-line ValueError for a ``config.json`` that another implementation wrote: the TITE authors'
+    (their keys) or Lightning IR's (``model_type`` "lir-*"). Loading either as our TITE would leave every
+    weight but the word table randomly initialised."""
+    model_type = kwargs.get("model_type", TiteConfig.model_type)
+    if model_type != TiteConfig.model_type:
+        origin = "a Lightning IR model" if str(model_type).startswith("lir-") else "another architecture"
+        raise ValueError(
+            f"This config.json describes model_type {model_type!r} ({origin}), not our TITE; "
+            + (CONVERT_HINT + "." if str(model_type).startswith("lir-") else "load it with its own class.")
+        )
+    foreign = [key for key in AUTHORS_CONFIG_KEYS if key in kwargs]
+    if foreign:
+        raise ValueError(
+            f"This config.json was written by the TITE authors' code (keys {', '.join(foreign[:3])}): its weights are "
+            f"named and laid out differently from ours; {CONVERT_HINT}."
+        )
+
+
 def _per_layer(name: str, value, num_layers: int) -> list:
     """One value for every layer, or a list with exactly one entry per layer."""
     if isinstance(value, (list, tuple)):
@@ -208,4 +256,4 @@ def _per_layer(name: str, value, num_layers: int) -> list:
 
 TiteConfig.register_for_auto_class()
 
-__all__ = ["TiteConfig", "pooled_length", "POOLING_LOCATIONS"]
+__all__ = ["AUTHORS_CONFIG_KEYS", "TiteConfig", "pooled_length", "POOLING_LOCATIONS", "refuse_foreign_config"]

@@ -36,7 +36,7 @@ from transformers.utils import ModelOutput, logging
 from .configuration_tite import TiteConfig
 from .pooling_tite import DeviceArrays, PoolPlan, _segment_positions, plan_parts, pool_planned
 from .rotary_tite import apply_rotary, fused_rotary_available, rotary_table
-from .sentence_transformers_tite import SentenceTransformersFilesMixin
+from .sentence_transformers_tite import SentenceTransformersFilesMixin, StrictLoadingMixin
 
 try:  # PyTorch's own varlen flash attention (CUDA, fp16/bf16; torch >= 2.9): no flash-attn package needed
     from torch.nn.attention.varlen import varlen_attn
@@ -279,7 +279,7 @@ class TitePlan:
         for layout in layouts:
             if layout._pad is not None:
                 layout.ensure_padding(self.device)
-        if config.position_embedding_type == "rotary":
+        if config.rotary_positions:
             self._gather_rotary_rows(config, dtype)
 
     def _gather_rotary_rows(self, config: TiteConfig, dtype: torch.dtype) -> None:
@@ -342,7 +342,7 @@ class TiteEmbeddings(nn.Module):
         )
         self.position_embeddings = (
             nn.Embedding(config.max_position_embeddings, config.embedding_size)
-            if config.position_embedding_type == "absolute"
+            if config.absolute_positions
             else None
         )
         self.token_type_embeddings = (
@@ -536,7 +536,7 @@ class TiteLayer(GradientCheckpointingLayer):
 # --------------------------------------------------------------------------------------------
 
 
-class TitePreTrainedModel(SentenceTransformersFilesMixin, PreTrainedModel):
+class TitePreTrainedModel(StrictLoadingMixin, SentenceTransformersFilesMixin, PreTrainedModel):
     """Shared base; ``save_pretrained`` also writes the sentence-transformers files (the vector sits at
     position 0 of ``last_hidden_state``: CLS pooling, dot product)."""
 
@@ -885,6 +885,7 @@ class TiteForPreTraining(TitePreTrainedModel):
     hidden from the decoder (the reference implementation forgot this).
     """
 
+    fresh_weight_prefixes = ("mae_decoder.", "mae_head.", "bow_head.")  # the heads on an encoder checkpoint
     _tied_weights_keys = {
         "mae_head.decoder.weight": "tite.embeddings.word_embeddings.weight",
         "bow_head.decoder.weight": "tite.embeddings.word_embeddings.weight",
