@@ -6,7 +6,7 @@ sentence-transformers files that reproduce the source's vectors, ``conversion.js
 that names the source. ``dense-encoders convert SRC OUT`` is the command line for it.
 """
 
-from .convert import SOURCE_FORMATS, convert_checkpoint, detect_format
+from .convert import SOURCE_FORMATS, convert_checkpoint, detect_format, find_format
 from .source_format import ConversionError, SourceFormat
 
-__all__ = ["SOURCE_FORMATS", "ConversionError", "SourceFormat", "convert_checkpoint", "detect_format"]
+__all__ = ["SOURCE_FORMATS", "ConversionError", "SourceFormat", "convert_checkpoint", "detect_format", "find_format"]

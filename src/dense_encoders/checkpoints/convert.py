@@ -8,6 +8,7 @@ and returns the facts recorded in ``conversion.json`` (which the model card repo
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import tempfile
@@ -23,14 +24,19 @@ from .tite_authors import TITE_AUTHORS
 SOURCE_FORMATS: tuple[SourceFormat, ...] = (LIGHTNING_IR, TITE_AUTHORS, CONDENSER_REFERENCE)
 
 
+def find_format(folder: str | Path) -> SourceFormat | None:
+    """The :class:`SourceFormat` of a folder another implementation wrote; ``None`` for any other folder."""
+    folder = Path(folder)
+    return next((f for f in SOURCE_FORMATS if folder.is_dir() and f.detect(folder)), None)
+
+
 def detect_format(source: str | Path) -> SourceFormat:
     """The :class:`SourceFormat` of ``source``, or a :class:`ConversionError` naming what was looked for."""
-    folder = Path(source)
-    if not folder.is_dir():
+    if not Path(source).is_dir():
         raise ConversionError(f"{source} is not a folder: give the checkpoint folder to convert.")
-    for source_format in SOURCE_FORMATS:
-        if source_format.detect(folder):
-            return source_format
+    found = find_format(source)
+    if found is not None:
+        return found
     known = "; ".join(f"{f.name} ({f.description})" for f in SOURCE_FORMATS)
     raise ConversionError(f"{source} is in none of the formats `dense-encoders convert` reads: {known}.")
 
@@ -40,9 +46,16 @@ def convert_checkpoint(source: str | Path, output: str | Path, *, overwrite: boo
 
     The folder is written next to ``output`` and renamed into place when complete, so an interrupted or
     failed conversion leaves nothing half-written; an existing non-empty ``output`` is refused unless
-    ``overwrite``. Returns ``output``.
+    ``overwrite``. ``options`` are the format's own (``skip_from`` for Condenser folders); ``None`` means
+    the format's default, and an option the format does not take is refused. Returns ``output``.
     """
     source_format = detect_format(source)
+    options = {name: value for name, value in options.items() if value is not None}
+    accepted = inspect.signature(source_format.convert).parameters
+    for name in options:
+        if name not in accepted:
+            raise ConversionError(f"--{name.replace('_', '-')} does not apply to {source} ({source_format.name}); "
+                                  "leave it out.")
     output = Path(output)
     if output.exists() and (not output.is_dir() or any(output.iterdir())) and not overwrite:
         raise ConversionError(f"{output} exists and is not empty: choose a new folder or pass --overwrite.")

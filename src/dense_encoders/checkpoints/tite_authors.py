@@ -274,7 +274,7 @@ def convert(source: Path, output: Path) -> dict:
 
 TITE_AUTHORS = SourceFormat(
     name="tite-authors",
-    description="TITE saved by the TITE authors' code (github.com/webis-de/tite): TiteModel or TiteForPreTraining",
+    description="the TITE authors' code (github.com/webis-de/tite): a TiteModel or TiteForPreTraining folder",
     detect=detect,
     convert=convert,
 )

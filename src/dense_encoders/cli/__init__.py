@@ -11,6 +11,7 @@ Subcommands:
   distill      distil teacher scores into any encoder (Margin-MSE, KL, InfoNCE, M3SE, ...)
   layerwise    per-layer retrieval quality of a cross-encoder's and a dual encoder's embeddings
   infuse       build and train a cross-encoder-infused dual encoder (DE-2-CE), retrieve + rerank report
+  convert      a checkpoint folder another implementation wrote (TITE authors, Lightning IR, Condenser) -> ours
   push         upload a checkpoint folder to the Hub in one commit, with a generated model card
   bench        encode-speed report: BERT, Condenser, every TITE preset, DE-2, with FLOP bounds and a plot
   recipes      the papers' training recipes (`--recipe NAME` on pretrain, distill, infuse), value by value
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from .arguments import expand_config_file, parse
 from .bench import bench, build_bench_parser
+from .convert import build_convert_parser, convert
 from .corpus import build_encode_parser, build_index_parser, build_search_parser, encode, index, search
 from .evaluate import build_evaluate_parser, build_layerwise_parser, evaluate, layerwise
 from .hub import build_push_parser, push
@@ -64,6 +66,7 @@ COMMANDS = {
     "distill": distill,
     "layerwise": layerwise,
     "infuse": infuse,
+    "convert": convert,
     "push": push,
     "bench": bench,
     "recipes": recipes,
@@ -79,6 +82,7 @@ PARSERS = {
     "distill": build_distill_parser,
     "layerwise": build_layerwise_parser,
     "infuse": build_infuse_parser,
+    "convert": build_convert_parser,
     "push": build_push_parser,
     "bench": build_bench_parser,
     "recipes": build_recipes_parser,

@@ -11,6 +11,8 @@ import os
 import re
 from pathlib import Path
 
+from ..checkpoints import find_format
+
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps"
 # what huggingface_hub accepts as a repository id: `name` or `namespace/name`
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
@@ -45,6 +47,10 @@ def check_model(value: str | None, flag: str = "model") -> None:
     if path.is_dir():
         if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
             raise ValueError(f"{value} has no config.json: it is not a saved model (save it with save_pretrained)")
+        foreign = find_format(path)
+        if foreign is not None and not foreign.loads_as_is:
+            raise ValueError(f"{flag} {value} is a folder of {foreign.description}, in another layout than ours: "
+                             f"convert it once with `dense-encoders convert {value} OUT` and pass OUT")
         return
     if path.exists():
         raise ValueError(f"{flag} {value}: a file, not a model folder; pass a local checkpoint folder or a "

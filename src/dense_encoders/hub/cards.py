@@ -185,6 +185,20 @@ def _positive_set_facts(folder: Path) -> list[str]:
             f"for {labelled:,} of {total:,} queries; the teacher's best document for the other {total - labelled:,}"]
 
 
+def _conversion(folder: Path) -> list[str]:
+    """The card's lines about a folder ``dense-encoders convert`` wrote from another implementation's checkpoint."""
+    record = _read_json(folder / "conversion.json")
+    if record is None:
+        return []
+    lines = ["## Conversion", "", f"Converted from `{record.get('source')}`, a checkpoint of "
+             f"{record.get('source_description')}, by `dense-encoders convert` ({record.get('converted_at')}); the "
+             "conversion is exact (every tensor mapped, nothing initialised at random).", ""]
+    facts = {key: value for key, value in record.items()
+             if key not in ("source", "source_description", "converted_at", "source_format") and value not in (None, [], {})}
+    lines += [f"- {key.replace('_', ' ')}: {value}" for key, value in facts.items()]
+    return lines + [""]
+
+
 def _results(folder: Path, results: list) -> list[dict]:
     loaded = []
     for item in list(results or []) + sorted((folder / "evaluation").glob("*.json")):
@@ -263,7 +277,7 @@ def model_card(
         license=license,
         eval_results=eval_results or None,
     )
-    lines = [f"# {name}", "", description, ""]
+    lines = [f"# {name}", "", description, "", *_conversion(folder)]
     if similarity or pooling:
         lines += [f"Sentence-transformers configuration: {pooling or 'model'} pooling, {similarity or 'cosine'} "
                   "similarity.", ""]

@@ -77,13 +77,16 @@ def write_sentence_transformers_files(
     similarity: str,
     prompts: dict[str, str] | None = None,
     normalize: bool | None = None,
+    lengths: dict[str, int] | None = None,
 ) -> list[Path]:
     """Write sentence-transformers' module files into a ``save_pretrained`` folder; returns their paths.
 
     For a model a training run has just trained: the pipeline is Transformer -> Pooling(``pooling``),
     plus ``Normalize`` when it was trained with cosine similarity (``normalize`` defaults to
     ``similarity == "cosine"``; cosine-trained models ship unit vectors). The files are exactly what
-    sentence-transformers writes for that pipeline; weights, config and code stay untouched.
+    sentence-transformers writes for that pipeline; weights, config and code stay untouched. ``prompts``
+    and ``lengths`` (``query_length`` / ``document_length``) set what ``encode_query`` / ``encode_document``
+    prepend and where they truncate.
     """
     folder = Path(folder)
     config = _read_json(folder / "config.json")
@@ -93,10 +96,13 @@ def write_sentence_transformers_files(
 
     if normalize is None:
         normalize = similarity == "cosine"
-    return [Path(p) for p in write(folder, _embedding_dimension(config), pooling, similarity, prompts, normalize)]
+    dimension = _embedding_dimension(config)
+    return [Path(p) for p in write(folder, dimension, pooling, similarity, prompts, normalize, lengths)]
 
 
 def _embedding_dimension(config: dict) -> int:
+    if config.get("projection_size"):  # a TITE whose output passes through a projection
+        return int(config["projection_size"])
     if "hidden_size" in config:
         return int(config["hidden_size"])
     if config.get("hidden_sizes"):  # TITE configs saved with per-layer widths only

@@ -89,6 +89,10 @@ class TiteConfig(PretrainedConfig):
         pooling_implementation (`str`, defaults to "auto"): "triton", "torch", or "auto" (Triton when it
             can run, else PyTorch; a requested Triton that cannot run falls back with one log line).
         tie_word_embeddings (`bool`, defaults to True): tie the pre-training decoders to the word table.
+        projection_size (`int`, *optional*): a linear layer from the final width to this many features,
+            applied to the output (``pooler_output`` and ``last_hidden_state``), as bi-encoders fine-tuned
+            with Lightning IR carry it (``projection: linear``); None (the default) = no projection.
+        projection_bias (`bool`, defaults to True): whether that layer has a bias (``linear_no_bias``: False).
         cuda_graphs (`bool`, defaults to False): inference on CUDA (fp16/bf16, Triton installed) replays
             CUDA graphs captured per bucket of (texts, tokens, longest text), so that the host launches
             one graph instead of every kernel; helps most for small batches. Capturing a new bucket
@@ -120,6 +124,8 @@ class TiteConfig(PretrainedConfig):
         pad_token_id: int = 0,
         tie_word_embeddings: bool = True,
         cuda_graphs: bool = False,
+        projection_size: int | None = None,
+        projection_bias: bool = True,
         **kwargs: Any,
     ):
         refuse_foreign_config(kwargs)
@@ -145,6 +151,8 @@ class TiteConfig(PretrainedConfig):
         self.pooling_implementation = pooling_implementation
         self.tie_word_embeddings = tie_word_embeddings
         self.cuda_graphs = bool(cuda_graphs)
+        self.projection_size = projection_size
+        self.projection_bias = bool(projection_bias)
         super().__init__(pad_token_id=pad_token_id, **kwargs)
         self.auto_map = {**TITE_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
         self.validate_tite()
@@ -153,6 +161,11 @@ class TiteConfig(PretrainedConfig):
     def hidden_size(self) -> int:
         """Width of the output vector (the last layer's width)."""
         return self.hidden_sizes[-1]
+
+    @property
+    def sentence_embedding_dimension(self) -> int:
+        """Width of the text's vector: the projection's when there is one, else the last layer's."""
+        return self.projection_size or self.hidden_size
 
     @property
     def embedding_size(self) -> int:
@@ -204,6 +217,9 @@ class TiteConfig(PretrainedConfig):
                     f"layer {index}: stride {stride} > kernel size {kernel} would skip tokens; "
                     f"use stride <= {kernel}."
                 )
+        if self.projection_size is not None and (isinstance(self.projection_size, bool)
+                                                 or not isinstance(self.projection_size, int) or self.projection_size < 1):
+            raise ValueError(f"projection_size={self.projection_size!r}: give a positive width, or None for no projection.")
         if self.pooling_location not in POOLING_LOCATIONS:
             raise ValueError(f"pooling_location={self.pooling_location!r}: choose one of {POOLING_LOCATIONS}.")
         if self.pooling_implementation not in POOLING_IMPLEMENTATIONS:

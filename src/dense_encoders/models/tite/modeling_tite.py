@@ -575,7 +575,9 @@ class TiteModel(TitePreTrainedModel):
 
     ``pooler_output`` ``(batch, hidden)`` is the text's vector and ``last_hidden_state``
     ``(batch, 1, hidden)`` the same vector as a length-1 sequence. A configuration without pooling
-    returns the padded token states instead and its first token as ``pooler_output``.
+    returns the padded token states instead and its first token as ``pooler_output``. With
+    ``config.projection_size`` both pass through one linear layer (``projection``), as a Lightning IR
+    bi-encoder's output does.
     """
 
     # a pre-training checkpoint (TiteForPreTraining) loaded as the encoder: its decoder and heads are dropped
@@ -585,6 +587,11 @@ class TiteModel(TitePreTrainedModel):
         super().__init__(config)
         self.embeddings = TiteEmbeddings(config)
         self.layers = nn.ModuleList([TiteLayer(config, index) for index in range(config.num_hidden_layers)])
+        self.projection = (
+            nn.Linear(config.hidden_size, config.projection_size, bias=config.projection_bias)
+            if config.projection_size is not None
+            else None
+        )
         self.post_init()
 
     def get_input_embeddings(self):
@@ -623,6 +630,8 @@ class TiteModel(TitePreTrainedModel):
         reads nothing from the device; otherwise it reads the mask once (the plan)."""
         if self._graphs_apply(input_ids):
             vectors = self._graphed_forward(input_ids, attention_mask, token_type_ids)
+            if self.projection is not None:
+                vectors = self.projection(vectors)
             output = BaseModelOutputWithPooling(last_hidden_state=vectors[:, None], pooler_output=vectors)
             return output.to_tuple() if return_dict is False else output
         plan = self.plan(input_ids, attention_mask)
@@ -636,6 +645,8 @@ class TiteModel(TitePreTrainedModel):
         states = self.embeddings(flat_ids, plan.positions, types)
         for layer, layer_plan in zip(self.layers, plan.layers):
             states = layer(states, layer_plan)
+        if self.projection is not None:
+            states = self.projection(states)
         if plan.pools:
             vectors = states  # every text is one vector now: (batch, hidden)
             output = BaseModelOutputWithPooling(last_hidden_state=vectors[:, None], pooler_output=vectors)
@@ -893,6 +904,11 @@ class TiteForPreTraining(TitePreTrainedModel):
 
     def __init__(self, config: TiteConfig, decoder_mask_probability: float = 0.5):
         super().__init__(config)
+        if config.projection_size is not None:
+            raise ValueError(
+                f"projection_size={config.projection_size}: pre-training reads the encoder's own vector; train "
+                "without a projection (it belongs to fine-tuned bi-encoders)."
+            )
         if not 0.0 <= decoder_mask_probability < 1.0:
             raise ValueError(f"decoder_mask_probability={decoder_mask_probability} must lie in [0, 1).")
         self.decoder_mask_probability = decoder_mask_probability

@@ -31,6 +31,7 @@ POOLING_MODULE = "sentence_transformers.sentence_transformer.modules.pooling.Poo
 NORMALIZE_MODULE = "sentence_transformers.base.modules.normalize.Normalize"
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 POOLING_MODES = ("cls", "mean")
+LENGTH_KEYS = ("query_length", "document_length")
 SIMILARITIES = ("dot", "cosine")
 
 
@@ -47,12 +48,15 @@ def sentence_transformers_files(
     similarity: str,
     prompts: dict[str, str] | None = None,
     normalize: bool = False,
+    lengths: dict[str, int] | None = None,
 ) -> dict[str, str]:
     """``{relative path: text}`` of the pipeline Transformer -> Pooling(``pooling``) [-> Normalize].
 
     ``normalize`` appends ``Normalize`` (unit vectors, as models trained with cosine similarity ship);
     it needs ``similarity="cosine"``. ``prompts`` maps ``"query"`` / ``"document"`` to the text
-    prepended on that side (empty by default, as sentence-transformers writes them).
+    prepended on that side (empty by default, as sentence-transformers writes them). ``lengths`` maps
+    ``"query_length"`` / ``"document_length"`` to the token limit of that side (prompt included), which
+    sentence-transformers applies in ``encode_query`` / ``encode_document``.
     """
     if pooling not in POOLING_MODES:
         raise ValueError(f"pooling={pooling!r}: choose one of {POOLING_MODES}")
@@ -83,6 +87,7 @@ def sentence_transformers_files(
             "transformer_task": "feature-extraction",
             "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
             "module_output_name": "token_embeddings",
+            **{key: int(value) for key, value in (lengths or {}).items() if key in LENGTH_KEYS and value},
         },
         indent=4,
     )
@@ -106,8 +111,9 @@ def sentence_transformers_files(
 
 
 def read_saved_settings(folder: str | os.PathLike) -> dict:
-    """``{"prompts", "similarity", "normalize"}`` from a folder's sentence-transformers files (what a training
-    run chose), so saving a model again into that folder keeps them; ``{}`` without the files."""
+    """``{"prompts", "similarity", "normalize", "lengths"}`` from a folder's sentence-transformers files (what a
+    training run or a conversion chose), so saving a model again into that folder keeps them; ``{}`` without
+    the files."""
     path = os.path.join(folder, "config_sentence_transformers.json")
     if not os.path.isfile(path):
         return {}
@@ -122,6 +128,11 @@ def read_saved_settings(folder: str | os.PathLike) -> dict:
         settings["prompts"] = dict(saved["prompts"])
     if saved.get("similarity_fn_name") in SIMILARITIES:
         settings["similarity"] = saved["similarity_fn_name"]
+    transformer_path = os.path.join(folder, "sentence_bert_config.json")
+    if os.path.isfile(transformer_path):
+        with open(transformer_path, encoding="utf-8") as handle:
+            transformer = json.load(handle)
+        settings["lengths"] = {key: transformer[key] for key in LENGTH_KEYS if transformer.get(key)}
     return settings
 
 
@@ -132,13 +143,14 @@ def write_sentence_transformers_files(
     similarity: str,
     prompts: dict[str, str] | None = None,
     normalize: bool = False,
+    lengths: dict[str, int] | None = None,
 ) -> list[str]:
     """Write :func:`sentence_transformers_files` into ``folder``; returns the written paths.
 
     A module folder of an earlier pipeline that this one does not have (``2_Normalize`` after a switch
     to dot product) is removed, so the folder never describes two pipelines.
     """
-    files = sentence_transformers_files(embedding_dimension, pooling, similarity, prompts, normalize)
+    files = sentence_transformers_files(embedding_dimension, pooling, similarity, prompts, normalize, lengths)
     stale = os.path.join(folder, "2_Normalize", "config.json")
     if "2_Normalize/config.json" not in files and os.path.isfile(stale):
         os.remove(stale)
@@ -158,8 +170,8 @@ class SentenceTransformersFilesMixin:
     """Makes ``save_pretrained`` write the sentence-transformers files beside the weights.
 
     A model class names its pipeline in :meth:`native_sentence_transformers_pipeline`; the vectors are
-    then exactly ``pooler_output``. Saving again into a folder keeps the prompts, similarity and
-    normalisation a training run wrote there.
+    then exactly ``pooler_output``. Saving again into a folder keeps the prompts, similarity,
+    normalisation and per-side lengths a training run or a conversion wrote there.
     """
 
     @classmethod
@@ -174,8 +186,9 @@ class SentenceTransformersFilesMixin:
             saved = read_saved_settings(save_directory)
             similarity = saved.get("similarity", similarity)
             normalize = saved.get("normalize", False) and similarity == "cosine"
+            dimension = getattr(self.config, "sentence_embedding_dimension", self.config.hidden_size)
             write_sentence_transformers_files(
-                save_directory, self.config.hidden_size, pooling, similarity, saved.get("prompts"), normalize
+                save_directory, dimension, pooling, similarity, saved.get("prompts"), normalize, saved.get("lengths")
             )
 
 

@@ -1,0 +1,49 @@
+"""Conversion subcommand: ``convert`` a checkpoint folder another implementation wrote (:mod:`dense_encoders.checkpoints`)."""
+
+from __future__ import annotations
+
+from .arguments import make_parser, parse
+from .checks import positive_int
+
+CONVERT_EXAMPLES = """\
+examples:
+  dense-encoders convert tite-2-late/ tite-2-late-converted/            # the TITE authors' TiteModel folder
+  dense-encoders convert lir-tite-msmarco/ tite-msmarco/                # a Lightning IR bi-encoder with a TITE
+  dense-encoders convert condenser-output/ condenser/ --skip-from 6     # luyug/Condenser: BERT + model.pt head
+"""
+
+
+def build_convert_parser():
+    from ..checkpoints import SOURCE_FORMATS
+
+    formats = "; ".join(f"{f.name}: {f.description}" for f in SOURCE_FORMATS)
+    parser = make_parser(
+        "dense-encoders convert",
+        "Convert a checkpoint folder that another implementation wrote into one of ours: safetensors weights, "
+        "remote code (AutoModel.from_pretrained(OUT, trust_remote_code=True) needs no dense-encoders), the "
+        "source's tokenizer, sentence-transformers files that reproduce the source's vectors, conversion.json and "
+        f"a model card naming the source. The format is detected: {formats}.",
+        CONVERT_EXAMPLES,
+    )
+    parser.add_argument("source", help="The folder to convert (it is only read).")
+    parser.add_argument("output", help="Where the converted folder goes (new or empty; see --overwrite).")
+    parser.add_argument("--skip-from", type=positive_int, default=None,
+                        help="Condenser folders: the backbone layer whose token states feed the head (default 6, "
+                             "as in the paper; the output of layer N, hidden_states[N]).")
+    parser.add_argument("--overwrite", action="store_true", help="Replace a non-empty output folder.")
+    return parser
+
+
+def convert(argv: list[str]) -> int:
+    from ..checkpoints import convert_checkpoint, detect_format
+
+    options = parse(build_convert_parser(), argv)
+    source_format = detect_format(options.source)
+    output = convert_checkpoint(options.source, options.output, overwrite=options.overwrite,
+                                skip_from=options.skip_from)
+    print(f"converted {options.source} ({source_format.name}) -> {output}; load it with "
+          f"AutoModel.from_pretrained({str(output)!r}, trust_remote_code=True) or SentenceTransformer(...)")
+    return 0
+
+
+__all__ = ["build_convert_parser", "convert"]
