@@ -10,6 +10,7 @@ absolutely, its configuration relatively, and nothing from ``dense_encoders``.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -119,6 +120,42 @@ def span_contrastive_loss(span_embeddings: torch.Tensor, return_num_spans: bool 
 
 
 # --------------------------------------------------------------------------------------------
+# The reference code's output folders (luyug/Condenser), which from_pretrained must not half-read
+# --------------------------------------------------------------------------------------------
+
+# The file luyug/Condenser's save_pretrained writes next to its BERT weights: the Condenser head (c_head.N.*).
+REFERENCE_HEAD_FILE = "model.pt"
+
+
+def refuse_reference_output_folder(name_or_path, subfolder: str = "") -> None:
+    """Raise a ValueError for a local luyug/Condenser output folder: BERT masked-LM weights plus the head in
+    ``model.pt`` (Gao & Callan 2021's code). ``from_pretrained`` would read the backbone and leave the head
+    freshly initialised, although the folder has it; ``dense-encoders convert`` makes one checkpoint of both.
+
+    The check reads ``config.json`` (not ours: ``model_type`` other than ``"condenser"``) and the tensor names
+    of ``model.pt`` through ``torch.load(map_location="meta", weights_only=True, mmap=True)``: only the small
+    pickled index is parsed (no tensor data, no arbitrary objects), which costs milliseconds and refuses only
+    a real head file, not any ``model.pt``. A file that cannot be read so is left to the headless warning.
+    """
+    folder = os.path.join(str(name_or_path), subfolder) if subfolder else str(name_or_path)
+    head_file = os.path.join(folder, REFERENCE_HEAD_FILE)
+    if not os.path.isfile(head_file):
+        return
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
+            if json.load(handle).get("model_type") == CondenserConfig.model_type:
+                return
+        names = torch.load(head_file, map_location="meta", weights_only=True, mmap=True)
+    except Exception:  # no or unreadable config, a non-tensor or legacy-format model.pt: not this layout
+        return
+    if isinstance(names, dict) and any(str(name).startswith("c_head.") for name in names):
+        raise ValueError(
+            f"{folder} is a luyug/Condenser output folder (BERT weights + the head in {REFERENCE_HEAD_FILE}), which "
+            f"from_pretrained would load with a FRESH head. Convert it first: dense-encoders convert {folder} OUT"
+        )
+
+
+# --------------------------------------------------------------------------------------------
 # Outputs
 # --------------------------------------------------------------------------------------------
 
@@ -219,6 +256,13 @@ class CondenserModel(StrictLoadingMixin, SentenceTransformersFilesMixin, BertMod
                 "Leave add_pooling_layer=False."
             )
         super().__init__(config, add_pooling_layer=False)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """``PreTrainedModel.from_pretrained``; a luyug/Condenser output folder is refused with the
+        command that converts it (:func:`refuse_reference_output_folder`)."""
+        refuse_reference_output_folder(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
     def forward(
         self,
@@ -355,8 +399,11 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
         """``PreTrainedModel.from_pretrained``, plus a clear warning when the checkpoint has no head.
 
         Hub copies of the reference checkpoints (Luyu/condenser, Luyu/co-condenser-*) are
-        headless: pre-training on from them trains a random head first.
+        headless: pre-training on from them trains a random head first. A local output folder of the
+        reference code, whose head sits in ``model.pt``, is refused with the command that converts it
+        (:func:`refuse_reference_output_folder`).
         """
+        refuse_reference_output_folder(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
         want_info = kwargs.pop("output_loading_info", False)
         # transformers' load report (a line per missing head tensor) is replaced by the warnings below
         report_logger = logging.get_logger("transformers.modeling_utils")

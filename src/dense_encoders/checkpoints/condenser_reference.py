@@ -1,0 +1,270 @@
+"""Output folders of the reference Condenser code (luyug/Condenser), converted into our Condenser checkpoints.
+
+Condenser (Gao & Callan, "Condenser: a Pre-training Architecture for Dense Retrieval", EMNLP 2021) pre-trains
+a BERT through a head of ``n_head_layers`` transformer layers that reads the last layer's CLS vector and the
+token states of layer ``skip_from``. The reference code's ``CondenserForPretraining.save_pretrained`` writes:
+
+* the backbone as a plain ``BertForMaskedLM`` checkpoint (``config.json`` with ``model_type`` ``"bert"``,
+  ``pytorch_model.bin`` or ``model.safetensors`` holding ``bert.*`` and ``cls.predictions.*``);
+* ``model.pt``: ``torch.save`` of the model's state dict without the backbone's ``lm.*`` tensors, i.e. the
+  head ``c_head.N.*`` (N ``BertLayer`` state dicts). Its coCondenser class also registered the contrastive
+  targets of one batch size as a buffer, ``co_target``, which lands in ``model.pt`` too: it is dropped (our
+  loss builds its targets per batch) and the result is a ``CoCondenserForPreTraining``;
+* ``args.pt``: the pickled argument objects (``skip_from``, ``late_mlm``, ...). Unpickling runs arbitrary
+  code, so it is never read: the head's depth comes from ``model.pt``, ``skip_from`` from the option;
+* the tokenizer files (the Trainer adds a pickled ``training_args.bin``, never read either).
+
+The Hub copies (Luyu/condenser, Luyu/co-condenser-marco, Luyu/co-condenser-wiki) are headless: a plain
+``BertForMaskedLM`` folder. They convert to a ``CondenserModel`` whose ``conversion.json`` records that it has
+no head. A plain BERT *encoder* folder (``BertModel``: no ``cls.predictions.*``) is not claimed: the reference
+code always saves the masked-LM head, so such a folder is a warm-start backbone
+(``CondenserForPreTraining.from_backbone``), not a Condenser output; nor is an original BERT pre-training
+checkpoint (``bert.pooler.*`` or ``cls.seq_relationship.*`` tensors, which ``BertForMaskedLM.save_pretrained``
+never writes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from .source_format import ConversionError, SourceFormat
+
+HEAD_FILE = "model.pt"
+NEVER_READ = ("args.pt", "training_args.bin")  # pickled objects the reference code writes
+CONTRASTIVE_TARGETS = "co_target"  # coCondenser's buffer of span targets for one batch size
+_HEAD_TENSOR = re.compile(r"^c_head\.(\d+)\.(.+)$")
+_NOT_WRITTEN_BY_MASKED_LM = ("bert.pooler.", "cls.seq_relationship.")
+_SHOWN = 5
+
+
+def _bert_config(folder: Path) -> dict | None:
+    """``config.json`` of ``folder`` when its ``model_type`` is ``"bert"`` (never one of ours)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) and config.get("model_type") == "bert" else None
+
+
+def detect(folder: Path) -> bool:
+    """A BERT folder with the head file ``model.pt``, or a headless ``BertForMaskedLM`` save (the Hub copies).
+
+    Without weights (or with unreadable ones) the declared architecture decides, so that
+    :func:`convert` can name the missing or broken file.
+    """
+    from ..hub.checkpoint_folder import CheckpointWeightsError, checkpoint_tensor_names
+
+    config = _bert_config(folder)
+    if config is None:
+        return False
+    if (folder / HEAD_FILE).is_file():
+        return True
+    try:
+        found = checkpoint_tensor_names(folder)
+    except CheckpointWeightsError:
+        found = None
+    if found is None:
+        return "BertForMaskedLM" in (config.get("architectures") or [])
+    names = found[1]
+    return any(name.startswith("cls.predictions.") for name in names) and not any(
+        name.startswith(_NOT_WRITTEN_BY_MASKED_LM) for name in names
+    )
+
+
+def _listed(names) -> str:
+    ordered = sorted(names)
+    return ", ".join(ordered[:_SHOWN]) + (f", ... (+{len(ordered) - _SHOWN} more)" if len(ordered) > _SHOWN else "")
+
+
+def _backbone_weights(folder: Path, bert_config) -> list[str]:
+    """The weight files of a complete ``BertForMaskedLM`` in ``folder`` (header names checked), or an error."""
+    import torch
+    from transformers import BertForMaskedLM
+
+    from ..hub.checkpoint_folder import CheckpointWeightsError, checkpoint_tensor_names, expected_loading_differences
+
+    try:
+        found = checkpoint_tensor_names(folder)
+    except CheckpointWeightsError as error:
+        raise ConversionError(str(error)) from None
+    if found is None:
+        raise ConversionError(
+            f"{folder} has no backbone weights (model.safetensors or pytorch_model.bin) next to config.json: "
+            "copy the complete output folder of the run (its save_pretrained writes them)."
+        )
+    files, names = found
+    with torch.device("meta"):
+        missing, unexpected = expected_loading_differences(BertForMaskedLM(bert_config), names)
+    if missing or unexpected:
+        problems = [f"{len(missing)} missing ({_listed(missing)})"] if missing else []
+        problems += [f"{len(unexpected)} not in it ({_listed(unexpected)})"] if unexpected else []
+        raise ConversionError(
+            f"{files[0]} is not a complete BertForMaskedLM, the backbone the reference code saves: tensors "
+            f"{'; '.join(problems)}. Copy the run's complete output folder again."
+        )
+    return files
+
+
+def _load_head_file(path: Path) -> dict:
+    """``model.pt`` read with ``weights_only=True``: a dict of tensors, or an error naming what else it holds."""
+    import pickle
+
+    import torch
+
+    fix = (
+        "Put back the model.pt the run's save_pretrained wrote, or re-save only the head's tensors: "
+        "torch.save({name: tensor for the c_head.N.* tensors}, 'model.pt')."
+    )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as error:
+        reason = type(error).__name__
+        raise ConversionError(
+            f"{path} is not a plain dict of tensors ({reason} under torch.load(weights_only=True): pickled "
+            f"objects, which are never unpickled, or a truncated file). {fix}"
+        ) from None
+    if not isinstance(state, dict):
+        raise ConversionError(f"{path} holds a {type(state).__name__}, not a dict of tensors. {fix}")
+    not_tensors = [str(key) for key, value in state.items() if not isinstance(value, torch.Tensor)]
+    if not_tensors:
+        raise ConversionError(f"{path} holds entries that are not tensors: {_listed(not_tensors)}. {fix}")
+    return state
+
+
+def _read_head(path: Path, bert_config) -> tuple[dict, int, list[str]]:
+    """``(c_head tensors by name, number of head layers, dropped names)`` from the reference ``model.pt``.
+
+    Every layer ``0..N-1`` must hold exactly the tensors of a ``BertLayer`` of the backbone's width.
+    """
+    import torch
+    from transformers.models.bert.modeling_bert import BertLayer
+
+    state = _load_head_file(path)
+    layers: dict[int, dict] = {}
+    dropped, foreign = [], []
+    for name, tensor in state.items():
+        match = _HEAD_TENSOR.match(str(name))
+        if match:
+            layers.setdefault(int(match.group(1)), {})[match.group(2)] = tensor
+        elif name == CONTRASTIVE_TARGETS and tensor.dim() == 1 and not tensor.is_floating_point():
+            dropped.append(name)
+        else:
+            foreign.append(str(name))
+    if foreign:
+        raise ConversionError(
+            f"{path} holds tensors that are not Condenser head layers (c_head.N.*): {_listed(foreign)}. It is not "
+            f"the head file of a luyug/Condenser run: remove it, or put that run's model.pt in its place."
+        )
+    if not layers:
+        raise ConversionError(f"{path} holds no c_head.N.* tensors: put the run's model.pt (the head) in its place.")
+    gaps = sorted(set(range(max(layers) + 1)) - set(layers))
+    if gaps:
+        raise ConversionError(
+            f"{path} has head layers {sorted(layers)} but not {gaps}: the layers of a head are numbered 0..N-1 "
+            "without gaps, so the file is incomplete. Copy the run's model.pt again."
+        )
+    with torch.device("meta"):
+        expected = {name: tuple(t.shape) for name, t in BertLayer(bert_config).state_dict().items()}
+    for index in sorted(layers):
+        given = layers[index]
+        absent, extra = sorted(set(expected) - set(given)), sorted(set(given) - set(expected))
+        if absent or extra:
+            raise ConversionError(
+                f"{path}: head layer c_head.{index} is not a BertLayer (missing {_listed(absent) or 'nothing'}; "
+                f"unknown {_listed(extra) or 'nothing'}). Copy the run's model.pt again."
+            )
+        for suffix, shape in expected.items():
+            if tuple(given[suffix].shape) != shape:
+                raise ConversionError(
+                    f"{path}: c_head.{index}.{suffix} has shape {tuple(given[suffix].shape)}, but the backbone "
+                    f"(hidden_size {bert_config.hidden_size}, intermediate_size {bert_config.intermediate_size}) "
+                    f"needs {shape}: model.pt belongs to another run. Put this run's model.pt next to its weights."
+                )
+    head = {f"c_head.{index}.{suffix}": t for index, given in layers.items() for suffix, t in given.items()}
+    return head, len(layers), dropped
+
+
+def _resolve_skip_from(skip_from, num_layers: int, folder: Path) -> int:
+    """The option, or ``CondenserForPreTraining.from_backbone``'s default: half the backbone depth (the
+    paper's 6 for BERT-base). The run's own value sits in ``args.pt``, which is never unpickled."""
+    value = max(1, num_layers // 2) if skip_from is None else skip_from
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < num_layers:
+        origin = "the default, half the depth" if skip_from is None else "given"
+        raise ConversionError(
+            f"skip_from={value!r} ({origin}) does not fit the {num_layers}-layer backbone of {folder}: the head reads "
+            f"an early layer's output, 1 <= skip_from <= {num_layers - 1}. Pass --skip-from with the run's value "
+            "(the paper: 6 of BERT-base's 12 layers)."
+        )
+    return value
+
+
+def convert(source: Path, output: Path, *, skip_from: int | None = None) -> dict:
+    """Write the reference output folder ``source`` as one safetensors checkpoint of ours into ``output``.
+
+    With ``model.pt``: a ``CondenserForPreTraining`` (``CoCondenserForPreTraining`` when the file holds
+    coCondenser's ``co_target``) whose head is the file's ``c_head.N.*``, ``n_head_layers`` = N and
+    ``skip_from`` as given (default: see :func:`_resolve_skip_from`). Without it (the Hub copies): a
+    ``CondenserModel``, the encoder only; ``skip_from`` is then refused, as there is no head it applies to.
+    Backbone and MLM head are copied exactly, in the source's precision; ``late_mlm`` keeps the paper's
+    setting (on). The source's tokenizer is saved alongside.
+    """
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from ..hub.checkpoint_folder import TOKENIZER_FILES
+    from ..models.condenser import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
+    from ..models.condenser.modeling_condenser import _CONDENSER_ONLY_KEYS
+
+    if _bert_config(source) is None:
+        raise ConversionError(f"{source}/config.json is missing or not a BERT config (model_type 'bert').")
+    bert_config = BertConfig.from_pretrained(source)
+    files = _backbone_weights(source, bert_config)
+    if not any((source / name).is_file() for name in TOKENIZER_FILES):
+        raise ConversionError(
+            f"{source} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...): copy those of the checkpoint "
+            "the run started from (e.g. bert-base-uncased) into it."
+        )
+    has_head = (source / HEAD_FILE).is_file()
+    if not has_head and skip_from is not None:
+        raise ConversionError(
+            f"skip_from={skip_from!r} applies to the Condenser head, and {source} has none (no {HEAD_FILE}): "
+            "drop --skip-from."
+        )
+    head, n_head_layers, dropped = _read_head(source / HEAD_FILE, bert_config) if has_head else ({}, 2, [])
+    settings = {k: v for k, v in bert_config.to_dict().items() if k not in _CONDENSER_ONLY_KEYS}
+    settings.pop("transformers_version", None)
+    num_layers = bert_config.num_hidden_layers
+    config = CondenserConfig(**{**settings, "n_head_layers": n_head_layers,
+                                "skip_from": _resolve_skip_from(skip_from if has_head else None, num_layers, source)})
+    source_model = BertForMaskedLM.from_pretrained(source)
+    if has_head:
+        model_class = CoCondenserForPreTraining if CONTRASTIVE_TARGETS in dropped else CondenserForPreTraining
+        model = model_class(config).to(source_model.dtype)
+        model.load_state_dict({**source_model.state_dict(), **head}, strict=True)
+    else:
+        model = CondenserModel(config).to(source_model.dtype)
+        model.load_state_dict(source_model.bert.state_dict(), strict=True)
+    model.save_pretrained(output)
+    AutoTokenizer.from_pretrained(source).save_pretrained(output)
+    facts = {
+        "architecture": type(model).__name__,
+        "has_condenser_head": has_head,
+        "source_weights": ", ".join(Path(f).name for f in files),
+        "dtype": str(source_model.dtype).removeprefix("torch."),
+        "not_read": [name for name in NEVER_READ if (source / name).exists()],
+    }
+    if has_head:
+        facts.update(head_layers=n_head_layers, skip_from=config.skip_from,
+                      skip_from_given=skip_from is not None, dropped=dropped)
+    return facts
+
+
+CONDENSER_REFERENCE = SourceFormat(
+    name="condenser-reference",
+    description="luyug/Condenser output folder: BertForMaskedLM weights, the head in model.pt (or a headless Hub copy)",
+    detect=detect,
+    convert=convert,
+)
+
+__all__ = ["CONDENSER_REFERENCE", "convert", "detect"]
