@@ -214,7 +214,7 @@ def convert(source: Path, output: Path, *, skip_from: int | None = None) -> dict
 
     from ..hub.checkpoint_folder import TOKENIZER_FILES
     from ..models.condenser import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
-    from ..models.condenser.modeling_condenser import _CONDENSER_ONLY_KEYS
+    from ..models.condenser.modeling_condenser import CONDENSER_ONLY_KEYS
 
     if _bert_config(source) is None:
         raise ConversionError(f"{source}/config.json is missing or not a BERT config (model_type 'bert').")
@@ -232,7 +232,7 @@ def convert(source: Path, output: Path, *, skip_from: int | None = None) -> dict
             "drop --skip-from."
         )
     head, n_head_layers, dropped = _read_head(source / HEAD_FILE, bert_config) if has_head else ({}, 2, [])
-    settings = {k: v for k, v in bert_config.to_dict().items() if k not in _CONDENSER_ONLY_KEYS}
+    settings = {k: v for k, v in bert_config.to_dict().items() if k not in CONDENSER_ONLY_KEYS}
     settings.pop("transformers_version", None)
     num_layers = bert_config.num_hidden_layers
     config = CondenserConfig(**{**settings, "n_head_layers": n_head_layers,
@@ -265,6 +265,7 @@ CONDENSER_REFERENCE = SourceFormat(
     description="luyug/Condenser output folder: BertForMaskedLM weights, the head in model.pt (or a headless Hub copy)",
     detect=detect,
     convert=convert,
+    loads_as_is=True,  # as it is, the folder is the BERT encoder the reference code trained
 )
 
 __all__ = ["CONDENSER_REFERENCE", "convert", "detect"]

@@ -53,9 +53,12 @@ def condenser_description(config: dict) -> tuple[str, list[str], list[str]]:
     shape = (f"{config['num_hidden_layers']} layers, hidden size {config['hidden_size']}, "
              f"{config['num_attention_heads']} heads, vocabulary {config['vocab_size']}")
     late = " + masked-LM cross-entropy of the last layer" if config.get("late_mlm") else ""
+    head = ("this checkpoint is the encoder alone (no Condenser head): continuing pre-training from it starts a "
+            "fresh head" if architecture == "CondenserModel" else
+            "the checkpoint keeps the pre-training head, so pre-training can continue from it")
     text = (f"`{architecture}` ({shape}): " + description.format(**config) + ". For retrieval, load the encoder "
             "(`AutoModel` gives `CondenserModel`, the head is not used) and embed with the last-layer CLS vector "
-            "(`pooler_output`); the checkpoint keeps the pre-training head, so pre-training can continue from it.\n\n"
+            f"(`pooler_output`); {head}.\n\n"
             "Pre-training objective: " + objective.format(late=late) + " (each weight 1).")
     return text, [tag], list(citations)
 

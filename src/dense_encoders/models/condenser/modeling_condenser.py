@@ -38,7 +38,7 @@ class _BelowErrors:
 
 
 # Config keys that exist only for Condenser; a plain BERT export drops them.
-_CONDENSER_ONLY_KEYS = ("n_head_layers", "skip_from", "late_mlm", "auto_map", "model_type", "architectures")
+CONDENSER_ONLY_KEYS = ("n_head_layers", "skip_from", "late_mlm", "auto_map", "model_type", "architectures")
 # Model types whose checkpoints have BERT's parameter layout and can be warm-started from.
 BERT_LIKE_MODEL_TYPES = ("bert", "condenser")
 # dense-encoders release that wrote this file (checked by dense_encoders.hub.check_remote_code)
@@ -217,7 +217,7 @@ class CondenserPreTrainedModel(StrictLoadingMixin, SentenceTransformersFilesMixi
         Tools that know nothing of Condenser load it with ``AutoModel`` / ``BertModel``.
         """
         backbone = self.bert if hasattr(self, "bert") else self
-        config_dict = {k: v for k, v in self.config.to_dict().items() if k not in _CONDENSER_ONLY_KEYS}
+        config_dict = {k: v for k, v in self.config.to_dict().items() if k not in CONDENSER_ONLY_KEYS}
         bert_config = BertConfig(**config_dict)
         mlm_head = getattr(self, "cls", None)
         if mlm_head is not None:
@@ -467,7 +467,7 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
                 "layout it copies. Pick a BERT-family checkpoint (e.g. bert-base-uncased, all-MiniLM-L6-v2) "
                 "or build CondenserForPreTraining(CondenserConfig(...)) to train from scratch."
             )
-        config_dict = {k: v for k, v in source_config.to_dict().items() if k not in _CONDENSER_ONLY_KEYS}
+        config_dict = {k: v for k, v in source_config.to_dict().items() if k not in CONDENSER_ONLY_KEYS}
         config_dict.pop("transformers_version", None)
         num_layers = config_dict.get("num_hidden_layers", 12)
         config = CondenserConfig(

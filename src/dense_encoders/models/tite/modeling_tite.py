@@ -778,7 +778,7 @@ class TiteModel(TitePreTrainedModel):
                 f"The TITE config does not have the shape of {name_or_path} ({details}). Warm starts copy layers one to "
                 "one: give a config with the backbone's depth and widths (only pooling may differ), or omit it."
             )
-        if config.position_embedding_type == "absolute" and config.max_position_embeddings > source_config.max_position_embeddings:
+        if config.absolute_positions and config.max_position_embeddings > source_config.max_position_embeddings:
             raise ValueError(
                 f"max_position_embeddings={config.max_position_embeddings} exceeds the backbone's "
                 f"{source_config.max_position_embeddings} learned positions; lower it."
@@ -790,7 +790,7 @@ class TiteModel(TitePreTrainedModel):
         state = bert_to_tite_state_dict(bert.state_dict())
         positions = state.pop("embeddings.position_embeddings.weight")
         token_types = state.pop("embeddings.token_type_embeddings.weight")
-        if config.position_embedding_type == "absolute":
+        if config.absolute_positions:
             state["embeddings.position_embeddings.weight"] = positions[: config.max_position_embeddings]
         else:
             logger.warning(
