@@ -5,6 +5,8 @@
 * Library code imports nothing from ``cli`` (only the command line knows the command line).
 * ``trainer`` and ``evaluation`` both build on ``data``; neither imports the other.
 * ``data`` and ``hub`` sit below them: they import neither ``trainer``, ``evaluation`` nor ``cli``.
+* ``checkpoints`` (other implementations' checkpoints, converted) builds on ``models`` and ``hub``; ``hub``
+  does not import it, nor does it import ``trainer``, ``evaluation`` or ``cli``.
 * ``recipes`` (the papers' settings as files) is a leaf: the trainer, the card and the command line read
   it; it imports nothing of the package.
 """
@@ -91,7 +93,9 @@ def test_library_code_knows_no_command_line():
         ("trainer", ["dense_encoders.evaluation", "dense_encoders.cli"]),
         ("evaluation", ["dense_encoders.trainer", "dense_encoders.cli"]),
         ("data", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.hub", "dense_encoders.cli"]),
-        ("hub", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.cli"]),
+        ("hub", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.cli",
+                 "dense_encoders.checkpoints"]),
+        ("checkpoints", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.cli"]),
         ("recipes", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.hub", "dense_encoders.cli",
                      "dense_encoders.data", "dense_encoders.models"]),
     ],

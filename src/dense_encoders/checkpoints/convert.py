@@ -15,6 +15,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..hub.cards import model_card
 from .condenser_reference import CONDENSER_REFERENCE
 from .lightning_ir import LIGHTNING_IR
 from .source_format import ConversionError, SourceFormat
@@ -71,8 +72,6 @@ def convert_checkpoint(source: str | Path, output: str | Path, *, overwrite: boo
             **facts,
         }
         (staging / "conversion.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        from ..hub.cards import model_card
-
         model_card(staging, output.name).save(staging / "README.md")
         if output.exists():
             shutil.rmtree(output)

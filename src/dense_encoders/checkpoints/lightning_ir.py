@@ -34,6 +34,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer
 
 from ..hub.checkpoint_folder import write_sentence_transformers_files
 from .source_format import ConversionError, SourceFormat
@@ -134,8 +135,6 @@ def _write_tokenizer(source: Path, output: Path, markers: bool) -> tuple[dict[st
 
 def _check_markers(folder: Path, prompts: dict[str, str]) -> None:
     """A prompt must give exactly ``[marker id] + the text's ids`` (no [CLS]/[SEP], one id per marker)."""
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(folder)
     text = "a sample text"
     plain = tokenizer(text)["input_ids"]

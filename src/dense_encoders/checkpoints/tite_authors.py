@@ -48,6 +48,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from ..hub.checkpoint_folder import checkpoint_tensor_names
 from ..models.tite import TiteConfig, TiteModel
@@ -220,8 +221,6 @@ def load_weights(folder: Path) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for path in found[0]:
         if path.endswith(".safetensors"):
-            from safetensors.torch import load_file
-
             state.update(load_file(path))
         else:
             try:
