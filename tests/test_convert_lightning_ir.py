@@ -35,6 +35,7 @@ from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env
 
 from dense_encoders import TiteModel
 from dense_encoders.checkpoints import ConversionError, convert_checkpoint
+from dense_encoders.hub.checkpoint_folder import publishing_problems
 
 AUTHORS = REPO_ROOT.parent / "shared" / "reference" / "tite-authors" / "late"
 pytestmark = pytest.mark.skipif(not (AUTHORS / "expected.safetensors").is_file(),
@@ -196,6 +197,7 @@ def test_conversion_record_tokenizer_and_resave(tmp_path):
     assert tokenizer("[QUE] river")["input_ids"] == [built["markers"]["[QUE]"], tokenizer.convert_tokens_to_ids("river")]
     card = (out / "README.md").read_text()
     assert "Converted from" in card and "Lightning IR" in card
+    assert publishing_problems(out) == []  # pushes like any folder of ours
     # an ordinary checkpoint: saved again into its folder, the sentence-transformers settings stay
     before = {name: (out / name).read_text() for name in ("sentence_bert_config.json", "modules.json")}
     TiteModel.from_pretrained(out).save_pretrained(out)

@@ -115,6 +115,7 @@ def test_save_reload_and_sentence_transformers_give_the_same_vectors(converted, 
 def test_conversion_record_and_card_name_the_source(converted):
     record = json.loads((converted["pretraining"] / "conversion.json").read_text())
     assert record["source_format"] == "tite-authors" and record["source"] == str((AUTHORS / "pretraining").resolve())
+    assert record["converted_at"] and record["source_description"].startswith("the TITE authors' code")
     assert record["rotary_pairs"].startswith("interleaved")
     assert any(name.startswith("heads.bow_auto_encoding") for name in record["dropped_tensors"])
     card = (converted["pretraining"] / "README.md").read_text()
@@ -306,3 +307,34 @@ def test_our_config_accepts_absolute_and_rotary_positions_together():
     assert model.embeddings.position_embeddings is not None
     with pytest.raises(ValueError, match="position_embedding_type='alibi'"):
         TiteConfig(position_embedding_type="alibi")
+
+
+@needs_fixture
+def test_a_hub_id_converts_from_the_cache_and_the_card_names_the_repository(tmp_path, monkeypatch):
+    """``convert ORG/NAME`` goes through huggingface_hub (offline here: its cache); the record names the
+    repository and revision instead of a local path."""
+    import huggingface_hub
+
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--webis--tite-tiny" / "snapshots" / revision
+    shutil.copytree(AUTHORS / "encoder", snapshot)
+    (cache / "models--webis--tite-tiny" / "refs").mkdir()
+    (cache / "models--webis--tite-tiny" / "refs" / "main").write_text(revision)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    out = convert_checkpoint("webis/tite-tiny", tmp_path / "out")
+    record = json.loads((out / "conversion.json").read_text())
+    assert record["source"] == f"webis/tite-tiny (Hub revision {revision})"
+    with pytest.raises(ConversionError, match=r"^webis/absent: no such folder, and the Hub repository could not be "):
+        convert_checkpoint("webis/absent", tmp_path / "out2")
+
+
+@needs_fixture
+def test_the_output_may_not_overlap_the_source(tmp_path):
+    source = tmp_path / "source"
+    shutil.copytree(AUTHORS / "encoder", source)
+    for output in (source, source / "inside", tmp_path):
+        with pytest.raises(ConversionError, match="overlaps the source"):
+            convert_checkpoint(source, output, overwrite=True)
+    assert sorted(p.name for p in source.iterdir()) == ["config.json", "model.safetensors"]

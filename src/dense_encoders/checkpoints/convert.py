@@ -15,6 +15,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from huggingface_hub import snapshot_download
+
 from ..hub.cards import model_card
 from .condenser_reference import CONDENSER_REFERENCE
 from .lightning_ir import LIGHTNING_IR
@@ -42,14 +44,35 @@ def detect_format(source: str | Path) -> SourceFormat:
     raise ConversionError(f"{source} is in none of the formats `dense-encoders convert` reads: {known}.")
 
 
+def resolve_source(source: str | Path) -> tuple[Path, str]:
+    """(local folder, how the card names it) of a folder or a Hub id (downloaded with huggingface_hub, or
+    found in its cache when offline). A folder inside the Hub cache is named by its repository and revision."""
+    folder = Path(source).expanduser()
+    if not folder.is_dir():
+        if folder.exists() or str(source).count("/") != 1:
+            raise ConversionError(f"{source} is not a folder: give the checkpoint folder (or a Hub id org/name).")
+        try:
+            folder = Path(snapshot_download(str(source)))
+        except Exception as error:  # offline and not cached, no such repository, no network: one line
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ConversionError(f"{source}: no such folder, and the Hub repository could not be fetched ({reason}); "
+                                  "download it first (hf download ORG/NAME) and convert the folder.") from None
+    parts = folder.resolve().parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return folder, f"{parts[-3][len('models--'):].replace('--', '/')} (Hub revision {parts[-1]})"
+    return folder, str(folder.resolve())
+
+
 def convert_checkpoint(source: str | Path, output: str | Path, *, overwrite: bool = False, **options) -> Path:
-    """Convert ``source`` (any format of :data:`SOURCE_FORMATS`) into our checkpoint folder ``output``.
+    """Convert ``source`` (any format of :data:`SOURCE_FORMATS`; a folder or a Hub id) into our checkpoint
+    folder ``output``.
 
     The folder is written next to ``output`` and renamed into place when complete, so an interrupted or
     failed conversion leaves nothing half-written; an existing non-empty ``output`` is refused unless
     ``overwrite``. ``options`` are the format's own (``skip_from`` for Condenser folders); ``None`` means
     the format's default, and an option the format does not take is refused. Returns ``output``.
     """
+    source, named = resolve_source(source)
     source_format = detect_format(source)
     options = {name: value for name, value in options.items() if value is not None}
     accepted = inspect.signature(source_format.convert).parameters
@@ -58,16 +81,21 @@ def convert_checkpoint(source: str | Path, output: str | Path, *, overwrite: boo
             raise ConversionError(f"--{name.replace('_', '-')} does not apply to {source} ({source_format.name}); "
                                   "leave it out.")
     output = Path(output)
+    inside = output.resolve() == source.resolve() or source.resolve() in output.resolve().parents or \
+        output.resolve() in source.resolve().parents
+    if inside:
+        raise ConversionError(f"{output} overlaps the source {source}: write the conversion to a separate folder, "
+                              "so the original stays as it is.")
     if output.exists() and (not output.is_dir() or any(output.iterdir())) and not overwrite:
         raise ConversionError(f"{output} exists and is not empty: choose a new folder or pass --overwrite.")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.converting-", dir=output.parent))
     try:
-        facts = source_format.convert(Path(source), staging, **options)
+        facts = source_format.convert(source, staging, **options)
         record = {
             "source_format": source_format.name,
             "source_description": source_format.description,
-            "source": str(Path(source).resolve()),
+            "source": named,
             "converted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             **facts,
         }

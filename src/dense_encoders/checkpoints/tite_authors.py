@@ -202,8 +202,8 @@ def tite_state_dict_from_authors(state: dict[str, torch.Tensor], config: TiteCon
     if unknown:
         raise ConversionError(f"{where} holds tensors with no counterpart in our TITE: {', '.join(unknown[:5])}"
                               f"{' ...' if len(unknown) > 5 else ''}; the conversion would lose them.")
-    dtype = state[next(iter(state))].dtype
-    return {name: tensor.to(dtype).contiguous() for name, tensor in ours.items()}, dropped
+    dtype = ours["embeddings.word_embeddings.weight"].dtype if "embeddings.word_embeddings.weight" in ours else None
+    return {name: (tensor if dtype is None else tensor.to(dtype)).contiguous() for name, tensor in ours.items()}, dropped
 
 
 def _split_layer_name(name: str) -> tuple[int, str, str]:

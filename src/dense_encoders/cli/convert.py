@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from .arguments import make_parser, parse
 from .checks import positive_int
 
@@ -25,7 +27,7 @@ def build_convert_parser():
         f"a model card naming the source. The format is detected: {formats}.",
         CONVERT_EXAMPLES,
     )
-    parser.add_argument("source", help="The folder to convert (it is only read).")
+    parser.add_argument("source", help="The folder to convert (it is only read), or a Hub id (org/name) to download.")
     parser.add_argument("output", help="Where the converted folder goes (new or empty; see --overwrite).")
     parser.add_argument("--skip-from", type=positive_int, default=None,
                         help="Condenser folders: the backbone layer whose token states feed the head (default 6, "
@@ -35,13 +37,13 @@ def build_convert_parser():
 
 
 def convert(argv: list[str]) -> int:
-    from ..checkpoints import convert_checkpoint, detect_format
+    from ..checkpoints import convert_checkpoint
 
     options = parse(build_convert_parser(), argv)
-    source_format = detect_format(options.source)
     output = convert_checkpoint(options.source, options.output, overwrite=options.overwrite,
                                 skip_from=options.skip_from)
-    print(f"converted {options.source} ({source_format.name}) -> {output}; load it with "
+    source_format = json.loads((output / "conversion.json").read_text(encoding="utf-8"))["source_format"]
+    print(f"converted {options.source} ({source_format}) -> {output}; load it with "
           f"AutoModel.from_pretrained({str(output)!r}, trust_remote_code=True) or SentenceTransformer(...)")
     return 0
 
