@@ -35,11 +35,13 @@ def test_config_file_errors_name_the_file_and_line(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("batch_size: 8\nlayers: [1\n")
     assert cli.main(["evaluate", "--config", str(bad)]) == 2
-    assert f"{bad}:" in capsys.readouterr().err
+    # one line: file, line and column (1-based) where the parser stopped, and its problem
+    assert capsys.readouterr().err == (f"dense-encoders evaluate: error: {bad}:3:1: not valid YAML (expected ',' or "
+                                       "']', but got '<stream end>')\n")
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{\n "batch_size": 8,\n}\n')
     assert cli.main(["layerwise", "--config", str(bad_json)]) == 2
-    assert f"{bad_json}:3: not valid JSON" in capsys.readouterr().err
+    assert f"{bad_json}:3:1: not valid JSON" in capsys.readouterr().err
     assert cli.main(["evaluate", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
 

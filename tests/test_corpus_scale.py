@@ -399,3 +399,255 @@ def test_a_blank_text_is_one_line_naming_the_file_and_line(model, tmp_path, caps
     assert main(["encode", str(model), str(texts), "--output", str(tmp_path / "emb"), "--no-progress",
                  "--allow-empty-documents"]) == 0
     assert list(EmbeddingShards.open(tmp_path / "emb").ids()) == ["1", "2", "3"]
+
+
+# ---- integrity: a finished folder heals and proves itself, ids cannot corrupt a run (issue 26) --------------
+
+
+def encode_argv(model: Path, texts: Path, output: Path, *extra: str) -> list[str]:
+    return ["encode", str(model), str(texts), "--output", str(output), "--shard-size", "40", "--no-progress", *extra]
+
+
+def advised_command(err: str) -> list[str]:
+    """The `dense-encoders ...` command a message names between backticks, as argv for ``main``."""
+    import re
+    import shlex
+
+    command = shlex.split(re.search(r"`(dense-encoders [^`]+)`", err).group(1))
+    return command[1:]
+
+
+@pytest.fixture(scope="module")
+def clean(model, corpus, tmp_path_factory) -> dict:
+    """An uninterrupted encode of the corpus and of five queries, and the exact search's run: the reference
+    every repaired folder and every run is compared with, byte for byte."""
+    root = tmp_path_factory.mktemp("clean")
+    queries = root / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": f"{WORDS[i]} {WORDS[i + 3]}"}) + "\n"
+                               for i in range(5)))
+    assert main(encode_argv(model, corpus, root / "emb")) == 0
+    assert main(encode_argv(model, queries, root / "queries", "--queries")) == 0
+    assert main(["search", str(root / "emb"), str(root / "queries"), "--k", "10", "--output", str(root / "run.trec"),
+                 "--no-progress"]) == 0
+    return {"emb": stored(root / "emb"), "run": (root / "run.trec").read_bytes(), "queries": root / "queries",
+            "folder": root / "emb"}
+
+
+def copy_of_clean(clean: dict, folder: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(clean["folder"], folder))
+
+
+def search_argv(emb: Path, clean: dict, output: Path) -> list[str]:
+    return ["search", str(emb), str(clean["queries"]), "--k", "10", "--output", str(output), "--no-progress"]
+
+
+def test_encode_rebuilds_a_truncated_shard_of_a_finished_folder(model, corpus, clean, tmp_path, caplog):
+    """Case 1: re-running encode on a finished folder verifies every shard and rebuilds the broken one."""
+    emb = copy_of_clean(clean, tmp_path / "emb")
+    recorded = json.loads(clean["emb"]["manifest.json"])["shards"][3]["bytes"]
+    with open(emb / "shard-00003.safetensors", "r+b") as handle:
+        handle.truncate(1000)
+    with caplog.at_level("WARNING", logger="dense_encoders"):
+        assert main(encode_argv(model, corpus, emb)) == 0
+    assert f"shard-00003.safetensors is 1000 bytes, the manifest records {recorded}: encoding it again" in caplog.text
+    assert f"rebuilt shard-00003.safetensors in {emb}" in caplog.text
+    assert stored(emb) == clean["emb"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dense_encoders"):
+        assert main(encode_argv(model, corpus, emb)) == 0  # intact: verified, nothing rebuilt, nothing changed
+    assert "rebuilt" not in caplog.text and stored(emb) == clean["emb"]
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "flip"])
+def test_following_the_advice_of_search_repairs_the_folder(clean, tmp_path, capsys, damage):
+    """Cases 2 and 3: a missing, cut or changed shard stops search (nothing written) with the command that
+    rebuilds it; running that command gives the clean folder, and search then the clean run."""
+    emb = copy_of_clean(clean, tmp_path / "emb")
+    shard = emb / "shard-00002.safetensors"
+    if damage == "delete":
+        shard.unlink()
+    elif damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[:-8])
+    else:  # one bit of one embedding, changed in place: same size, readable, other scores
+        with open(shard, "r+b") as handle:
+            handle.seek(shard.stat().st_size - 100)
+            byte = handle.read(1)
+            handle.seek(-1, 1)
+            handle.write(bytes([byte[0] ^ 0x01]))
+    recorded = json.loads(clean["emb"]["manifest.json"])["shards"][2]["bytes"]
+    problem = {"delete": "is missing", "truncate": f"is {recorded - 8} bytes, the manifest records {recorded}",
+               "flip": "differs from the sha256 the manifest records"}[damage]
+    run = tmp_path / "run.trec"
+    capsys.readouterr()
+    assert main(search_argv(emb, clean, run)) == 2
+    err = capsys.readouterr().err
+    assert f"{shard} {problem}: rebuild it with `dense-encoders encode " in err and err.count("\n") == 1, err
+    assert not run.exists()
+    assert main(advised_command(err)) == 0
+    assert stored(emb) == clean["emb"]
+    assert main(search_argv(emb, clean, run)) == 0
+    assert run.read_bytes() == clean["run"]
+
+
+def test_index_and_evaluate_verify_the_checksums(model, tmp_path, capsys):
+    """Case 3: a flipped byte stops index and evaluate --corpus-embeddings as it stops search."""
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    write_corpus(beir / "corpus.jsonl", 60)
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "river bridge"}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\n")
+    emb = tmp_path / "emb"
+    assert main(["encode", str(model), str(beir), "--output", str(emb), "--shard-size", "25", "--no-progress"]) == 0
+    shard = emb / "shard-00001.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-3] ^= 0x40
+    shard.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["index", str(emb), "--faiss", "Flat"]) == 2
+    assert f"{shard} differs from the sha256 the manifest records" in capsys.readouterr().err
+    assert not (emb / "index-Flat.faiss").exists()
+    assert main(["evaluate", str(model), str(beir), "--corpus-embeddings", str(emb), "--no-progress"]) == 2
+    assert f"{shard} differs from the sha256 the manifest records" in capsys.readouterr().err
+
+
+def test_duplicate_ids_are_refused_naming_both_lines(model, tmp_path, capsys):
+    """Case 4: line 7 repeats the first id with another text: refused before anything is written."""
+    texts = tmp_path / "corpus.jsonl"
+    records = [{"_id": f"d{i}", "text": f"{WORDS[i]} passage"} for i in range(6)] + [{"_id": "d0", "text": "other"}]
+    texts.write_text("".join(json.dumps(record) + "\n" for record in records))
+    assert main(encode_argv(model, texts, tmp_path / "emb")) == 2
+    err = capsys.readouterr().err
+    assert f"{texts}:7: duplicate document id 'd0' (first at {texts}:1)" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "emb").exists()
+    tsv = tmp_path / "collection.tsv"
+    tsv.write_text("1\ta\n2\tb\n\n1\tc\n")
+    with pytest.raises(DataFormatError, match=rf"collection.tsv:4: duplicate document id '1' \(first at .*:1\)"):
+        list(iterate_texts(text_source(tsv)))
+
+
+def test_ids_with_whitespace_are_refused(model, tmp_path, capsys):
+    """Case 5: a tab (or any whitespace) inside an id would add a column to the TREC run."""
+    texts = tmp_path / "corpus.jsonl"
+    texts.write_text(json.dumps({"_id": "d1", "text": "one"}) + "\n" + json.dumps({"_id": "a\tb", "text": "two"}) + "\n")
+    assert main(encode_argv(model, texts, tmp_path / "emb")) == 2
+    err = capsys.readouterr().err
+    assert f"{texts}:2: document id 'a\\tb' contains whitespace ('\\t')" in err and err.count("\n") == 1, err
+    tsv = tmp_path / "queries.tsv"
+    tsv.write_text("q1\tfirst\nq 2\tsecond\n")
+    with pytest.raises(DataFormatError, match=r"queries.tsv:2: query id 'q 2' contains whitespace"):
+        list(iterate_texts(text_source(tsv, "query")))
+    from dense_encoders.data.runs import write_trec_run
+
+    with pytest.raises(ValueError, match=r"'a\\tb' is empty or contains whitespace"):
+        write_trec_run({"q1": {"a\tb": 1.0}}, tmp_path / "run.trec")
+    assert not (tmp_path / "run.trec").exists()
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_id(model, tmp_path):
+    """Case 6: a UTF-8 BOM (Windows editors write one) is skipped by every reader; the shards equal those of
+    the same file without it."""
+    plain, marked = tmp_path / "plain.tsv", tmp_path / "marked.tsv"
+    plain.write_text("4380635\tfahrenheit scale\n7\tsecond passage\n", encoding="utf-8")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert [i for i, _ in iterate_texts(text_source(marked))] == ["4380635", "7"]
+    assert main(encode_argv(model, plain, tmp_path / "a")) == 0
+    assert main(encode_argv(model, marked, tmp_path / "b")) == 0
+    a, b = stored(tmp_path / "a"), stored(tmp_path / "b")
+    assert {k: v for k, v in a.items() if k.startswith("shard-")} == {k: v for k, v in b.items() if k.startswith("shard-")}
+    jsonl = tmp_path / "corpus.jsonl"
+    jsonl.write_bytes(b"\xef\xbb\xbf" + json.dumps({"_id": "4380635", "text": "x"}).encode() + b"\n")
+    from dense_encoders.data.retrieval import read_beir_qrels, read_corpus_jsonl
+
+    assert list(read_corpus_jsonl(jsonl)) == [i for i, _ in iterate_texts(text_source(jsonl))] == ["4380635"]
+    qrels = tmp_path / "test.tsv"
+    qrels.write_bytes(b"\xef\xbb\xbfquery-id\tcorpus-id\tscore\nq1\t4380635\t1\n")
+    assert read_beir_qrels(qrels) == {"q1": {"4380635": 1}}
+
+
+CORPUS_CASES = {
+    "valid": [{"_id": "d1", "title": "A", "text": "one"}, {"id": 7, "text": "two"}, {"docid": "x", "contents": "3"}],
+    "duplicate": [{"_id": "d1", "text": "one"}, {"_id": "d2", "text": "two"}, {"_id": "d1", "text": "three"}],
+    "tab": [{"_id": "d1", "text": "one"}, {"_id": "d\t2", "text": "two"}],
+    "space": [{"_id": " d1", "text": "one"}],
+    "empty id": [{"_id": "", "text": "one"}],
+    "no id": [{"text": "one"}],
+    "no text": [{"_id": "d1", "title": "only a title"}],
+    "id not a string": [{"_id": ["d1"], "text": "one"}],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS_CASES))
+def test_the_evaluation_and_the_encoding_readers_agree(tmp_path, case):
+    """``read_corpus_jsonl`` (evaluate) and ``iterate_texts`` (encode) accept the same corpora with the same ids
+    and texts, and refuse the others with the same message."""
+    from dense_encoders.data.format import document_text
+    from dense_encoders.data.retrieval import read_corpus_jsonl
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in CORPUS_CASES[case]))
+    outcomes = []
+    for read in (lambda: [(i, document_text(d)) for i, d in read_corpus_jsonl(path).items()],
+                 lambda: list(iterate_texts(text_source(path)))):
+        try:
+            outcomes.append(read())
+        except DataFormatError as error:
+            outcomes.append(str(error))
+    assert outcomes[0] == outcomes[1]
+    assert isinstance(outcomes[0], list) == (case == "valid"), outcomes[0]
+
+
+def test_text_that_is_not_utf8_names_the_file_and_line(model, tmp_path, capsys):
+    texts = tmp_path / "corpus.jsonl"
+    texts.write_bytes(b'{"_id": "d1", "text": "one"}\n{"_id": "d2", "text": "two"}\n{"_id": "d3", "text": "caf\xe9"}\n')
+    assert main(encode_argv(model, texts, tmp_path / "emb")) == 2
+    err = capsys.readouterr().err
+    assert f"{texts}:3: not UTF-8 (byte 0xe9 at byte 27 of the line): save the file as UTF-8" in err, err
+    config = tmp_path / "run.yaml"
+    config.write_bytes(b"k: 10\nno_progress: true\ntag: \xff\n")
+    assert main(["search", "a", "b", "--output", "c", "--config", str(config)]) == 2
+    assert f"{config}:3: not UTF-8 (byte 0xff)" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_encode_prints_the_command_that_continues(model, corpus, clean, tmp_path, capsys, monkeypatch):
+    """The command printed after Ctrl-C, run as printed, finishes the folder as an uninterrupted run would."""
+    from dense_encoders.evaluation import corpus_encoding
+
+    original, written = corpus_encoding.write_shard, []
+
+    def write_then_interrupt(*args, **kwargs):
+        original(*args, **kwargs)
+        written.append(args[1])
+        if len(written) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(corpus_encoding, "write_shard", write_then_interrupt)
+    emb = tmp_path / "emb"
+    capsys.readouterr()
+    assert main(encode_argv(model, corpus, emb)) == 130
+    err = capsys.readouterr().err
+    assert "dense-encoders encode: interrupted; finished shards are kept: continue with `dense-encoders encode" in err
+    monkeypatch.setattr(corpus_encoding, "write_shard", original)
+    assert main(advised_command(err)) == 0
+    assert stored(emb) == clean["emb"]
+
+
+def test_search_says_how_many_documents_it_wrote(clean, tmp_path, capsys):
+    run = tmp_path / "run.trec"
+    capsys.readouterr()
+    assert main(["search", str(clean["folder"]), str(clean["queries"]), "--k", "500", "--output", str(run),
+                 "--no-progress"]) == 0
+    assert capsys.readouterr().err == (f"Wrote the top 230 documents of 5 queries over 230 documents to {run} "
+                                       "(--k 500: the corpus holds 230)\n")
+    assert {len(documents) for documents in read_trec_run(run).values()} == {230}
+
+
+def test_the_loading_weights_bar_shows_only_with_debug(model, clean, tmp_path, capsys):
+    argv = ["search", str(clean["folder"]), str(clean["queries"]).replace("queries", "queries.jsonl"), "--k", "3",
+            "--no-progress", "--output"]
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "a.trec")]) == 0
+    assert "Loading weights" not in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "b.trec"), "--debug"]) == 0
+    assert "Loading weights" in capsys.readouterr().err

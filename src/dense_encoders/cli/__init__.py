@@ -22,8 +22,9 @@ also takes ``--config FILE`` (JSON or YAML: flag names to values, ``args`` for p
 given on the command line win over the file.
 
 Errors in what was given (flags, paths, files, devices) are one or two lines on stderr and exit code 2;
-Ctrl-C exits with 130 and names the checkpoint to resume from. ``--debug`` (anywhere on the command line)
-or ``DENSE_ENCODERS_DEBUG=1`` shows the full traceback instead, for bug reports.
+Ctrl-C exits with 130 and names the checkpoint to resume from (``encode``: the command that continues).
+``--debug`` (anywhere on the command line) or ``DENSE_ENCODERS_DEBUG=1`` shows the full traceback instead, for
+bug reports, and transformers' "Loading weights" progress bar, hidden otherwise.
 """
 
 # One module per subcommand group (train, evaluate, hub, bench, quickstart) builds its parsers and runs
@@ -31,8 +32,10 @@ or ``DENSE_ENCODERS_DEBUG=1`` shows the full traceback instead, for bug reports.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -119,13 +122,16 @@ def _debug(argv: list[str]) -> tuple[bool, list[str]]:
     return flagged or os.environ.get("DENSE_ENCODERS_DEBUG", "") not in ("", "0"), argv
 
 
-def _interrupted_message(command: str) -> str:
-    """What to do after Ctrl-C: resume from the last ``checkpoint-N`` of the output folder, when there is one."""
+def _interrupted_message(command: str, argv: list[str]) -> str:
+    """What to do after Ctrl-C: ``encode`` continues by the same command; training resumes from the last
+    ``checkpoint-N`` of the output folder, when there is one."""
     parsed = parse.last
     output_dir = None
     for part in parsed if isinstance(parsed, tuple) else (parsed,):
         output_dir = output_dir or getattr(part, "output_dir", None)
     message = f"dense-encoders {command}: interrupted"
+    if command == "encode":
+        return f"{message}; finished shards are kept: continue with `{shlex.join(['dense-encoders', *argv])}`"
     if command not in ("pretrain", "distill"):
         return message
     checkpoints = []
@@ -135,6 +141,27 @@ def _interrupted_message(command: str) -> str:
     if checkpoints:
         return f"{message}; resume with --resume-from-checkpoint {max(checkpoints)[1]}"
     return f"{message}; no checkpoint was written yet" + (f" to {output_dir}" if output_dir else "")
+
+
+@contextlib.contextmanager
+def _model_loading_bars(shown: bool):
+    """transformers' own progress bars ("Loading weights", once per command) hidden unless ``shown``; the
+    Hub's download bars and every other bar stay as they are. Restored afterwards."""
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as transformers_logging
+
+    before, downloads = transformers_logging.is_progress_bar_enabled(), not hub.are_progress_bars_disabled()
+    if not shown:
+        transformers_logging.disable_progress_bar()  # turns the Hub's bars off too
+        if downloads:
+            hub.enable_progress_bars()
+    try:
+        yield
+    finally:
+        if before and not shown:
+            transformers_logging.enable_progress_bar()
+            if not downloads:
+                hub.disable_progress_bars()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,11 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0]
     parse.last = None
     try:
-        return COMMANDS[command](argv[1:])
+        with _model_loading_bars(shown=debug):
+            return COMMANDS[command](argv[1:])
     except KeyboardInterrupt:
         if debug:
             raise
-        print(_interrupted_message(command), file=sys.stderr)
+        print(_interrupted_message(command, argv), file=sys.stderr)
         return 130
     except (ValueError, OSError) as error:  # bad flags, paths, files or devices: say what, not a traceback
         if debug:

@@ -105,7 +105,12 @@ def read_config(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 (byte {error.object[error.start]:#04x}): save the file as "
+                         "UTF-8") from None
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
@@ -113,12 +118,14 @@ def read_config(path: str | Path) -> dict:
             settings = yaml.safe_load(text)
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
-            raise ValueError(f"{path}:{mark.line + 1 if mark else '?'}: not valid YAML ({error})") from None
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ValueError(f"{where}: not valid YAML ({problem})") from None
     else:
         try:
             settings = json.loads(text)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+            raise ValueError(f"{path}:{error.lineno}:{error.colno}: not valid JSON ({error.msg})") from None
     if not isinstance(settings, dict):
         raise ValueError(f"{path} must hold a mapping of flag names to values")
     return settings

@@ -193,9 +193,18 @@ def search(argv: list[str]) -> int:
                                         device=options.device or "cpu", show_progress_bar=not options.no_progress)
     run = run_from_topk(query_ids, documents, scores, indices)
     write_trec_run(run, options.output, tag=options.tag)
-    print(f"Wrote the top {options.k} of {len(run)} queries over {documents.count} documents to {options.output}",
-          file=sys.stderr)
+    print(_written(run, options.k, documents.count, options.output), file=sys.stderr)
     return 0
+
+
+def _written(run: dict, k: int, count: int, output) -> str:
+    """What ``search`` wrote: the documents per query as they are in the run, and why fewer than ``--k``."""
+    lengths = sorted({len(documents) for documents in run.values()}) or [0]
+    top = str(lengths[0]) if len(lengths) == 1 else f"{lengths[0]} to {lengths[-1]}"
+    why = ""
+    if lengths[-1] < k:
+        why = f" (--k {k}: the corpus holds {count})" if count < k else f" (--k {k}: the index returned fewer)"
+    return f"Wrote the top {top} documents of {len(run)} queries over {count} documents to {output}{why}"
 
 
 def _queries_for(documents, options):

@@ -12,7 +12,7 @@ import os
 import pathlib
 from typing import Any, Optional, Union
 
-from .format import DataFormatError, document_text, json_lines
+from .format import DataFormatError, document_text, json_lines, text_lines
 
 __all__ = ["SUPPORTED_EXTENSIONS", "default_corpus_path", "load_corpus", "tokenize_for_condenser"]
 
@@ -46,8 +46,7 @@ def _resolve_files(source: Union[str, os.PathLike]) -> list[pathlib.Path]:
 
 
 def _read_txt(path: pathlib.Path) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()]
+    return [line.strip() for _, line in text_lines(path) if line.strip()]
 
 
 def _read_json_lines(path: pathlib.Path, text_field: str, title_field: Optional[str]) -> list[str]:

@@ -6,7 +6,8 @@ Layout of an output folder::
     shard-00000.safetensors        ``embeddings`` [rows, dim] (float16 or float32), metadata: rows, ids sha256
     shard-00000.ids                the rows' ids, one per line
     ...
-    manifest.json                  written last: encoding.json + count, dimension, every shard's rows and sha256
+    manifest.json                  written last: encoding.json + count, dimension, every shard's rows, bytes
+                                   and sha256 (checked before a shard is used: EmbeddingShards.shards)
 
 Shard ``i`` holds the texts ``[i * shard_size, (i + 1) * shard_size)`` of the source in file order, so
 any process can encode any shard, and a shard is complete when its safetensors file exists (ids first,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .format import DataFormatError, document_text, json_lines
+from .format import DataFormatError, UniqueIds, document_text, has_whitespace, json_lines, text_lines
+from .retrieval import beir_ids, corpus_record, query_record
 
 SETTINGS_FILE = "encoding.json"
 MANIFEST_FILE = "manifest.json"
@@ -36,6 +39,8 @@ VERSION = 1
 DTYPES = {"float16": np.float16, "float32": np.float32}
 SHARD_METADATA = "dense_encoders_shard"
 SIDES = ("document", "query")
+# what fixes a damaged or missing shard: encode heals a finished folder as well as an unfinished one
+REPAIR = "run the `dense-encoders encode` command that wrote the folder again to rebuild it"
 
 
 # ------------------------------------------------------------------------------------------------ sources
@@ -73,31 +78,39 @@ def text_source(path: str | Path, side: str = "document") -> TextSource:
 
 
 def iterate_texts(source: TextSource, *, allow_empty: bool = False) -> Iterator[tuple[str, str]]:
-    """``(id, text)`` of every text in file order, read as a stream. Documents of a BEIR corpus are
-    ``title + " " + text``; a blank text is a :class:`DataFormatError` naming file:line unless ``allow_empty``."""
+    """``(id, text)`` of every text in file order, read as a stream. BEIR lines are read as
+    :func:`~dense_encoders.data.retrieval.corpus_record` / ``query_record`` read them (documents are
+    ``title + " " + text``); ids follow :class:`~dense_encoders.data.format.UniqueIds` (not empty, no
+    whitespace, and, once the last text is read, no repeats); a blank text is a :class:`DataFormatError`
+    naming file:line unless ``allow_empty``."""
     if source.kind == "beir":
-        rows = ((number, record) for number, record in json_lines(source.path))
-        for number, record in rows:
-            identifier = record.get("_id")
-            if not isinstance(identifier, (str, int)) or isinstance(identifier, bool) or str(identifier) == "":
-                raise DataFormatError(source.path, number, "needs an '_id' (a string)")
-            text = document_text(record) if source.side == "document" else record.get("text")
-            if not isinstance(text, str):
-                raise DataFormatError(source.path, number, "needs a 'text' string")
-            yield _checked(source, number, str(identifier), text, allow_empty)
+        ids = beir_ids(source.path, source.side)
+    else:
+        ids = UniqueIds(source.path, f"{source.side} id",
+                        lambda: ((number, identifier) for number, identifier, _ in _raw_texts(source)))
+    for number, identifier, text in _raw_texts(source):
+        yield _checked(source, number, ids.add(number, identifier), text, allow_empty)
+    ids.check()
+
+
+def _raw_texts(source: TextSource) -> Iterator[tuple[int, str, str]]:
+    """``(line number, id, text)`` of every text of ``source``, ids not yet checked."""
+    if source.kind == "beir":
+        for number, record in json_lines(source.path):
+            if source.side == "document":
+                identifier, document = corpus_record(source.path, number, record)
+                yield number, identifier, document_text(document)
+            else:
+                yield number, *query_record(source.path, number, record)
         return
-    with open(source.path, encoding="utf-8", newline="") as handle:
-        for number, line in enumerate(handle, start=1):
-            line = line.rstrip("\r\n")
-            if source.kind == "lines":
-                yield _checked(source, number, str(number), line, allow_empty)
-                continue
-            if not line.strip():
-                continue
+    for number, line in text_lines(source.path):
+        if source.kind == "lines":
+            yield number, str(number), line
+        elif line.strip():
             identifier, tab, text = line.partition("\t")
             if not tab or not identifier.strip():
                 raise DataFormatError(source.path, number, "expected 'id<TAB>text'")
-            yield _checked(source, number, identifier.strip(), text, allow_empty)
+            yield number, identifier, text
 
 
 def _checked(source: TextSource, number: int, identifier: str, text: str, allow_empty: bool) -> tuple[str, str]:
@@ -163,8 +176,8 @@ def write_shard(folder: Path, index: int, embeddings: np.ndarray, ids: list[str]
 
     if len(ids) != len(embeddings):
         raise ValueError(f"shard {index}: {len(ids)} ids for {len(embeddings)} embeddings")
-    if any("\n" in identifier or "\r" in identifier for identifier in ids):
-        raise ValueError(f"shard {index}: an id contains a line break")
+    if any(has_whitespace(identifier) or not identifier for identifier in ids):
+        raise ValueError(f"shard {index}: an id is empty or contains whitespace")
     folder = Path(folder)
     _atomic_write(ids_file(folder, index), lambda scratch: Path(scratch).write_text(
         "".join(identifier + "\n" for identifier in ids), encoding="utf-8"))
@@ -189,7 +202,8 @@ def read_shard_ids(folder: Path, index: int) -> list[str]:
 
 
 def read_shard(folder: Path, index: int) -> tuple[np.ndarray, list[str]]:
-    """``(embeddings as stored, ids)`` of a complete shard; a damaged one is a one-line error naming it."""
+    """``(embeddings as stored, ids)`` of a complete shard; a damaged one is a one-line error naming it
+    (:meth:`EmbeddingShards.shards` verifies the shard against the manifest first)."""
     from safetensors import safe_open
 
     path = shard_file(folder, index)
@@ -198,33 +212,57 @@ def read_shard(folder: Path, index: int) -> tuple[np.ndarray, list[str]]:
             metadata = _shard_metadata(handle)
             embeddings = handle.get_tensor("embeddings")
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path} is missing: run `dense-encoders encode` again to finish the run") from None
+        raise FileNotFoundError(f"{path} is missing: {REPAIR}") from None
     except Exception as error:  # a damaged file
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise ValueError(f"{path} cannot be read ({reason}): delete it and run `dense-encoders encode` "
-                         "again") from None
+        raise ValueError(f"{path} cannot be read ({reason}): {REPAIR}") from None
     ids = read_shard_ids(folder, index)
-    if len(ids) != len(embeddings) or metadata.get("ids_sha256") != _ids_digest(ids):
-        raise ValueError(f"{ids_file(folder, index)} does not match {path.name}: delete both and run "
-                         "`dense-encoders encode` again")
+    if not _ids_match(metadata, ids, len(embeddings)):
+        raise ValueError(f"{ids_file(folder, index)} does not match {path.name}: {REPAIR}")
     return embeddings, ids
+
+
+def _ids_match(metadata: dict, ids: list[str], rows: int) -> bool:
+    return len(ids) == rows == metadata.get("rows", rows) and metadata.get("ids_sha256") == _ids_digest(ids)
+
+
+def _header(path: Path) -> dict | None:
+    """The shard's metadata, None when its header cannot be read."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as handle:
+            return _shard_metadata(handle)
+    except Exception:  # noqa: BLE001 - any unreadable file is an incomplete shard
+        return None
 
 
 def shard_is_complete(folder: Path, index: int, rows: int) -> bool:
     """Whether shard ``index`` exists with ``rows`` rows and ids that match it (a resume skips it)."""
-    from safetensors import safe_open
-
     path = shard_file(folder, index)
     if not path.is_file() or not ids_file(folder, index).is_file():
         return False
-    try:
-        with safe_open(str(path), framework="np") as handle:
-            metadata = _shard_metadata(handle)
-    except Exception:
-        return False
-    if metadata.get("rows") != rows:
-        return False
-    return metadata.get("ids_sha256") == _ids_digest(read_shard_ids(folder, index))
+    metadata = _header(path)
+    return metadata is not None and _ids_match(metadata, read_shard_ids(folder, index), rows)
+
+
+def shard_damage(folder: Path, index: int, entry: dict) -> str | None:
+    """What is wrong with shard ``index`` against its manifest ``entry``, None when nothing: a missing file,
+    another size or sha256 than the manifest records, or an ids file that does not match the shard. Reads the
+    whole shard (sha256 at about 1.8 GB/s on one core)."""
+    path, ids_path = shard_file(folder, index), ids_file(folder, index)
+    if not path.is_file():
+        return "is missing"
+    if not ids_path.is_file():
+        return f"has no {ids_path.name}"
+    size = path.stat().st_size
+    if "bytes" in entry and size != entry["bytes"]:
+        return f"is {size} bytes, the manifest records {entry['bytes']}"
+    if file_sha256(path) != entry["sha256"]:
+        return "differs from the sha256 the manifest records"
+    if not shard_is_complete(folder, index, entry["rows"]):
+        return f"does not match {ids_path.name}"
+    return None
 
 
 def file_sha256(path: Path) -> str:
@@ -236,6 +274,23 @@ def file_sha256(path: Path) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ records
+
+
+def encode_command(folder: Path, settings: dict) -> str:
+    """The ``dense-encoders encode`` command that continues, or repairs, the run ``settings`` describe: the
+    recorded model and texts, and every setting that decides the embeddings spelt out."""
+    argv = ["dense-encoders", "encode", settings["model"], settings["source"]["path"], "--output", str(folder)]
+    if settings["side"] == "query":
+        argv.append("--queries")
+    argv += ["--shard-size", str(settings["shard_size"]), "--dtype", settings["dtype"], "--prompt",
+             settings["prompt"] or "", "--max-length", str(settings["max_length"])]
+    if settings.get("pooling"):
+        argv += ["--pooling", settings["pooling"]]
+    if settings.get("normalize"):
+        argv.append("--normalize")
+    if settings.get("allow_empty"):
+        argv.append("--allow-empty-documents")
+    return shlex.join(argv)
 
 
 def differing_settings(recorded: dict, wanted: dict) -> list[str]:
@@ -287,6 +342,7 @@ def write_manifest(folder: Path, settings: dict, num_shards: int) -> "EmbeddingS
             with safe_open(str(shard_file(folder, index)), framework="np") as handle:
                 dimension = int(handle.get_slice("embeddings").get_shape()[1])
         shards.append({"file": shard_file(folder, index).name, "ids": ids_file(folder, index).name, "rows": rows,
+                       "bytes": shard_file(folder, index).stat().st_size,
                        "sha256": file_sha256(shard_file(folder, index))})
     write_json(folder / MANIFEST_FILE, {"format": FORMAT, "version": VERSION, "settings": settings,
                                         "count": settings["count"], "dimension": dimension, "shards": shards})
@@ -302,6 +358,8 @@ def save_embedding_shards(folder: str | Path, embeddings: np.ndarray, ids: list[
         raise ValueError(f"{folder} is not empty: give a new folder")
     if len(ids) != len(embeddings) or len(ids) == 0:
         raise ValueError(f"{len(ids)} ids for {len(embeddings)} embeddings: give one id per row, at least one")
+    if len(set(ids)) != len(ids):
+        raise ValueError("the ids repeat: give every row its own id")
     folder.mkdir(parents=True, exist_ok=True)
     recorded = {"format": FORMAT, "version": VERSION, "side": "document", "similarity": "dot", "normalize": False,
                 **(settings or {}), "dtype": dtype, "shard_size": shard_size, "count": len(ids)}
@@ -352,20 +410,40 @@ class EmbeddingShards:
     def __len__(self) -> int:
         return len(self.manifest["shards"])
 
+    def damage(self, index: int) -> str | None:
+        """What is wrong with shard ``index`` (:func:`shard_damage`), None when it is as the manifest records."""
+        return shard_damage(self.folder, index, self.manifest["shards"][index])
+
+    def repair(self) -> str:
+        """The fix of a damaged or missing shard: the encode command that rebuilds it."""
+        settings = self.settings
+        if not settings.get("model") or not isinstance(settings.get("source"), dict):
+            return "this folder was not written by `dense-encoders encode`: save the embeddings again"
+        return f"rebuild it with `{encode_command(self.folder, settings)}`"
+
     def shards(self) -> Iterator[tuple[int, np.ndarray, list[str]]]:
-        """``(offset of the shard's first row, embeddings as float32, ids)`` of every shard in order."""
+        """``(offset of the shard's first row, embeddings as float32, ids)`` of every shard in order, each one
+        verified against the manifest (size, sha256, ids) before it is used."""
         offset = 0
-        for index, entry in enumerate(self.manifest["shards"]):
+        for index in range(len(self)):
+            problem = self.damage(index)
+            if problem is not None:
+                raise ValueError(f"{shard_file(self.folder, index)} {problem}: {self.repair()}")
             embeddings, ids = read_shard(self.folder, index)
-            if len(ids) != entry["rows"]:
-                raise ValueError(f"{shard_file(self.folder, index)} has {len(ids)} rows, the manifest "
-                                 f"{entry['rows']}: encode the folder again")
             yield offset, np.asarray(embeddings, dtype=np.float32), ids
             offset += len(ids)
 
     def ids(self) -> Iterator[str]:
-        for index in range(len(self)):
-            yield from read_shard_ids(self.folder, index)
+        """Every id in row order, each shard's ids checked against the digest its shard's header records."""
+        for index, entry in enumerate(self.manifest["shards"]):
+            path = shard_file(self.folder, index)
+            if not path.is_file() or not ids_file(self.folder, index).is_file():
+                raise FileNotFoundError(f"{path if not path.is_file() else ids_file(self.folder, index)} is "
+                                        f"missing: {self.repair()}")
+            ids, metadata = read_shard_ids(self.folder, index), _header(path)
+            if metadata is None or not _ids_match(metadata, ids, entry["rows"]):
+                raise ValueError(f"{ids_file(self.folder, index)} does not match {path.name}: {self.repair()}")
+            yield from ids
 
     def ids_at(self, positions) -> dict[int, str]:
         """The ids at the given global row positions (one pass over the ids files)."""
@@ -384,9 +462,11 @@ __all__ = [
     "DTYPES",
     "EmbeddingShards",
     "MANIFEST_FILE",
+    "REPAIR",
     "SETTINGS_FILE",
     "TextSource",
     "differing_settings",
+    "encode_command",
     "file_sha256",
     "ids_file",
     "iterate_texts",
@@ -396,6 +476,7 @@ __all__ = [
     "save_embedding_shards",
     "scan_source",
     "shard_count",
+    "shard_damage",
     "shard_file",
     "shard_is_complete",
     "shard_rows",

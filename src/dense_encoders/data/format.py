@@ -1,16 +1,21 @@
-"""What every data file of the package shares: the error for a bad line, the JSON-lines reader, field
-checks, and :func:`document_text`, the one place where a document (title + text) becomes a string.
+"""What every data file of the package shares: the error for a bad line, the line and JSON-lines readers,
+field and id checks, and :func:`document_text`, the one place where a document (title + text) becomes a string.
 
-Training (pre-training corpora, distillation files) and evaluation (BEIR folders, pairs, runs) read
-their files through these helpers, so a malformed line raises the same :class:`DataFormatError`
-(a ``ValueError``) naming ``file:line``, and a document is the same string for both.
+Training (pre-training corpora, distillation files) and evaluation (BEIR folders, pairs, runs, embedding
+shards) read their files through these helpers, so a malformed line raises the same :class:`DataFormatError`
+(a ``ValueError``) naming ``file:line``, an id follows the same rules (:func:`check_id`, :class:`UniqueIds`),
+and a document is the same string for both. Text files are UTF-8; a byte order mark at the start is skipped.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import re
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+
+import numpy as np
 
 
 class DataFormatError(ValueError):
@@ -37,20 +42,32 @@ def require_file(path: Path, what: str) -> Path:
     return path
 
 
+def text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number from 1, line without its line break) of a UTF-8 text file, lines ending at ``\\n``. A byte
+    order mark at the start is skipped; bytes that are not UTF-8 are a DataFormatError naming the line."""
+    with open(path, "rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise DataFormatError(path, line_number, f"not UTF-8 (byte {raw[error.start]:#04x} at byte "
+                                      f"{error.start + 1} of the line): save the file as UTF-8") from None
+            yield line_number, line.rstrip("\r\n")
+
+
 def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) of every non-empty line of a jsonl file; DataFormatError for bad lines."""
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataFormatError(path, line_number, f"not valid JSON ({error.msg} at column {error.colno})") from None
-            if not isinstance(record, dict):
-                problem = f"expected a JSON object per line, got {type(record).__name__}"
-                raise DataFormatError(path, line_number, problem)
-            yield line_number, record
+    for line_number, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataFormatError(path, line_number, f"not valid JSON ({error.msg} at column {error.colno})") from None
+        if not isinstance(record, dict):
+            problem = f"expected a JSON object per line, got {type(record).__name__}"
+            raise DataFormatError(path, line_number, problem)
+        yield line_number, record
 
 
 def is_json_number(value) -> bool:
@@ -82,12 +99,65 @@ def string_field(path: Path, line_number: int, record: dict, *names: str, requir
     return None
 
 
+_WHITESPACE = re.compile(r"\s")
+
+
+def has_whitespace(text: str) -> bool:
+    """Whether ``text`` holds a character that ``str.split()`` (and so every reader of TREC runs and qrels)
+    splits on: spaces, tabs, line breaks and the other Unicode whitespace."""
+    return _WHITESPACE.search(text) is not None
+
+
+def check_id(path: str | Path, line_number: int, identifier: str, what: str = "id") -> str:
+    """``identifier`` as every id must be: not empty, without whitespace (TREC runs and qrels are columns
+    separated by whitespace, and ids files hold one id per line); else a DataFormatError naming the line."""
+    if identifier == "":
+        raise DataFormatError(path, line_number, f"empty {what}: give every line an id")
+    found = _WHITESPACE.search(identifier)
+    if found is not None:
+        raise DataFormatError(path, line_number, f"{what} {identifier!r} contains whitespace ({found.group()!r}), "
+                              "which would split it in a TREC run: remove it from the id")
+    return identifier
+
+
+class UniqueIds:
+    """The ids of one file as it is read: each passes :func:`check_id`, and :meth:`check` (after the last)
+    refuses a repeated id naming both lines. Holds a 64-bit hash per id (8 bytes, not the ids), so a corpus
+    of millions of texts is checked in little memory; when two hashes agree, ``reread`` (the file's
+    ``(line number, id)`` pairs again, in order) tells a repeat from a collision and finds its lines."""
+
+    def __init__(self, path: str | Path, what: str, reread: Callable[[], Iterable[tuple[int, str]]]):
+        self.path, self.what, self._reread = path, what, reread
+        self._hashes = array("q")
+
+    def add(self, line_number: int, identifier: str) -> str:
+        self._hashes.append(hash(check_id(self.path, line_number, identifier, self.what)))
+        return identifier
+
+    def check(self) -> None:
+        hashes = np.sort(np.frombuffer(self._hashes, dtype=np.int64)) if len(self._hashes) else np.empty(0)
+        suspects = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
+        if not suspects:
+            return
+        first: dict[str, int] = {}
+        for line_number, identifier in self._reread():
+            if hash(identifier) in suspects:
+                if identifier in first:
+                    raise DataFormatError(self.path, line_number, f"duplicate {self.what} {identifier!r} (first at "
+                                          f"{self.path}:{first[identifier]}): give each line its own id")
+                first[identifier] = line_number
+
+
 __all__ = [
     "DataFormatError",
+    "UniqueIds",
+    "check_id",
+    "has_whitespace",
     "document_text",
     "is_json_number",
     "json_lines",
     "parses_as_number",
     "require_file",
     "string_field",
+    "text_lines",
 ]

@@ -8,15 +8,16 @@ line raises :class:`~dense_encoders.data.format.DataFormatError` naming the file
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .format import (
-    DataFormatError, document_text, is_json_number, json_lines, parses_as_number, require_file, string_field,
+    DataFormatError, UniqueIds, document_text, is_json_number, json_lines, parses_as_number, require_file,
+    string_field, text_lines,
 )
 
 logger = logging.getLogger(__name__)
@@ -59,25 +60,51 @@ class RetrievalDataset:
 # --------------------------------------------------------------------------------------------
 
 
-def read_corpus_jsonl(path: str | Path, *, allow_empty_documents: bool = False) -> dict[str, dict[str, str]]:
-    """BEIR ``corpus.jsonl``: ``{"_id", "title", "text"}`` per line (``id`` accepted for ``_id``).
+DOCUMENT_ID_FIELDS = ("_id", "id", "docid")
+QUERY_ID_FIELDS = ("_id", "id", "qid")
 
+
+def corpus_record(path: Path, line_number: int, record: dict) -> tuple[str, dict[str, str]]:
+    """``(id, {"title", "text"})`` of one line of a BEIR ``corpus.jsonl``: ``_id`` (or ``id``, ``docid``; a
+    JSON number is written as a string), ``text`` (or ``contents``), an optional ``title``. Every reader of
+    a corpus goes through here; the id is checked by :class:`~dense_encoders.data.format.UniqueIds`."""
+    doc_id = string_field(path, line_number, record, *DOCUMENT_ID_FIELDS)
+    text = string_field(path, line_number, record, "text", "contents")
+    title = string_field(path, line_number, record, "title", required=False) or ""
+    return doc_id, {"title": title, "text": text}
+
+
+def query_record(path: Path, line_number: int, record: dict) -> tuple[str, str]:
+    """``(id, text)`` of one line of a BEIR ``queries.jsonl``: ``_id`` (or ``id``, ``qid``), ``text`` (or ``query``)."""
+    return (string_field(path, line_number, record, *QUERY_ID_FIELDS),
+            string_field(path, line_number, record, "text", "query"))
+
+
+def beir_ids(path: Path, side: str = "document") -> UniqueIds:
+    """The id checker of a BEIR ``corpus.jsonl`` (``side="document"``) or ``queries.jsonl`` (``"query"``)."""
+    fields = DOCUMENT_ID_FIELDS if side == "document" else QUERY_ID_FIELDS
+    return UniqueIds(path, f"{side} id", lambda: ((line_number, string_field(path, line_number, record, *fields))
+                                          for line_number, record in json_lines(path)))
+
+
+def read_corpus_jsonl(path: str | Path, *, allow_empty_documents: bool = False) -> dict[str, dict[str, str]]:
+    """BEIR ``corpus.jsonl``: ``{"_id", "title", "text"}`` per line (:func:`corpus_record`).
+
+    Ids are unique, not empty and without whitespace (:func:`~dense_encoders.data.format.check_id`).
     Documents whose title and text are both empty or blank are an error naming their count and the
     first ``file:line`` (they would be encoded as the empty string); ``allow_empty_documents=True``
     keeps them with one counted warning.
     """
     path = require_file(Path(path), "corpus file")
     corpus: dict[str, dict[str, str]] = {}
+    ids = beir_ids(path)
     empty_lines: list[int] = []
     for line_number, record in json_lines(path):
-        doc_id = string_field(path, line_number, record, "_id", "id", "docid")
-        if doc_id in corpus:
-            raise DataFormatError(path, line_number, f"duplicate document id {doc_id!r}")
-        text = string_field(path, line_number, record, "text", "contents")
-        title = string_field(path, line_number, record, "title", required=False) or ""
-        corpus[doc_id] = {"title": title, "text": text}
-        if not document_text(corpus[doc_id]):
+        doc_id, document = corpus_record(path, line_number, record)
+        corpus[ids.add(line_number, doc_id)] = document
+        if not document_text(document):
             empty_lines.append(line_number)
+    ids.check()
     if empty_lines:
         problem = f"{len(empty_lines)} documents in {path} have no text (first at line {empty_lines[0]})"
         if not allow_empty_documents:
@@ -90,20 +117,25 @@ def read_corpus_jsonl(path: str | Path, *, allow_empty_documents: bool = False) 
 
 
 def read_queries_jsonl(path: str | Path) -> dict[str, str]:
-    """BEIR ``queries.jsonl``: ``{"_id", "text"}`` per line."""
+    """BEIR ``queries.jsonl``: ``{"_id", "text"}`` per line (:func:`query_record`); ids as in a corpus."""
     path = require_file(Path(path), "queries file")
     queries: dict[str, str] = {}
+    ids = beir_ids(path, "query")
     for line_number, record in json_lines(path):
-        query_id = string_field(path, line_number, record, "_id", "id", "qid")
-        if query_id in queries:
-            raise DataFormatError(path, line_number, f"duplicate query id {query_id!r}")
-        text = string_field(path, line_number, record, "text", "query")
+        query_id, text = query_record(path, line_number, record)
         if not text.strip():
             raise DataFormatError(
                 path, line_number, f"query {query_id!r} has an empty or blank text; fill it in or remove the line"
             )
-        queries[query_id] = text
+        queries[ids.add(line_number, query_id)] = text
+    ids.check()
     return queries
+
+
+def tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, columns) of a tab-separated file: no quoting, one row per line (:func:`text_lines`)."""
+    for line_number, line in text_lines(path):
+        yield line_number, line.split("\t")
 
 
 def _grade(path: Path, line_number: int, value: str) -> int:
@@ -120,20 +152,18 @@ def read_beir_qrels(path: str | Path) -> Qrels:
     """BEIR ``qrels/<split>.tsv``: a ``query-id  corpus-id  score`` header, then tab-separated rows."""
     path = require_file(Path(path), "qrels file")
     qrels: Qrels = {}
-    with open(path, encoding="utf-8", newline="") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            columns = line.split("\t")
-            if line_number == 1 and not parses_as_number(columns[-1]):
-                continue  # header
-            if len(columns) != 3:
-                raise DataFormatError(
-                    path, line_number, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(columns)}"
-                )
-            query_id, doc_id, grade = columns
-            qrels.setdefault(query_id, {})[doc_id] = _grade(path, line_number, grade)
+    for line_number, line in text_lines(path):
+        if not line.strip():
+            continue
+        columns = line.split("\t")
+        if line_number == 1 and not parses_as_number(columns[-1]):
+            continue  # header
+        if len(columns) != 3:
+            raise DataFormatError(
+                path, line_number, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(columns)}"
+            )
+        query_id, doc_id, grade = columns
+        qrels.setdefault(query_id, {})[doc_id] = _grade(path, line_number, grade)
     return qrels
 
 
@@ -141,15 +171,14 @@ def read_trec_qrels(path: str | Path) -> Qrels:
     """TREC qrels: ``qid iteration docid relevance`` separated by whitespace."""
     path = require_file(Path(path), "qrels file")
     qrels: Qrels = {}
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            columns = line.split()
-            if len(columns) != 4:
-                raise DataFormatError(path, line_number, f"expected 4 columns (qid iter docid rel), got {len(columns)}")
-            query_id, _, doc_id, grade = columns
-            qrels.setdefault(query_id, {})[doc_id] = _grade(path, line_number, grade)
+    for line_number, line in text_lines(path):
+        if not line.strip():
+            continue
+        columns = line.split()
+        if len(columns) != 4:
+            raise DataFormatError(path, line_number, f"expected 4 columns (qid iter docid rel), got {len(columns)}")
+        query_id, _, doc_id, grade = columns
+        qrels.setdefault(query_id, {})[doc_id] = _grade(path, line_number, grade)
     return qrels
 
 
@@ -158,9 +187,8 @@ def read_qrels(path: str | Path) -> Qrels:
     (``query-id  corpus-id  score``, header optional), whitespace-separated 4 columns is TREC
     (``qid iteration docid relevance``)."""
     path = require_file(Path(path), "qrels file")
-    with open(path, encoding="utf-8") as handle:
-        line_number, first = next(((n, line) for n, line in enumerate(handle, start=1) if line.strip()), (1, ""))
-    if len(first.rstrip("\r\n").split("\t")) == 3:
+    line_number, first = next(((n, line) for n, line in text_lines(path) if line.strip()), (1, ""))
+    if len(first.split("\t")) == 3:
         return read_beir_qrels(path)
     if len(first.split()) == 4:
         return read_trec_qrels(path)
@@ -230,13 +258,12 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
             positive = string_field(path, line_number, record, "positive", "document", "passage")
             pairs.append((line_number, query, positive))
     elif path.suffix in (".tsv", ".txt"):
-        with open(path, encoding="utf-8", newline="") as handle:
-            for line_number, row in enumerate(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
-                if not row or not "".join(row).strip():
-                    continue
-                if len(row) != 2:
-                    raise DataFormatError(path, line_number, f"expected 2 tab-separated columns (query, positive), got {len(row)}")
-                pairs.append((line_number, row[0], row[1]))
+        for line_number, row in tsv_rows(path):
+            if not row or not "".join(row).strip():
+                continue
+            if len(row) != 2:
+                raise DataFormatError(path, line_number, f"expected 2 tab-separated columns (query, positive), got {len(row)}")
+            pairs.append((line_number, row[0], row[1]))
     else:
         raise ValueError(f"{path}: pairs must be a .tsv (query<TAB>positive) or .jsonl file, got {path.suffix!r}")
     if not pairs:
@@ -295,34 +322,32 @@ def _graded_tsv_rows(path: Path, split: str | None) -> tuple[list[tuple[int, str
     rows: list[tuple[int, str, str, str]] = []
     columns, width, split_column = (0, 1, 2), 3, None
     splits_seen: set[str] = set()
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-        first = True
-        for line_number, row in enumerate(reader, start=1):
-            if not row or not "".join(row).strip():
+    first = True
+    for line_number, row in tsv_rows(path):
+        if not row or not "".join(row).strip():
+            continue
+        if first:
+            first = False
+            names = [name.strip().lower() for name in row]
+            if {"sentence1", "sentence2", "score"} <= set(names):
+                columns = (names.index("sentence1"), names.index("sentence2"), names.index("score"))
+                width, split_column = len(row), names.index("split") if "split" in names else None
                 continue
-            if first:
-                first = False
-                names = [name.strip().lower() for name in row]
-                if {"sentence1", "sentence2", "score"} <= set(names):
-                    columns = (names.index("sentence1"), names.index("sentence2"), names.index("score"))
-                    width, split_column = len(row), names.index("split") if "split" in names else None
-                    continue
-                if len(row) == 3 and not parses_as_number(row[2]):
-                    continue  # a header of three other names: columns by position
-                if len(row) != 3:
-                    raise DataFormatError(
-                        path, line_number, f"expected 3 tab-separated columns (sentence1, sentence2, score), got "
-                        f"{len(row)}; a file with more columns needs a header naming sentence1, sentence2 and score"
-                    )
-            if len(row) != width:
-                expected = "(sentence1, sentence2, score)" if width == 3 else "(as many as the header)"
-                raise DataFormatError(path, line_number, f"expected {width} tab-separated columns {expected}, got {len(row)}")
-            if split_column is not None:
-                splits_seen.add(row[split_column])
-                if split is not None and row[split_column] != split:
-                    continue
-            rows.append((line_number, row[columns[0]], row[columns[1]], row[columns[2]]))
+            if len(row) == 3 and not parses_as_number(row[2]):
+                continue  # a header of three other names: columns by position
+            if len(row) != 3:
+                raise DataFormatError(
+                    path, line_number, f"expected 3 tab-separated columns (sentence1, sentence2, score), got "
+                    f"{len(row)}; a file with more columns needs a header naming sentence1, sentence2 and score"
+                )
+        if len(row) != width:
+            expected = "(sentence1, sentence2, score)" if width == 3 else "(as many as the header)"
+            raise DataFormatError(path, line_number, f"expected {width} tab-separated columns {expected}, got {len(row)}")
+        if split_column is not None:
+            splits_seen.add(row[split_column])
+            if split is not None and row[split_column] != split:
+                continue
+        rows.append((line_number, row[columns[0]], row[columns[1]], row[columns[2]]))
     if split_column is not None and split is not None and not rows and splits_seen:
         raise ValueError(f"{path} has no pairs of split {split!r}; its split column holds {sorted(splits_seen)}")
     return rows, (split if split_column is not None else None)
@@ -416,8 +441,7 @@ def is_graded_pairs_file(path: str | Path) -> bool:
     path = Path(path)
     if not path.is_file():
         return False
-    with open(path, encoding="utf-8", newline="") as handle:
-        first = next((line for line in handle if line.strip()), None)
+    first = next((line for _, line in text_lines(path) if line.strip()), None)
     if first is None:
         return False
     if path.suffix == ".jsonl":
@@ -427,7 +451,7 @@ def is_graded_pairs_file(path: str | Path) -> bool:
             return False
         return isinstance(record, dict) and any(f in record for f in GRADED_SCORE_FIELDS)
     if path.suffix in (".tsv", ".txt"):
-        return len(first.rstrip("\r\n").split("\t")) >= 3
+        return len(first.split("\t")) >= 3
     return False
 
 
@@ -465,8 +489,12 @@ def load_dataset_for_evaluation(
 
 
 __all__ = [
+    "DOCUMENT_ID_FIELDS",
+    "QUERY_ID_FIELDS",
     "Qrels",
     "RetrievalDataset",
+    "beir_ids",
+    "corpus_record",
     "is_graded_pairs_file",
     "load_beir",
     "load_dataset_for_evaluation",
@@ -476,5 +504,7 @@ __all__ = [
     "read_corpus_jsonl",
     "read_qrels",
     "read_queries_jsonl",
+    "query_record",
     "read_trec_qrels",
+    "tsv_rows",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .format import DataFormatError, parses_as_number, require_file
+from .format import DataFormatError, has_whitespace, parses_as_number, require_file, text_lines
 
 Run = dict[str, dict[str, float]]
 
@@ -13,22 +13,21 @@ def read_trec_run(path: str | Path) -> Run:
     """TREC run: ``qid Q0 docid rank score tag`` separated by whitespace."""
     path = require_file(Path(path), "run file")
     run: Run = {}
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            columns = line.split()
-            if len(columns) != 6:
-                raise DataFormatError(
-                    path, line_number, f"expected 6 columns (qid Q0 docid rank score tag), got {len(columns)}"
-                )
-            query_id, _, doc_id, rank, score, _ = columns
-            if not parses_as_number(rank) or not parses_as_number(score):
-                raise DataFormatError(path, line_number, f"rank {rank!r} and score {score!r} must be numbers")
-            documents = run.setdefault(query_id, {})
-            if doc_id in documents:
-                raise DataFormatError(path, line_number, f"document {doc_id!r} appears twice for query {query_id!r}")
-            documents[doc_id] = float(score)
+    for line_number, line in text_lines(path):
+        if not line.strip():
+            continue
+        columns = line.split()
+        if len(columns) != 6:
+            raise DataFormatError(
+                path, line_number, f"expected 6 columns (qid Q0 docid rank score tag), got {len(columns)}"
+            )
+        query_id, _, doc_id, rank, score, _ = columns
+        if not parses_as_number(rank) or not parses_as_number(score):
+            raise DataFormatError(path, line_number, f"rank {rank!r} and score {score!r} must be numbers")
+        documents = run.setdefault(query_id, {})
+        if doc_id in documents:
+            raise DataFormatError(path, line_number, f"document {doc_id!r} appears twice for query {query_id!r}")
+        documents[doc_id] = float(score)
     return run
 
 
@@ -38,7 +37,12 @@ def _ranked(documents: dict[str, float]) -> list[tuple[str, float]]:
 
 
 def write_trec_run(run: Run, path: str | Path, tag: str = "dense-encoders") -> Path:
-    """Write ``run`` as a TREC run file, each query's documents by descending score (ties: doc id)."""
+    """Write ``run`` as a TREC run file, each query's documents by descending score (ties: doc id). An id with
+    whitespace (which would add a column) is refused before anything is written."""
+    for query_id, documents in run.items():
+        bad = next((i for i in (query_id, tag, *documents) if has_whitespace(i) or not i), None)
+        if bad is not None:
+            raise ValueError(f"{bad!r} is empty or contains whitespace: a TREC run cannot hold it as an id or tag")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:

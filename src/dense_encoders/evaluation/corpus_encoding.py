@@ -6,7 +6,8 @@ The texts are read as a stream; a process holds one shard of texts and embedding
 on its own device (``cuda:LOCAL_RANK``, else the CPU), and rank 0 writes the manifest after a barrier. On one
 process, ``devices=["cuda:0", "cuda:1"]`` uses sentence-transformers' multi-process pool instead. A killed
 run is continued by running it again: finished shards are skipped, and the shards it writes are the ones
-an uninterrupted run would have written (same texts, same batches, same bytes).
+an uninterrupted run would have written (same texts, same batches, same bytes). Running it again on a
+finished folder verifies every shard against the manifest and encodes the missing or damaged ones again.
 
 Within a shard the texts are encoded in order of length (chunks of length-sorted texts, so batches carry
 little padding), and the embeddings are put back in file order.
@@ -28,10 +29,12 @@ from ..data.embedding_shards import (
     VERSION,
     EmbeddingShards,
     differing_settings,
+    ids_file,
     iterate_texts,
     read_json,
     scan_source,
     shard_count,
+    shard_file,
     shard_is_complete,
     shard_rows,
     text_source,
@@ -103,8 +106,9 @@ def my_shards(num_shards: int, rank: int, world: int) -> range:
     return range(min(num_shards, rank * per_rank), min(num_shards, (rank + 1) * per_rank))
 
 
-def _prepare_folder(output: Path, settings: dict) -> None:
-    """Rank 0: a new folder gets ``encoding.json``; an existing run must have the same identity."""
+def _prepare_folder(output: Path, settings: dict) -> list[str]:
+    """Rank 0: a new folder gets ``encoding.json``; an existing run must have the same identity, and a finished
+    one is verified (:func:`_reopen_damaged`). Returns the shards that this run must encode again."""
     recorded = read_json(output / SETTINGS_FILE)
     if recorded is None:
         if output.exists() and any(output.iterdir()):
@@ -112,12 +116,28 @@ def _prepare_folder(output: Path, settings: dict) -> None:
                              "unfinished encode run is continued by giving its folder again)")
         output.mkdir(parents=True, exist_ok=True)
         write_json(output / SETTINGS_FILE, settings)
-        return
+        return []
     differences = differing_settings({key: recorded.get(key) for key in IDENTITY},
                                      {key: settings.get(key) for key in IDENTITY})
     if differences:
         raise ValueError(f"{output} holds a run with other settings ({'; '.join(differences[:4])}): give the same "
                          "model, texts and flags to continue it, or a new --output")
+    return _reopen_damaged(output) if (output / MANIFEST_FILE).is_file() else []
+
+
+def _reopen_damaged(output: Path) -> list[str]:
+    """Every shard of a finished folder verified against its manifest (size, sha256, ids); the damaged and
+    missing ones are deleted, then the manifest, so that the run encodes them again (a run cut short in
+    between still finds them damaged). Returns their file names."""
+    shards = EmbeddingShards.open(output)
+    damaged = [(index, problem) for index in range(len(shards)) if (problem := shards.damage(index)) is not None]
+    for index, problem in damaged:
+        logger.warning("%s %s: encoding it again", shard_file(output, index), problem)
+        shard_file(output, index).unlink(missing_ok=True)
+        ids_file(output, index).unlink(missing_ok=True)
+    if damaged:
+        (output / MANIFEST_FILE).unlink()
+    return [shard_file(output, index).name for index, _ in damaged]
 
 
 def encode_corpus(
@@ -170,11 +190,11 @@ def encode_corpus(
         "pooling": pooling, "pooling_modules": encoder.settings()["modules"], "similarity": encoder.similarity,
         "prompt": encoder.prompts[side], "max_length": encoder.max_lengths[side], "normalize": normalize,
         "dtype": dtype, "shard_size": shard_size, "source": scanned, "source_sha256": scanned["sha256"],
-        "count": scanned["count"],
+        "count": scanned["count"], "allow_empty": allow_empty,
     }
-    _from_rank_zero(world, _attempt(lambda: _prepare_folder(output, settings)) if rank == 0 else None)
+    rebuilt = _from_rank_zero(world, _attempt(lambda: _prepare_folder(output, settings)) if rank == 0 else None)
     if (output / MANIFEST_FILE).is_file():
-        logger.info("%s is complete already (%s)", output, MANIFEST_FILE)
+        logger.info("%s is complete already: every shard matches %s", output, MANIFEST_FILE)
         return EmbeddingShards.open(output) if rank == 0 else None
     count, num_shards = scanned["count"], shard_count(scanned["count"], shard_size)
     mine = my_shards(num_shards, rank, world)
@@ -187,6 +207,8 @@ def encode_corpus(
     _barrier(world)
     result = _from_rank_zero(world, _attempt(lambda: write_manifest(output, settings, num_shards)) if rank == 0
                              else None)
+    if rebuilt and rank == 0:
+        logger.warning("rebuilt %s in %s", ", ".join(rebuilt), output)
     return result if rank == 0 else None
 
 
