@@ -183,3 +183,30 @@ def run_python_without_package(code: str, cwd: Path, timeout: int = 300) -> subp
     if result.returncode != 0:
         raise AssertionError(f"subprocess failed:\nSTDOUT:\n{result.stdout}\nSTDERR:\n{result.stderr[-4000:]}")
     return result
+
+
+TOKENIZER_WORDS = ("dense retrieval query document encoder passage ranking river mountain protein enzyme music "
+                   "bridge what is the a of in how does work token vector model search index neural network train "
+                   "data set fast slow big small red green blue first last long short text word").split()
+
+
+def write_tite_tokenizer(folder: Path, added: list[str], settings: dict):
+    """A 100-id WordPiece ``tokenizer.json`` as the TITE authors' tokenizer is built (BERT normalizer and
+    pre-tokenizer, a template that adds no [CLS]/[SEP] to a single text), with ``added`` special tokens after
+    the 100 ids, and a ``tokenizer_config.json`` of ``settings``; returns the ``tokenizers`` Tokenizer."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TOKENIZER_WORDS]
+    vocab += [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz")
+    ids = {token: index for index, token in enumerate(list(dict.fromkeys(vocab))[:100])}
+    tokenizer = Tokenizer(models.WordPiece(vocab=ids, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A", pair="$A [SEP] $B:1",
+                                                             special_tokens=[("[SEP]", ids["[SEP]"])])
+    tokenizer.add_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *added])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    special = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+               "mask_token": "[MASK]", "model_max_length": 32, "do_lower_case": True}
+    (folder / "tokenizer_config.json").write_text(json.dumps({**special, **settings}, sort_keys=True))
+    return tokenizer

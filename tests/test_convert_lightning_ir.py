@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env
+from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env, write_tite_tokenizer
 
 from dense_encoders import TiteModel
 from dense_encoders.checkpoints import ConversionError, convert_checkpoint
@@ -40,34 +40,14 @@ from dense_encoders.hub.checkpoint_folder import publishing_problems
 AUTHORS = REPO_ROOT.parent / "shared" / "reference" / "tite-authors" / "late"
 pytestmark = pytest.mark.skipif(not (AUTHORS / "expected.safetensors").is_file(),
                                 reason="../shared/reference/tite-authors is absent")
-WORDS = ("dense retrieval query document encoder passage ranking river mountain protein enzyme music bridge "
-         "what is the a of in how does work token vector model search index neural network train data set "
-         "fast slow big small red green blue first last long short text word").split()
 QUERY_LENGTH, DOC_LENGTH = 6, 12
 
 
 def build_tokenizer(folder: Path, markers: bool) -> dict[str, int]:
     """The backbone tokenizer (100 ids, TITE's '$A' template) with Lightning IR's marker tokens added."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    vocab += [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz")
-    vocab = list(dict.fromkeys(vocab))[:100]
-    ids = {token: index for index, token in enumerate(vocab)}
-    tokenizer = Tokenizer(models.WordPiece(vocab=ids, unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.post_processor = processors.TemplateProcessing(single="$A", pair="$A [SEP] $B:1",
-                                                             special_tokens=[("[SEP]", ids["[SEP]"])])
-    tokenizer.add_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    if markers:
-        tokenizer.add_special_tokens(["[QUE]", "[DOC]"])
-    tokenizer.save(str(folder / "tokenizer.json"))
-    settings = {"tokenizer_class": "BiEncoderTokenizer", "backbone_tokenizer_class": "TiteTokenizer",
-                "query_length": QUERY_LENGTH, "doc_length": DOC_LENGTH, "add_marker_tokens": markers,
-                "pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
-                "mask_token": "[MASK]", "model_max_length": 32, "do_lower_case": True}
-    (folder / "tokenizer_config.json").write_text(json.dumps(settings, sort_keys=True))
+    tokenizer = write_tite_tokenizer(folder, ["[QUE]", "[DOC]"] if markers else [], {
+        "tokenizer_class": "BiEncoderTokenizer", "backbone_tokenizer_class": "TiteTokenizer",
+        "query_length": QUERY_LENGTH, "doc_length": DOC_LENGTH, "add_marker_tokens": markers})
     return {"[QUE]": tokenizer.token_to_id("[QUE]"), "[DOC]": tokenizer.token_to_id("[DOC]")}
 
 

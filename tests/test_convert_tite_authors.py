@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env, run_python_without_package
+from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env, run_python_without_package, write_tite_tokenizer
 
 from dense_encoders import TiteConfig, TiteModel
 from dense_encoders.checkpoints import ConversionError, convert_checkpoint, find_format
@@ -338,3 +338,27 @@ def test_the_output_may_not_overlap_the_source(tmp_path):
         with pytest.raises(ConversionError, match="overlaps the source"):
             convert_checkpoint(source, output, overwrite=True)
     assert sorted(p.name for p in source.iterdir()) == ["config.json", "model.safetensors"]
+
+
+@needs_fixture
+@pytest.mark.numerics
+def test_the_authors_tokenizer_is_carried_and_loads_without_their_package(tmp_path):
+    """Their TiteTokenizer adds no [CLS]/[SEP] to a single text and needs their package: the converted folder's
+    tokenizer is a PreTrainedTokenizerFast over the same tokenizer.json, and sentence-transformers encodes
+    exactly what the model gives for the ids read straight from that file."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    source = tmp_path / "source"
+    shutil.copytree(AUTHORS / "encoder", source)
+    reference = write_tite_tokenizer(source, [], {"tokenizer_class": "TiteTokenizer"})
+    out = convert_checkpoint(source, tmp_path / "out")
+    texts = ["what is dense retrieval", "a long text about a river and a bridge in the mountain", "music"]
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert [tokenizer(t)["input_ids"] for t in texts] == [reference.encode(t).ids for t in texts]
+    model = TiteModel.from_pretrained(out, dtype=torch.float64).eval()
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        direct = model(batch["input_ids"], attention_mask=batch["attention_mask"]).pooler_output
+    encoder = SentenceTransformer(str(out), device="cpu").double()
+    torch.testing.assert_close(torch.as_tensor(encoder.encode(texts)), direct, **FLOAT64_TOLERANCE)

@@ -29,8 +29,6 @@ similarity, ``sum`` pooling and, for a TITE without pooling, pooling other than 
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import torch
@@ -38,14 +36,17 @@ from transformers import AutoTokenizer
 
 from ..hub.checkpoint_folder import write_sentence_transformers_files
 from .source_format import ConversionError, SourceFormat
-from .tite_authors import build_encoder, load_weights, read_config, tite_config_from_authors, tite_state_dict_from_authors
+from .tite_authors import (
+    build_encoder,
+    copy_tokenizer,
+    load_weights,
+    read_config,
+    tite_config_from_authors,
+    tite_state_dict_from_authors,
+)
 
 BI_ENCODER_MODEL_TYPES = ("lir-dpr", "bi-encoder")
 MARKERS = {"query": "[QUE]", "document": "[DOC]"}
-# tokenizer_config.json keys of Lightning IR's BiEncoderTokenizer that a plain tokenizer does not take
-_TOKENIZER_ONLY_KEYS = ("backbone_tokenizer_class", "query_length", "doc_length", "add_marker_tokens",
-                        "query_token", "doc_token", "auto_map")
-_TOKENIZER_FILES = ("tokenizer.json", "special_tokens_map.json", "vocab.txt")
 
 
 def detect(folder: Path) -> bool:
@@ -111,21 +112,9 @@ def _split_projection(state: dict[str, torch.Tensor], config: dict, hidden: int,
 
 def _write_tokenizer(source: Path, output: Path, markers: bool) -> tuple[dict[str, str], list[str]]:
     """A plain fast tokenizer in ``output``; the ``query`` / ``document`` prompts that put the markers in front."""
-    if not (source / "tokenizer.json").is_file():
-        if markers:
-            raise ConversionError(f"{source} has add_marker_tokens but no tokenizer.json: the marker ids are unknown.")
-        return {}, []
-    copied = []
-    for name in _TOKENIZER_FILES:
-        if (source / name).is_file():
-            shutil.copy2(source / name, output / name)
-            copied.append(name)
-    settings = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8")) \
-        if (source / "tokenizer_config.json").is_file() else {}
-    settings = {key: value for key, value in settings.items() if key not in _TOKENIZER_ONLY_KEYS}
-    settings["tokenizer_class"] = "PreTrainedTokenizerFast"
-    (output / "tokenizer_config.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", "utf-8")
-    copied.append("tokenizer_config.json (tokenizer_class: PreTrainedTokenizerFast)")
+    if markers and not (source / "tokenizer.json").is_file():
+        raise ConversionError(f"{source} has add_marker_tokens but no tokenizer.json: the marker ids are unknown.")
+    copied = copy_tokenizer(source, output)
     if not markers:
         return {}, copied
     prompts = {side: marker + " " for side, marker in MARKERS.items()}

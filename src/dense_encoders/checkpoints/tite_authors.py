@@ -74,6 +74,9 @@ _LAYER_RENAMES = {
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
                    "added_tokens.json")
+# tokenizer_config.json keys of the authors' TiteTokenizer and Lightning IR's BiEncoderTokenizer
+_TOKENIZER_CLASS_ONLY_KEYS = ("tokenizer_class", "backbone_tokenizer_class", "query_length", "doc_length",
+                              "add_marker_tokens", "query_token", "doc_token", "auto_map")
 
 
 def read_config(folder: Path) -> dict:
@@ -243,12 +246,24 @@ def build_encoder(config: TiteConfig, state: dict[str, torch.Tensor], where: str
 
 
 def copy_tokenizer(source: Path, output: Path) -> list[str]:
-    """Copy the source's tokenizer files (the authors' folders carry one only when they saved it)."""
+    """Copy the source's tokenizer, loadable by transformers alone; returns what was written.
+
+    The authors' ``TiteTokenizer`` and Lightning IR's ``BiEncoderTokenizer`` need their packages; both are
+    fully described by ``tokenizer.json`` (vocabulary, normalizer, the template that adds no [CLS]/[SEP],
+    added marker tokens), so ``tokenizer_config.json`` names ``PreTrainedTokenizerFast`` over that file and
+    drops the keys only those classes take.
+    """
     copied = []
     for name in TOKENIZER_FILES:
         if (source / name).is_file():
             shutil.copy2(source / name, output / name)
             copied.append(name)
+    if (source / "tokenizer.json").is_file() and (source / "tokenizer_config.json").is_file():
+        settings = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
+        settings = {key: value for key, value in settings.items() if key not in _TOKENIZER_CLASS_ONLY_KEYS}
+        settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+        (output / "tokenizer_config.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", "utf-8")
+        copied[copied.index("tokenizer_config.json")] += " (tokenizer_class: PreTrainedTokenizerFast)"
     return copied
 
 
