@@ -39,6 +39,7 @@ from .source_format import ConversionError, SourceFormat
 from .tite_authors import (
     build_encoder,
     copy_tokenizer,
+    encoder_facts,
     load_weights,
     read_config,
     tite_config_from_authors,
@@ -161,7 +162,6 @@ def convert(source: Path, output: Path) -> dict:
     write_sentence_transformers_files(output, pooling=pooling, similarity=similarity, prompts=prompts,
                                       normalize=normalize, lengths=lengths)
     return {
-        "architecture": "TiteModel",
         "lightning_ir_model_type": config.get("model_type"),
         "projection": config.get("projection", "linear") if projection else None,
         "pooling": pooling,
@@ -169,9 +169,7 @@ def convert(source: Path, output: Path) -> dict:
         "normalize": normalize,
         "markers": prompts or None,
         "lengths": lengths,
-        "rotary_pairs": "interleaved, permuted to rotate-half" if interleaved else "rotate-half (unchanged)",
-        "dropped_tensors": dropped,
-        "tokenizer_files": tokenizer_files,
+        **encoder_facts(tite_config, ours, interleaved, dropped, tokenizer_files),
     }
 
 

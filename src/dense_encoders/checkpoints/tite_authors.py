@@ -274,13 +274,18 @@ def convert(source: Path, output: Path) -> dict:
     config, interleaved = tite_config_from_authors(raw, where)
     state, dropped = tite_state_dict_from_authors(load_weights(source), config, interleaved, str(source))
     build_encoder(config, state, str(source)).save_pretrained(output)
-    tokenizer = copy_tokenizer(source, output)
+    return {"source_architectures": raw.get("architectures"),
+            **encoder_facts(config, state, interleaved, dropped, copy_tokenizer(source, output))}
+
+
+def encoder_facts(config: TiteConfig, state: dict, interleaved: bool, dropped: list[str], tokenizer: list[str]) -> dict:
+    """What ``conversion.json`` records about a converted TITE encoder (both formats that hold one)."""
+    folded = "embeddings.embedding_projection.weight" in state
     return {
         "architecture": "TiteModel",
-        "source_architectures": raw.get("architectures"),
         "rotary_pairs": "interleaved, permuted to rotate-half" if interleaved else "rotate-half (unchanged)",
-        "position_table": ("folded through embeddings.downscale" if "embeddings.embedding_projection.weight" in state else
-                           "unchanged") if config.absolute_positions else None,
+        "position_table": ("folded through embeddings.downscale" if folded else "unchanged")
+        if config.absolute_positions else None,
         "dropped_tensors": dropped,
         "tokenizer_files": tokenizer,
     }
