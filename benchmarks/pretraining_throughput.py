@@ -2,8 +2,8 @@
 
 Every row trains the SAME width/depth/vocabulary on the SAME synthetic batches, and every
 row goes through the same code path as a real ``dense-encoders pretrain`` run:
-``CondenserPreTrainer.training_step`` (forward + loss + backward; for the grad-cache row
-that method dispatches to ``CondenserPreTrainer._grad_cache_step``), then gradient
+``PreTrainingTrainer.training_step`` (forward + loss + backward; for the grad-cache row
+that method dispatches to ``PreTrainingTrainer._grad_cache_step``), then gradient
 clipping (the Trainer's default ``max_grad_norm=1.0``), ``AdamW.step()`` and ``zero_grad``.
 The Trainer's own loop (data loading, scheduler, logging, callbacks) is left out: it costs
 every row the same and would only add noise.
@@ -59,7 +59,7 @@ from transformers.modeling_outputs import MaskedLMOutput
 
 from dense_encoders.models.condenser.modeling_condenser import CoCondenserForPreTraining, CondenserForPreTraining
 from dense_encoders.models.condenser.presets import CONDENSER_PRESETS, condenser_preset
-from dense_encoders.trainer.pretraining import CondenserPreTrainer, PreTrainingArguments
+from dense_encoders.trainer.pretraining import PreTrainingTrainer, PreTrainingArguments
 
 VOCAB_SIZE = 30522  # bert-base-uncased
 PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 101, 102, 103
@@ -196,11 +196,11 @@ def make_batch(batch_size: int, seq_len: int, generator: torch.Generator) -> dic
 
 
 class Runner:
-    """One row: a model, its AdamW optimizer, and the CondenserPreTrainer whose training_step it uses."""
+    """One row: a model, its AdamW optimizer, and the PreTrainingTrainer whose training_step it uses."""
 
     def __init__(self, name: str, model: torch.nn.Module, trainer_args: PreTrainingArguments, dtype: str):
         self.name = name
-        self.trainer = CondenserPreTrainer(model=model, args=trainer_args)
+        self.trainer = PreTrainingTrainer(model=model, args=trainer_args)
         # set by Trainer's training loop, which we bypass; read by training_step / _grad_cache_step
         self.trainer.current_gradient_accumulation_steps = 1
         self.model = self.trainer.model  # moved to args.device by the Trainer
@@ -401,7 +401,7 @@ def format_table(results: dict) -> str:
         f"device={c['device']}  dtype={c['dtype']}  threads={c['threads']}  attention={c['attention']}  "
         f"torch={c['torch']}  transformers={c['transformers']}",
         f"timing: {c['warmup']} warm-up + {c['rounds']} interleaved rounds x {c['steps']} steps "
-        "(fwd + bwd + clip + AdamW via CondenserPreTrainer.training_step); median round reported",
+        "(fwd + bwd + clip + AdamW via PreTrainingTrainer.training_step); median round reported",
         "",
     ]
     header = ["model", "params (M)", "ms/step", "tokens/s", "tokens/s range", "vs BERT MLM", "vs masked-only BERT",

@@ -15,7 +15,7 @@ import torch
 from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env, random_mlm_batch, tiny_condenser_config
 
 from dense_encoders import CoCondenserForPreTraining
-from dense_encoders.trainer import CondenserPreTrainer, PreTrainingArguments, PreTrainingSetup, RandomState, pretrain
+from dense_encoders.trainer import PreTrainingTrainer, PreTrainingArguments, PreTrainingSetup, RandomState, pretrain
 
 WORDS = (
     "retrieval dense passage query encoder transformer attention layer sentence document corpus index ranking "
@@ -77,7 +77,7 @@ def test_grad_cache_gradients_equal_unchunked_step(tmp_path, chunk_size):
     reference = parameter_gradients(model)
 
     model.zero_grad()
-    trainer = CondenserPreTrainer(model=model, args=training_args(tmp_path, grad_cache_chunk_size=chunk_size))
+    trainer = PreTrainingTrainer(model=model, args=training_args(tmp_path, grad_cache_chunk_size=chunk_size))
     trainer.current_gradient_accumulation_steps = 1
     loss = trainer.training_step(trainer.model, dict(batch))
     cached = parameter_gradients(model)

@@ -210,7 +210,7 @@ def test_a_headless_condenser_gives_its_one_warning_and_no_report(tmp_path, capf
 def test_resuming_does_not_report_the_tied_decoders_as_missing(architecture, tmp_path, tok, capfd):
     from transformers import TrainingArguments
 
-    from dense_encoders.trainer.pretraining import CondenserPreTrainer
+    from dense_encoders.trainer.pretraining import PreTrainingTrainer
 
     torch.manual_seed(0)
     if architecture == "condenser":
@@ -221,7 +221,7 @@ def test_resuming_does_not_report_the_tied_decoders_as_missing(architecture, tmp
     torch.manual_seed(1)
     fresh = type(model)(model.config)
     args = TrainingArguments(output_dir=str(tmp_path / "run"), use_cpu=True, report_to="none")
-    trainer = CondenserPreTrainer(model=fresh, args=args)
+    trainer = PreTrainingTrainer(model=fresh, args=args)
     capfd.readouterr()
     with transformers_log() as log:
         trainer._load_from_checkpoint(str(tmp_path / "checkpoint"))

@@ -25,7 +25,7 @@ from .losses import (
     softmax_cross_entropy_loss,
 )
 from .pretraining import (
-    CondenserPreTrainer,
+    PreTrainingTrainer,
     PreTrainingArguments,
     PreTrainingSetup,
     RandomState,
@@ -38,7 +38,7 @@ from .teacher import score_teacher
 
 __all__ = [
     "LOSSES",
-    "CondenserPreTrainer",
+    "PreTrainingTrainer",
     "DistillationArguments",
     "DistillationObjective",
     "DistillationSetup",

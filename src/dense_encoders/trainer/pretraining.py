@@ -114,8 +114,8 @@ class CollatorEpochCallback(TrainerCallback):
         self.collator.set_epoch(int(state.epoch or 0))
 
 
-class CondenserPreTrainer(HubPushMixin, Trainer):
-    """Trainer for :class:`CondenserForPreTraining` / :class:`CoCondenserForPreTraining`.
+class PreTrainingTrainer(HubPushMixin, Trainer):
+    """The Trainer of every pre-training objective: Condenser, coCondenser and TITE (MAE + BOW).
 
     Logs ``head_mlm_loss``, ``late_mlm_loss``, ``contrastive_loss`` (means over the logging
     window, averaged over processes) and ``contrastive_spans`` (rows of the score matrix the
@@ -422,7 +422,7 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
         )
     seed = args.data_seed if args.data_seed is not None else args.seed
     dataset, collator = build_dataset_and_collator(setup, tokenizer, seed=seed)
-    trainer = CondenserPreTrainer(
+    trainer = PreTrainingTrainer(
         model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer
     )
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -446,7 +446,7 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
 
 
 __all__ = [
-    "CondenserPreTrainer",
+    "PreTrainingTrainer",
     "PreTrainingArguments",
     "PreTrainingSetup",
     "RandomState",
