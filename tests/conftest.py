@@ -29,7 +29,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # DENSE_ENCODERS_DETERMINISTIC=1: run the suite with torch.use_deterministic_algorithms(True), to find
-# tests whose outcome depends on non-deterministic kernels (issue #12). Off by default.
+# tests whose outcome depends on non-deterministic kernels. Off by default.
 if os.environ.get("DENSE_ENCODERS_DETERMINISTIC", "") not in ("", "0"):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)

@@ -1,4 +1,4 @@
-"""Faults on disk are neither fatal nor silent (issue 16): a damaged embedding-cache entry is logged with its
+"""Faults on disk are neither fatal nor silent: a damaged embedding-cache entry is logged with its
 path, discarded and recomputed; a truncated weights file is named with its size on disk and the size its
 header promises."""
 

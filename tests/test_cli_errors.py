@@ -1,5 +1,5 @@
 """Ordinary mistakes on the command line: one or two lines naming the value and the fix, exit code 2 (130 for
-Ctrl-C), no traceback, nothing left behind; ``--debug`` brings the traceback back (issue 16)."""
+Ctrl-C), no traceback, nothing left behind; ``--debug`` brings the traceback back."""
 
 from __future__ import annotations
 

@@ -401,7 +401,7 @@ def test_a_blank_text_is_one_line_naming_the_file_and_line(model, tmp_path, caps
     assert list(EmbeddingShards.open(tmp_path / "emb").ids()) == ["1", "2", "3"]
 
 
-# ---- integrity: a finished folder heals and proves itself, ids cannot corrupt a run (issue 26) --------------
+# ---- integrity: a finished folder heals and proves itself, ids cannot corrupt a run ---------------------
 
 
 def encode_argv(model: Path, texts: Path, output: Path, *extra: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Issue 16: evaluation and training inputs that would give silently wrong numbers (or a traceback) are
+"""Evaluation and training inputs that would give silently wrong numbers (or a traceback) are
 refused before any model loads, with one line naming the file:line or the flag and the fix (exit code 2);
 ``--relevance-level`` sets the grade binary measures count as relevant."""
 

@@ -17,8 +17,7 @@ from dense_encoders.quickstart import SENTENCES
 
 def _pretrain_tiny_condenser(output_dir: str | Path = "pretraining-demo", max_steps: int = 100, seed: int = 42) -> dict:
     """Pre-train a tiny Condenser for ``max_steps`` steps on the bundled corpus, save it, reload it two
-    ways (AutoModel with remote code, SentenceTransformer) and encode two sentences. (Formerly
-    ``dense_encoders.quickstart.run_pretraining_demo``, which nothing in the package called.)"""
+    ways (AutoModel with remote code, SentenceTransformer) and encode two sentences."""
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
 

@@ -59,7 +59,7 @@ MARKER = "quickstart.json"  # the settings this folder's caches were made with
 
 
 def _recorded_settings(output: Path) -> dict | None:
-    """The settings a quickstart recorded in ``output`` (``quickstart.json``; ``summary.json`` of older runs)."""
+    """The settings a quickstart recorded in ``output`` (``quickstart.json``, else ``summary.json``)."""
     for name in (MARKER, "summary.json"):
         path = output / name
         if path.is_file():

@@ -5,7 +5,7 @@ Every model is run as a :class:`~sentence_transformers.SentenceTransformer`:
 * a folder or Hub id with ``modules.json`` (any sentence-transformers model, and every folder our
   pre-training writes) is loaded as its own configuration prescribes (pooling, normalisation,
   max length, prompts, similarity);
-* our models without sentence-transformers files (saved by an older version) use their native
+* our models without sentence-transformers files use their native
   pipeline (:func:`dense_encoders.hub.checkpoint_folder.native_pipeline`: the vector of ``pooler_output``);
 * any other ``AutoModel`` checkpoint needs an explicit ``pooling="cls"`` or ``"mean"``: guessing is
   how users of CLS-trained encoders silently got mean pooling.
