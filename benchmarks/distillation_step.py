@@ -74,7 +74,7 @@ Usage (repository root)::
     python benchmarks/distillation_step.py --presets tite-2-late --rounds 5 --steps 3
     python benchmarks/distillation_step.py --device cuda --rounds 5 --steps 10 --json distillation_step.json
 
-Defaults are the issue's batch with the fewest steps that still give a median: 1 warm-up step and 3
+Defaults are the batch above with the fewest steps that still give a median: 1 warm-up step and 3
 rounds x 1 step per model, i.e. 4 steps per model. On 2 CPU cores one fp32 step of BERT takes about
 75 s (tite-2-late 20 s, tite-2-staggered 9 s), so the whole default run took 7m11s (the
 ``python benchmarks/distillation_step.py --json /tmp/distillation_step.json`` run, idle cores); a

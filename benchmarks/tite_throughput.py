@@ -114,7 +114,7 @@ TABLE3_PRESETS = (
     "tite-2-late-upscale",
 )
 DEFAULT_PRESETS = (*TABLE3_PRESETS, "tite-no-pooling")
-# issue targets (documents and queries alike): measured speed-up over BERT (sdpa)
+# speed-up targets (documents and queries alike): measured speed-up over BERT (sdpa)
 TARGETS = {"tite-2-late": 3.5, "tite-2-staggered": 6.0}
 
 

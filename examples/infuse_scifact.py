@@ -17,7 +17,7 @@ Usage (repository root)::
 
     python examples/infuse_scifact.py --work-dir runs/infuse-scifact
 
-With the Hub reachable, the paper's own setting is (README, "Cross-encoder embeddings")::
+With the Hub reachable, the paper's own setting is (docs/cross-encoders.md)::
 
     dense-encoders layerwise --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 \
         --dual-encoder sentence-transformers/msmarco-MiniLM-L-12-v3 --data BEIR_FOLDERS...

@@ -18,7 +18,7 @@ from dense_encoders.cli.recipes import markdown_table
 from dense_encoders.hub import model_card
 from dense_encoders.recipes import load_recipe, load_recipes, read_recipe, recipe_differences, recipe_names
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+RECIPES_PAGE = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"
 SHIPPED = ("ce-infusion", "cocondenser", "condenser", "menon-m3se", "menon-sce", "tite-fine-tuning",
            "tite-pretraining")
 
@@ -164,8 +164,8 @@ def test_recipes_command_lists_every_value_with_its_source(capsys):
     assert "dense-encoders pretrain tite --recipe tite-pretraining" in shown
 
 
-def test_readme_recipes_table_is_the_generated_one():
-    assert markdown_table() in README.read_text(), "regenerate it with `dense-encoders recipes --markdown`"
+def test_docs_recipes_table_is_the_generated_one():
+    assert markdown_table() in RECIPES_PAGE.read_text(), "regenerate it with `dense-encoders recipes --markdown`"
 
 
 # ---- end to end: the run uses the recipe and the card names it ------------------------------------------

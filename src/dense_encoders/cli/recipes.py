@@ -27,7 +27,7 @@ def build_recipes_parser():
     )
     parser.add_argument("name", nargs="?", help="A recipe (or recipe .yaml file) to show in full.")
     parser.add_argument("--markdown", action="store_true",
-                        help="Print the README's Recipes table (every recipe, value, paper section and default).")
+                        help="Print the Recipes table of docs/recipes.md (every recipe, value, source, default).")
     return parser
 
 
@@ -61,7 +61,7 @@ def command_defaults(command: str) -> dict:
 
 
 def markdown_table() -> str:
-    """The README's Recipes table, generated from the recipe files."""
+    """The Recipes table of docs/recipes.md, generated from the recipe files."""
     from ..recipes import load_recipes
 
     rows = ["| recipe | paper | setting | value | where it comes from | package default |",
