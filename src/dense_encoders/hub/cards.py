@@ -142,6 +142,7 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]
     if distillation:
         facts.append(f"- distillation losses: `{distillation.get('losses')}` (teacher scores from "
                      f"`{Path(str(distillation.get('train_file'))).name}`)")
+        facts += _loss_facts(folder)
         for key, label in (("student", "student initialised from"), ("student_num_layers", "student layers kept"),
                            ("documents_per_query", "documents per query"), ("sampling", "document sampling"),
                            ("query_max_length", "query length"), ("document_max_length", "document length")):
@@ -149,7 +150,6 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]
                 facts.append(f"- {label}: {distillation[key]}")
         base_model = base_model or distillation.get("student")
         citations.append(DISTILLATION_BIBTEX)
-        facts += _loss_facts(folder)
         facts += _positive_set_facts(folder)
     state = _read_json(folder / "trainer_state.json")
     if state:
