@@ -562,3 +562,53 @@ def test_objective_options_and_errors():
     positives = torch.tensor([[True, False, True]])
     total, _ = DistillationObjective("m3se")(s, t, torch.ones(1, 3, dtype=torch.bool), positives=positives)
     assert total.item() == pytest.approx(3.25)
+
+
+# --------------------------------------------------------------------------------------------
+# the loss classes: what each declares, and the objective asking them
+# --------------------------------------------------------------------------------------------
+
+
+def test_each_loss_declares_what_it_needs():
+    from dense_encoders.trainer.losses import LOSS_CLASSES, positive_set_loss_names
+
+    assert list(LOSS_CLASSES) == ["mse", "margin_mse", "m3se", "sce", "kl", "rankdistil_b", "infonce"]
+    assert {name for name, loss in LOSS_CLASSES.items() if loss.min_documents == 2} == {"margin_mse", "m3se"}
+    assert positive_set_loss_names() == ["m3se", "rankdistil_b"]
+    assert [name for name, loss in LOSS_CLASSES.items() if loss.needs_batch_scores] == ["infonce"]
+    for name, loss in LOSS_CLASSES.items():
+        assert LOSSES[name] is loss.function and loss.name == name
+        assert loss.display_name and loss.equation and loss.citation
+    objective = DistillationObjective("kl+infonce+rankdistil_b")
+    assert objective.needs_batch_scores and objective.positive_set_losses == ["rankdistil_b"]
+    assert objective.min_documents == 1
+    assert not DistillationObjective("margin_mse+sce").needs_batch_scores
+    assert DistillationObjective("margin_mse+sce").positive_set_losses == []
+
+
+def test_settings_fields_reach_the_losses():
+    """The command line's loss flags are the losses' declared settings; each reaches its loss's option."""
+    import dataclasses
+
+    from dense_encoders.trainer.distillation import DistillationSetup
+
+    fields = {f.name: f.default for f in dataclasses.fields(DistillationSetup)}
+    assert {key: fields[key] for key in ("sce_temperature", "kl_temperature", "infonce_theta", "infonce_temperature",
+                                         "rankdistil_gamma")} == {
+        "sce_temperature": 1.0, "kl_temperature": 1.0, "infonce_theta": 3.0, "infonce_temperature": 1.0,
+        "rankdistil_gamma": 0.0}
+    setup = DistillationSetup(student="s", train_file="t", losses="sce+kl:0.5+infonce+rankdistil_b",
+                              sce_temperature=4.0, kl_temperature=0.5, infonce_theta=1.0, infonce_temperature=0.05,
+                              rankdistil_gamma=0.5)
+    described = {loss["name"]: loss for loss in setup.build_objective().describe()}
+    assert {name: loss["options"] for name, loss in described.items()} == {
+        "sce": {"temperature": 4.0}, "kl": {"temperature": 0.5},
+        "infonce": {"theta": 1.0, "temperature": 0.05, "in_batch": True}, "rankdistil_b": {"gamma": 0.5}}
+    assert described["kl"]["weight"] == 0.5 and described["kl"]["display_name"] == "KL"
+    # the options are applied: the objective's kl equals the functional form at temperature 0.5
+    student, teacher, mask = _padded_batch(100.0, -50.0)
+    _, components = DistillationObjective("kl", settings=setup)(student, teacher, mask)
+    torch.testing.assert_close(components["kl"], kl_divergence_loss(student, teacher, mask, temperature=0.5))
+    assert not torch.allclose(components["kl"], kl_divergence_loss(student, teacher, mask))
+    with pytest.raises(ValueError, match="unknown loss 'foo'"):
+        DistillationSetup(student="s", train_file="t", losses="kl+foo")

@@ -66,6 +66,11 @@ def test_tite_card_from_records_and_results(distilled_tite, tok):
     text = loaded.text
     assert "kernel sizes [None, 2, 2, 2, 2]" in text or "kernel sizes" in text
     assert "distillation losses: `margin_mse+kl`" in text and "optimizer steps: 2" in text
+    # each loss named by the trainer's record of it (hub does not import the trainer)
+    assert [loss["name"] for loss in json.loads((folder / "distillation_losses.json").read_text())] == ["margin_mse",
+                                                                                                         "kl"]
+    assert "  - Margin-MSE (weight 1): `mean_{i<j} ((t_i - t_j) - (s_i - s_j))^2`; Improving Efficient Neural" in text
+    assert "  - KL (weight 1; temperature 1.0): `tau^2 * KL(softmax(t / tau) || softmax(s / tau))`; TITE" in text
     state = json.loads((folder / "trainer_state.json").read_text())
     last = [h for h in state["log_history"] if "loss" in h][-1]
     assert f"loss {last['loss']:.4g}" in text

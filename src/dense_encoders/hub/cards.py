@@ -2,7 +2,8 @@
 
 Built with huggingface_hub's ``ModelCard`` / ``ModelCardData``. The folder's ``config.json`` says
 what the architecture is; ``trainer_state.json``, ``pretraining_setup.json`` /
-``distillation_setup.json`` / ``infusion_setup.json`` (with the recipe, if any) and ``training_environment.json``
+``distillation_setup.json`` (with ``distillation_losses.json`` / ``distillation_positives.json``) /
+``infusion_setup.json`` (with the recipe, if any) and ``training_environment.json``
 say how it was trained; results JSONs
 of the evaluation harness (passed in, or under ``<folder>/evaluation/``) say how well it does.
 Whatever the folder does not record is left out, never invented.
@@ -141,6 +142,7 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]
     if distillation:
         facts.append(f"- distillation losses: `{distillation.get('losses')}` (teacher scores from "
                      f"`{Path(str(distillation.get('train_file'))).name}`)")
+        facts += _loss_facts(folder)
         for key, label in (("student", "student initialised from"), ("student_num_layers", "student layers kept"),
                            ("documents_per_query", "documents per query"), ("sampling", "document sampling"),
                            ("query_max_length", "query length"), ("document_max_length", "document length")):
@@ -170,13 +172,26 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]
     return facts, citations, base_model, datasets
 
 
+def _loss_facts(folder: Path) -> list[str]:
+    """One line per distillation loss (its display name, weight, options, equation and paper) from
+    ``distillation_losses.json``, which the trainer writes from the losses themselves."""
+    lines = []
+    for loss in _read_json(folder / "distillation_losses.json") or []:
+        options = ", ".join(f"{key} {value}" for key, value in (loss.get("options") or {}).items())
+        lines.append(f"  - {loss.get('display_name', loss.get('name'))} (weight {loss.get('weight', 1):g}"
+                     f"{'; ' + options if options else ''}): `{loss.get('equation')}`; {loss.get('citation')}")
+    return lines
+
+
 def _positive_set_facts(folder: Path) -> list[str]:
-    """Which P M3SE / RankDistil-B used, from ``distillation_positives.json`` (nothing when the folder does not
-    record it or no configured loss takes a positive set)."""
+    """Which P the losses that read a positive set (M3SE / RankDistil-B) used, from ``distillation_positives.json``
+    (nothing when the folder does not record it or no configured loss takes a positive set); the losses are
+    named by their display names in ``distillation_losses.json``."""
     recorded = _read_json(folder / "distillation_positives.json")
     if not recorded or not recorded.get("losses"):
         return []
-    names = {"m3se": "M3SE", "rankdistil_b": "RankDistil-B"}
+    names = {loss["name"]: loss["display_name"] for loss in _read_json(folder / "distillation_losses.json") or []
+             if "name" in loss and "display_name" in loss}
     label = "P (" + " / ".join(names.get(name, name) for name in recorded["losses"]) + ")"
     if not recorded.get("source"):
         return [f"- {label}: the teacher's best document (no relevance labels)"]

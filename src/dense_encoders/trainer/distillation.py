@@ -31,7 +31,7 @@ from transformers import Trainer, TrainingArguments
 from ..hub.checkpoint_folder import OUR_MODEL_TYPES, has_sentence_transformers_files, is_ours, native_pipeline
 from ..data.distillation import SAMPLING_STRATEGIES, DistillationCollator, training_records_to_dataset
 from ..models.condenser.modeling_condenser import gather_with_local_grad
-from .losses import DistillationObjective, parse_loss_spec
+from .losses import DistillationObjective, LossSettings, positive_set_loss_names
 from .output_dir import (
     overwrite_output_dir_field,
     prepare_trainer_output_dir,
@@ -164,7 +164,7 @@ class DistillationTrainer(HubPushMixin, Trainer):
                 positives = gather_with_local_grad(positives.to(torch.uint8))[0].bool()
         num_queries, k = teacher.shape
         student = torch.einsum("qh,qkh->qk", queries, documents.view(num_queries, k, -1))
-        batch_scores = queries @ documents.T if "infonce" in self.objective.weights else None
+        batch_scores = queries @ documents.T if self.objective.needs_batch_scores else None
         # the losses compute in at least float32 and never below the scores' precision (float64 stays float64)
         total, components = self.objective(student, teacher, mask, batch_scores=batch_scores, global_mask=mask,
                                            positives=positives)
@@ -238,8 +238,8 @@ class DistillationArguments(TrainingArguments):
 
 
 @dataclass
-class DistillationSetup:
-    """What is distilled into what (everything that is not a Trainer setting)."""
+class _DistillationData:
+    """The student, its training data and its losses: the first fields of :class:`DistillationSetup`."""
 
     student: str = field(default=None, metadata={"help": "Student checkpoint: folder or Hub id (any encoder)."})
     train_file: str = field(default=None, metadata={"help": "Training jsonl (query, documents or ids, teacher scores)."})
@@ -247,12 +247,14 @@ class DistillationSetup:
     queries: str | None = field(default=None, metadata={"help": "queries.jsonl (or BEIR folder) resolving query_ids."})
     recipe: str | None = field(default=None, metadata={"help": RECIPE_HELP})
     losses: str = field(default="margin_mse+kl+infonce", metadata={"help": "Losses, '+'-joined, optional ':weight'."})
-    sce_temperature: float = field(default=1.0, metadata={
-        "help": "Temperature of 'sce' (Eq. 1 of Menon et al. 2022, In Defense of Dual-Encoders for Neural Ranking)."})
-    kl_temperature: float = field(default=1.0, metadata={"help": "Temperature of 'kl'."})
-    infonce_theta: float = field(default=3.0, metadata={"help": "In-sample negatives: teacher score <= best - theta."})
-    infonce_temperature: float = field(default=1.0, metadata={"help": "Temperature of 'infonce'."})
-    rankdistil_gamma: float = field(default=0.0, metadata={"help": "RankDistil-B threshold for negatives."})
+
+
+@dataclass
+class DistillationSetup(LossSettings, _DistillationData):
+    """What is distilled into what (everything that is not a Trainer setting). The losses' options
+    (``sce_temperature``, ``infonce_theta``, ...) are the fields the registered losses declare
+    (:class:`~dense_encoders.trainer.losses.LossSettings`)."""
+
     pooling: str | None = field(default=None, metadata={"help": "cls / mean / pooler; default: the student's own."})
     similarity: str | None = field(default=None, metadata={"help": "dot / cosine; default: the student's own."})
     student_num_layers: int | None = field(default=None, metadata={"help": "Keep only the first N layers (BERT family)."})
@@ -284,18 +286,11 @@ class DistillationSetup:
             raise ValueError(f"--similarity {self.similarity!r}: choose one of {SIMILARITIES}")
         if self.relevance_level < 1:
             raise ValueError(f"--relevance-level {self.relevance_level}: give a grade >= 1 (TREC DL convention: 2)")
-        parse_loss_spec(self.losses)  # unknown names fail here, before any model is loaded
+        self.build_objective()  # unknown losses and options fail here, before any model is loaded
 
-    def loss_options(self) -> dict[str, dict]:
-        """Options of the configured losses (for DistillationObjective's ``loss_kwargs``)."""
-        options = {
-            "sce": {"temperature": self.sce_temperature},
-            "kl": {"temperature": self.kl_temperature},
-            "infonce": {"theta": self.infonce_theta, "temperature": self.infonce_temperature},
-            "rankdistil_b": {"gamma": self.rankdistil_gamma},
-        }
-        configured = parse_loss_spec(self.losses)
-        return {name: value for name, value in options.items() if name in configured}
+    def build_objective(self) -> DistillationObjective:
+        """The :class:`DistillationObjective` of ``losses`` with this setup's loss options."""
+        return DistillationObjective(self.losses, settings=self)
 
 
 def student_conventions(name_or_path: str, model_kwargs: dict | None = None) -> tuple[str | None, str | None, str]:
@@ -389,13 +384,13 @@ def load_training_records(setup: DistillationSetup) -> list[dict]:
     )
 
 
-POSITIVE_SET_LOSSES = ("m3se", "rankdistil_b")
-
-
-def positives_record(setup: DistillationSetup, records: list[dict]) -> dict:
-    """Where P of m3se / rankdistil_b comes from and for how many queries (``distillation_positives.json``)."""
+def positives_record(setup: DistillationSetup, records: list[dict],
+                     objective: DistillationObjective | None = None) -> dict:
+    """Where P of the losses that read a positive set (m3se / rankdistil_b) comes from and for how many
+    queries (``distillation_positives.json``); ``objective``: ``setup.build_objective()`` when None."""
     from ..data.distillation import uses_labelled_positives
 
+    objective = objective if objective is not None else setup.build_objective()
     labelled = sum(uses_labelled_positives(r, setup.documents_per_query, setup.relevance_level) for r in records)
     if not any(r.get("relevance") is not None for r in records):
         source = None  # no labels, or labels that no configured loss uses (dropped)
@@ -403,18 +398,21 @@ def positives_record(setup: DistillationSetup, records: list[dict]) -> dict:
         source = Path(setup.qrels).name
     else:
         source = f"the 'relevance' field of {Path(setup.train_file).name}"
-    return {"losses": [name for name in POSITIVE_SET_LOSSES if name in parse_loss_spec(setup.losses)],
+    return {"losses": objective.positive_set_losses,
             "source": source, "relevance_level": setup.relevance_level if source else None,
             "queries": len(records), "labelled_queries": labelled, "teacher_best_queries": len(records) - labelled}
 
 
-def _drop_unused_labels(setup: DistillationSetup, records: list[dict]) -> None:
-    """Relevance labels only matter to m3se / rankdistil_b: without them, sampling stays label-free."""
-    if any(name in parse_loss_spec(setup.losses) for name in POSITIVE_SET_LOSSES):
+def _drop_unused_labels(setup: DistillationSetup, records: list[dict],
+                        objective: DistillationObjective | None = None) -> None:
+    """Relevance labels only matter to the losses that read a positive set: without them, sampling stays
+    label-free. ``objective``: ``setup.build_objective()`` when None."""
+    objective = objective if objective is not None else setup.build_objective()
+    if objective.positive_set_losses:
         return
     if setup.qrels is not None:
-        logger.warning("--qrels %s is unused: only m3se and rankdistil_b take judged positives (--losses %s)",
-                       setup.qrels, setup.losses)
+        logger.warning("--qrels %s is unused: only %s take judged positives (--losses %s)",
+                       setup.qrels, " and ".join(positive_set_loss_names()), setup.losses)
     for record in records:
         record["relevance"] = None
 
@@ -435,10 +433,10 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
             args, inputs=(setup.student, setup.train_file, setup.corpus, setup.queries, setup.qrels))
     else:
         checkpoint = args.resume_from_checkpoint
-    objective = DistillationObjective(setup.losses, setup.loss_options())
+    objective = setup.build_objective()
     records = load_training_records(setup)
-    _drop_unused_labels(setup, records)
-    positives = positives_record(setup, records)
+    _drop_unused_labels(setup, records, objective)
+    positives = positives_record(setup, records, objective)
     if positives["source"]:
         logger.info("P of %s: judged positives (relevance >= %d) from %s for %d of %d queries, the teacher's best "
                     "for the other %d", "/".join(positives["losses"]), setup.relevance_level, positives["source"],
@@ -484,6 +482,7 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
         trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
         (output_dir / "distillation_setup.json").write_text(json.dumps(setup.__dict__, indent=2) + "\n")
         (output_dir / "distillation_positives.json").write_text(json.dumps(positives, indent=2) + "\n")
+        (output_dir / "distillation_losses.json").write_text(json.dumps(objective.describe(), indent=2) + "\n")
         write_training_environment(trainer, output_dir)
     trainer.save_model(args.output_dir)  # pushes too when args.push_to_hub
     if trainer.args.should_save:
