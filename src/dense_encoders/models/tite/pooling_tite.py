@@ -222,7 +222,10 @@ class PoolPlan:
         first = window * stride
         count = np.clip(lengths[window_seq] - first, 0, kernel_size)
         first += in_starts[window_seq]  # first packed row of every window
-        self.window_index = window  # host copy: rotary positions of the window centres
+        # twice every window's centre i*s + (k-1)/2 (the rotary table's half-position units): the
+        # nominal centre of its full k-token span, also for a partial last window, so pooled
+        # positions stay on one grid of step s whatever the sequence length
+        self.centre_index = 2 * stride * window + (kernel_size - 1)
         rows_in = rows_out = None
         if capacity is not None:
             rows_in, rows_out, longest = capacity
