@@ -465,44 +465,7 @@ class TiteModel(TitePreTrainedModel):
                 f"{name_or_path} is a {source_config.model_type!r} checkpoint; TITE warm-starts from BERT-architecture "
                 "checkpoints (model_type 'bert'), whose layers it copies one to one."
             )
-        if config is None:
-            derived = dict(
-                vocab_size=source_config.vocab_size,
-                num_hidden_layers=source_config.num_hidden_layers,
-                hidden_sizes=source_config.hidden_size,
-                num_attention_heads=source_config.num_attention_heads,
-                intermediate_sizes=source_config.intermediate_size,
-                kernel_sizes=None,
-                max_position_embeddings=source_config.max_position_embeddings,
-                position_embedding_type="absolute",
-                type_vocab_size=source_config.type_vocab_size,
-                hidden_act=source_config.hidden_act,
-                layer_norm_eps=source_config.layer_norm_eps,
-                pad_token_id=source_config.pad_token_id,
-            )
-            config = TiteConfig(**{**derived, **config_overrides})
-        elif config_overrides:
-            raise ValueError("Pass either a config or config overrides to from_backbone, not both.")
-        expected = {
-            "num_hidden_layers": (config.num_hidden_layers, source_config.num_hidden_layers),
-            "hidden_sizes": (set(config.hidden_sizes), {source_config.hidden_size}),
-            "num_attention_heads": (set(config.num_attention_heads), {source_config.num_attention_heads}),
-            "intermediate_sizes": (set(config.intermediate_sizes), {source_config.intermediate_size}),
-            "vocab_size": (config.vocab_size, source_config.vocab_size),
-            "hidden_act": (config.hidden_act, source_config.hidden_act),
-        }
-        mismatched = {name: values for name, values in expected.items() if values[0] != values[1]}
-        if mismatched:
-            details = "; ".join(f"{name}: TITE {ours} vs backbone {theirs}" for name, (ours, theirs) in mismatched.items())
-            raise ValueError(
-                f"The TITE config does not have the shape of {name_or_path} ({details}). Warm starts copy layers one to "
-                "one: give a config with the backbone's depth and widths (only pooling may differ), or omit it."
-            )
-        if config.absolute_positions and config.max_position_embeddings > source_config.max_position_embeddings:
-            raise ValueError(
-                f"max_position_embeddings={config.max_position_embeddings} exceeds the backbone's "
-                f"{source_config.max_position_embeddings} learned positions; lower it."
-            )
+        config = backbone_config(source_config, name_or_path, config, **config_overrides)
         class BertBackbone(BertModel):  # what a warm start drops is expected: no load report for it
             _keys_to_ignore_on_load_unexpected = [r"(^|\.)pooler\.", r"^cls\."]
 
@@ -731,6 +694,51 @@ def bert_to_tite_state_dict(bert_state: dict[str, torch.Tensor]) -> dict[str, to
             continue
         mapped[name] = tensor
     return mapped
+
+
+def backbone_config(source_config, name_or_path, config: TiteConfig | None = None, **config_overrides) -> TiteConfig:
+    """The TITE config of a warm start from the BERT config ``source_config`` (see
+    :meth:`TiteModel.from_backbone`): ``config`` checked against the backbone's shape, or, without it, one
+    derived from the backbone (no pooling, absolute positions) with ``config_overrides`` applied."""
+    if config is None:
+        derived = dict(
+            vocab_size=source_config.vocab_size,
+            num_hidden_layers=source_config.num_hidden_layers,
+            hidden_sizes=source_config.hidden_size,
+            num_attention_heads=source_config.num_attention_heads,
+            intermediate_sizes=source_config.intermediate_size,
+            kernel_sizes=None,
+            max_position_embeddings=source_config.max_position_embeddings,
+            position_embedding_type="absolute",
+            type_vocab_size=source_config.type_vocab_size,
+            hidden_act=source_config.hidden_act,
+            layer_norm_eps=source_config.layer_norm_eps,
+            pad_token_id=source_config.pad_token_id,
+        )
+        config = TiteConfig(**{**derived, **config_overrides})
+    elif config_overrides:
+        raise ValueError("Pass either a config or config overrides to from_backbone, not both.")
+    expected = {
+        "num_hidden_layers": (config.num_hidden_layers, source_config.num_hidden_layers),
+        "hidden_sizes": (set(config.hidden_sizes), {source_config.hidden_size}),
+        "num_attention_heads": (set(config.num_attention_heads), {source_config.num_attention_heads}),
+        "intermediate_sizes": (set(config.intermediate_sizes), {source_config.intermediate_size}),
+        "vocab_size": (config.vocab_size, source_config.vocab_size),
+        "hidden_act": (config.hidden_act, source_config.hidden_act),
+    }
+    mismatched = {name: values for name, values in expected.items() if values[0] != values[1]}
+    if mismatched:
+        details = "; ".join(f"{name}: TITE {ours} vs backbone {theirs}" for name, (ours, theirs) in mismatched.items())
+        raise ValueError(
+            f"The TITE config does not have the shape of {name_or_path} ({details}). Warm starts copy layers one to "
+            "one: give a config with the backbone's depth and widths (only pooling may differ), or omit it."
+        )
+    if config.absolute_positions and config.max_position_embeddings > source_config.max_position_embeddings:
+        raise ValueError(
+            f"max_position_embeddings={config.max_position_embeddings} exceeds the backbone's "
+            f"{source_config.max_position_embeddings} learned positions; lower it."
+        )
+    return config
 
 
 TiteModel.register_for_auto_class("AutoModel")
