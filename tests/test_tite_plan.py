@@ -1,6 +1,6 @@
-"""TITE's batch plan (issue: TITE at GPU speed), checked on CPU so that CI guards the GPU design.
+"""TITE's batch plan (plan_tite.TitePlan), checked on CPU so that CI guards the GPU design.
 
-* the plan equals the per-layer recomputation from device tensors (the pre-plan code path);
+* the plan equals a per-layer recomputation, sequence by sequence and window by window (Eq. 1);
 * a pooled TITE layer dispatches at most 30 % more aten ops than a BertLayer on the same batch, and
   its Q/K/V projections are one matrix product (K/V one when intra pooling pools the queries);
 * the layers read no device value on the host (Tensor.item / bool / int / tolist are patched).
@@ -87,7 +87,7 @@ def test_plan_equals_the_per_layer_recomputation(name, every_plan_part):
     lengths = [config.max_position_embeddings, 1, 7, 2, config.max_position_embeddings - 3, 5]
     batch = ragged_batch(lengths)
     plan = model.plan(batch["input_ids"], batch["attention_mask"])
-    # the old path: cu_seqlens recomputed on the device after every pooling step
+    # the reference: cu_seqlens recomputed after every pooling step, window by window
     cu = torch.tensor([0] + lengths).cumsum(0).to(torch.int32)
     assert torch.equal(plan.input.cu_seqlens, cu)
     assert torch.equal(plan.gather, batch["attention_mask"].view(-1).nonzero().view(-1).to(plan.gather.dtype))
@@ -377,7 +377,7 @@ def test_the_host_read_guard_catches_a_read(forbid_host_reads_in_layers, monkeyp
     original = M.TiteAttention.forward
 
     def reading_forward(self, states, plan):
-        int(plan.key.cu_seqlens[-1])  # what the pre-plan code did in every layer
+        int(plan.key.cu_seqlens[-1])  # a host read of a device value inside a layer
         return original(self, states, plan)
 
     monkeypatch.setattr(M.TiteAttention, "forward", reading_forward)
