@@ -1,6 +1,6 @@
-"""TITE's batch plan (issue: TITE at GPU speed), checked on CPU so that CI guards the GPU design.
+"""TITE's batch plan (plan_tite.TitePlan), checked on CPU so that CI guards the GPU design.
 
-* the plan equals the per-layer recomputation from device tensors (the pre-plan code path);
+* the plan equals a per-layer recomputation, sequence by sequence and window by window (Eq. 1);
 * a pooled TITE layer dispatches at most 30 % more aten ops than a BertLayer on the same batch, and
   its Q/K/V projections are one matrix product (K/V one when intra pooling pools the queries);
 * the layers read no device value on the host (Tensor.item / bool / int / tolist are patched).
@@ -17,10 +17,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertLayer
 
+from dense_encoders.models.tite import cuda_graphs_tite as G
 from dense_encoders.models.tite import modeling_tite as M
+from dense_encoders.models.tite import plan_tite as PL
 from dense_encoders.models.tite import rotary_tite as R
 from dense_encoders.models.tite.modeling_tite import TiteModel
-from dense_encoders.models.tite.pooling_tite import PLAN_PARTS, pooled_cu_seqlens, window_centres
+from dense_encoders.models.tite.pooling_tite import PLAN_PARTS, DeviceArrays
 from dense_encoders.models.tite.presets import TINY_PRESETS, tite_preset
 
 POOLING = sorted(name for name in TINY_PRESETS if name != "tiny-tite-no-pooling")
@@ -41,13 +43,41 @@ def ragged_batch(lengths: list[int], width: int | None = None, seed: int = 0) ->
     return {"input_ids": input_ids * attention_mask, "attention_mask": attention_mask}
 
 
+def naive_windows(lengths: list[int], kernel: int, stride: int) -> list[list[tuple[int, int]]]:
+    """TITE Eq. 1 per sequence: windows start at 0, s, 2s, ... until one reaches the sequence end;
+    ``(start, real tokens)`` of every window of every sequence."""
+    windows = []
+    for length in lengths:
+        own, i = [], 0
+        while length > 0:
+            own.append((i * stride, max(0, min(kernel, length - i * stride))))
+            if i * stride + kernel >= length:
+                break
+            i += 1
+        windows.append(own)
+    return windows
+
+
+def naive_pooled_cu(cu: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
+    """Cumulative pooled lengths, counted window by window."""
+    counts = [len(own) for own in naive_windows(cu.diff().tolist(), kernel, stride)]
+    return torch.tensor([0] + counts).cumsum(0).to(cu.dtype)
+
+
+def naive_window_centres(cu: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
+    """The centre of every window's full k-token span, start + (k - 1) / 2 (also for a partial last window)."""
+    centres = [start + (kernel - 1) / 2 for own in naive_windows(cu.diff().tolist(), kernel, stride)
+               for start, _ in own]
+    return torch.tensor(centres, dtype=torch.float64)
+
+
 # ---------------------------------------------------------------------------- plan = recomputation
 
 
 @pytest.fixture
 def every_plan_part(monkeypatch):
     """Plans with the Triton windows and tokens as well as the PyTorch bags (a CPU plan has bags only)."""
-    monkeypatch.setattr(M, "plan_parts", lambda device, implementation, backward: frozenset(PLAN_PARTS))
+    monkeypatch.setattr(PL, "plan_parts", lambda device, implementation, backward: frozenset(PLAN_PARTS))
 
 
 @pytest.mark.parametrize("name", POOLING + ["tiny-tite-no-pooling"])
@@ -57,7 +87,7 @@ def test_plan_equals_the_per_layer_recomputation(name, every_plan_part):
     lengths = [config.max_position_embeddings, 1, 7, 2, config.max_position_embeddings - 3, 5]
     batch = ragged_batch(lengths)
     plan = model.plan(batch["input_ids"], batch["attention_mask"])
-    # the old path: cu_seqlens recomputed on the device after every pooling step
+    # the reference: cu_seqlens recomputed after every pooling step, window by window
     cu = torch.tensor([0] + lengths).cumsum(0).to(torch.int32)
     assert torch.equal(plan.input.cu_seqlens, cu)
     assert torch.equal(plan.gather, batch["attention_mask"].view(-1).nonzero().view(-1).to(plan.gather.dtype))
@@ -68,12 +98,12 @@ def test_plan_equals_the_per_layer_recomputation(name, every_plan_part):
         head_dim = config.hidden_sizes[index] // config.num_attention_heads[index]
         lengths_in = (cu[1:] - cu[:-1]).long()
         assert torch.equal(layer.key.cu_seqlens if layer.location != "pre" else plan.layers[index].query.cu_seqlens,
-                           cu if layer.location != "pre" else pooled_cu_seqlens(cu, kernel, stride)[0])
+                           cu if layer.location != "pre" else naive_pooled_cu(cu, kernel, stride))
         if kernel is None:
             assert layer.location is None and layer.query is layer.key is layer.output
             out_cu = cu
         else:
-            out_cu, _ = pooled_cu_seqlens(cu, kernel, stride)
+            out_cu = naive_pooled_cu(cu, kernel, stride)
             assert torch.equal(layer.output.cu_seqlens, out_cu)
             assert layer.pool.total_in == int(cu[-1]) and layer.pool.total_out == int(out_cu[-1])
             assert layer.pool.max_out == int((out_cu[1:] - out_cu[:-1]).max())
@@ -95,10 +125,13 @@ def test_plan_equals_the_per_layer_recomputation(name, every_plan_part):
                     assert token_window[row] <= w < token_window[row] + token_windows[row]
         assert layer.key.max_length == int(lengths_in.max()) or layer.location == "pre"
         assert layer.query.max_length == int((layer.query.cu_seqlens.diff()).max())
-        if layer.rotary_key is not None:  # rotary rows = cos / sin at the recomputed positions
+        if layer.rotary_key_index is not None:  # what both rotary paths read: 2 * position (half units)
             key_cu = layer.key.cu_seqlens
             key_pos = torch.cat([torch.arange(int(n)) for n in key_cu.diff()]).double()
-            query_pos = window_centres(cu, kernel, stride).double() if layer.location == "intra" else key_pos
+            query_pos = naive_window_centres(cu, kernel, stride) if layer.location == "intra" else key_pos
+            assert torch.equal(layer.rotary_key_index.double() / 2, key_pos)
+            assert torch.equal(layer.rotary_query_index.double() / 2, query_pos)
+        if layer.rotary_key is not None:  # rotary rows = cos / sin at the recomputed positions
             for rows, pos in ((layer.rotary_key, key_pos), (layer.rotary_query, query_pos)):
                 inv = 1.0 / config.rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
                 angles = pos[:, None] * inv[None, :]
@@ -344,7 +377,7 @@ def test_the_host_read_guard_catches_a_read(forbid_host_reads_in_layers, monkeyp
     original = M.TiteAttention.forward
 
     def reading_forward(self, states, plan):
-        int(plan.key.cu_seqlens[-1])  # what the pre-plan code did in every layer
+        int(plan.key.cu_seqlens[-1])  # a host read of a device value inside a layer
         return original(self, states, plan)
 
     monkeypatch.setattr(M.TiteAttention, "forward", reading_forward)
@@ -360,31 +393,36 @@ def test_sdpa_on_cpu_plans_padded_attention_and_cuda_half_plans_varlen(monkeypat
     model = tiny("tiny-tite-2-late")
     batch = ragged_batch([16, 5])
     assert not model.plan(**batch).varlen  # CPU: padded sdpa
-    assert M.varlen_attention_supported(torch.device("cpu"), torch.bfloat16) is False
+    assert M.varlen_attention_available(torch.device("cpu"), torch.bfloat16) is False
     monkeypatch.setattr(M, "varlen_attn", object())  # as on a torch with varlen attention
     monkeypatch.setattr(M, "_flash_capable", lambda index: True)  # as on an sm80+ GPU
     cuda = torch.device("cuda", 0)
-    assert M.varlen_attention_supported(cuda, torch.bfloat16)
-    assert not M.varlen_attention_supported(cuda, torch.float32)  # flash kernels: half only
+    assert M.varlen_attention_available(cuda, torch.bfloat16)
+    assert not M.varlen_attention_available(cuda, torch.float32)  # flash kernels: half only
     monkeypatch.setattr(M, "_flash_capable", lambda index: False)  # e.g. a T4 (sm75)
-    assert not M.varlen_attention_supported(cuda, torch.bfloat16)
+    assert not M.varlen_attention_available(cuda, torch.bfloat16)
     monkeypatch.setattr(M, "_flash_capable", lambda index: True)
-    monkeypatch.setattr(M, "varlen_attn", None)
+    # attention dropout needs the direct operator: the public varlen_attn takes none
+    monkeypatch.setattr(M, "_flash_attention_forward", object())
+    assert M.varlen_attention_available(cuda, torch.bfloat16, dropout=0.1)
     monkeypatch.setattr(M, "_flash_attention_forward", None)
-    assert not M.varlen_attention_supported(cuda, torch.bfloat16)
+    assert M.varlen_attention_available(cuda, torch.bfloat16, dropout=0.0)
+    assert not M.varlen_attention_available(cuda, torch.bfloat16, dropout=0.1)
+    monkeypatch.setattr(M, "varlen_attn", None)
+    assert not M.varlen_attention_available(cuda, torch.bfloat16)
 
 
 def test_plan_arrays_move_in_one_transfer(monkeypatch):
     """Every index of a plan comes from ONE host-to-device copy (here: one call of DeviceArrays.transfer
     for the whole forward), whatever the number of layers."""
     calls = []
-    original = M.DeviceArrays.transfer
+    original = DeviceArrays.transfer
 
     def counted(self, device, into=None):
         calls.append(len(self._arrays))
         return original(self, device, into)
 
-    monkeypatch.setattr(M.DeviceArrays, "transfer", counted)
+    monkeypatch.setattr(DeviceArrays, "transfer", counted)
     model = tiny("tiny-tite-3-staggered")
     with torch.no_grad():
         model(**ragged_batch([27, 4, 9]))
@@ -422,7 +460,7 @@ def test_static_capacity_plans_have_the_same_shapes_for_every_batch_of_a_bucket(
     plans = []
     for batch in batches:
         into = plans[0] if plans else None
-        plans.append(M.TitePlan(config, batch["attention_mask"], tuple(batch["input_ids"].shape), "cpu", True,
+        plans.append(PL.TitePlan(config, batch["attention_mask"], tuple(batch["input_ids"].shape), "cpu", True,
                                 torch.bfloat16, capacity, into=into))
     first, second = plans
     assert second._arrays._flat is first._arrays._flat  # one static buffer, rewritten
@@ -451,12 +489,12 @@ def test_static_capacity_plans_have_the_same_shapes_for_every_batch_of_a_bucket(
     # a batch beyond the bucket is refused instead of silently truncated
     with pytest.raises(ValueError, match="does not fit"):
         too_many = ragged_batch([16] * 5)
-        M.TitePlan(config, too_many["attention_mask"], (5, 16), "cpu", True, torch.bfloat16, capacity)
+        PL.TitePlan(config, too_many["attention_mask"], (5, 16), "cpu", True, torch.bfloat16, capacity)
 
 
 def test_buckets_round_up_by_at_most_an_eighth():
     for value in (1, 7, 8, 9, 100, 256, 257, 1000, 20401, 81920):
-        bucket = M.TiteModel._bucket(value, 8)
+        bucket = G.capacity_bucket(value, 8)
         assert bucket >= value and (bucket - max(value, 8)) <= max(value, 8) / 8 + 1
 
 
@@ -539,11 +577,11 @@ def test_layers_on_static_capacity_shapes_equal_the_ordinary_forward(name, monke
     batch = ragged_batch([n, 3, 9, 1, n - 2])
     with torch.no_grad():
         expected = model(**batch).pooler_output  # padded sdpa, torch rotary table
-        monkeypatch.setattr(M, "varlen_attention_applies", lambda query, dropout: True)
+        monkeypatch.setattr(M, "varlen_attention_available", lambda device, dtype, dropout=0.0: True)
         monkeypatch.setattr(M, "packed_flash_attention", reference_packed_attention)
-        monkeypatch.setattr(M, "fused_rotary_available", lambda device, dtype: True)
-        capacity = (8, M.TiteModel._bucket(int(batch["attention_mask"].sum()), 8) + 16, n)
-        plan = M.TitePlan(model.config, batch["attention_mask"], tuple(batch["input_ids"].shape), "cpu", True,
+        monkeypatch.setattr(PL, "fused_rotary_available", lambda device, dtype: True)
+        capacity = (8, G.capacity_bucket(int(batch["attention_mask"].sum()), 8) + 16, n)
+        plan = PL.TitePlan(model.config, batch["attention_mask"], tuple(batch["input_ids"].shape), "cpu", True,
                           torch.float32, capacity)
         tokens = int(batch["attention_mask"].sum())
         states = model.embeddings(batch["input_ids"].reshape(-1).index_select(0, plan.gather[:tokens]),

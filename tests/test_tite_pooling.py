@@ -1,4 +1,5 @@
-"""TITE packed pooling (TITE Eq. 1, pool_{k,s}): formula, PyTorch and Triton against naive references."""
+"""TITE packed pooling (TITE Eq. 1, pool_{k,s}) as the model runs it: a :class:`PoolPlan` (lengths, window
+rows, window centres) and :func:`pool_planned` (PyTorch and Triton) against naive per-sequence references."""
 
 import os
 
@@ -9,18 +10,13 @@ os.environ["TRITON_INTERPRET"] = "1"
 import logging  # noqa: E402
 import math  # noqa: E402
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from conftest import FLOAT64_TOLERANCE  # noqa: E402
 
 from dense_encoders.models.tite import pooling_tite as P  # noqa: E402
-from dense_encoders.models.tite.pooling_tite import (  # noqa: E402
-    pool_packed,
-    pool_packed_torch,
-    pooled_cu_seqlens,
-    pooled_lengths,
-    window_centres,
-)
+from dense_encoders.models.tite.pooling_tite import PLAN_PARTS, DeviceArrays, PoolPlan, pool_planned  # noqa: E402
 
 KS = [(k, s) for k in range(1, 5) for s in range(1, 5)]
 WIDE_KS = [(9, 9), (9, 4), (9, 1), (2, 9), (7, 3), (5, 6)]
@@ -28,6 +24,21 @@ WIDE_KS = [(9, 9), (9, 4), (9, 1), (2, 9), (7, 3), (5, 6)]
 
 def cu_from(lengths, dtype=torch.int32):
     return torch.tensor([0] + list(lengths), dtype=torch.int64).cumsum(0).to(dtype)
+
+
+def planned(lengths, k, s, device="cpu", dtype=np.int64) -> PoolPlan:
+    """The plan a TITE layer pools with (every part: PyTorch bags, Triton windows and tokens), on ``device``."""
+    arrays = DeviceArrays()
+    plan = PoolPlan(np.asarray(lengths, dtype=dtype), k, s, arrays, needs=frozenset(PLAN_PARTS))
+    arrays.transfer(torch.device(device))
+    return plan
+
+
+def pool(hidden, lengths, k, s, implementation="torch"):
+    """What a TITE layer runs: ``pool_planned`` with a :class:`PoolPlan` of the batch's lengths;
+    returns the pooled rows and the plan's pooled ``cu_seqlens``."""
+    plan = planned(lengths, k, s, hidden.device)
+    return pool_planned(hidden, plan, implementation), plan.out_cu_seqlens
 
 
 def random_lengths(seed, n=6, high=11):
@@ -50,6 +61,19 @@ def naive_pool(hidden, lengths, k, s):
     return torch.stack(rows) if rows else hidden.new_zeros((0, hidden.shape[1]))
 
 
+def naive_centres(lengths, k, s):
+    """Per sequence, per window (as :func:`naive_pool` walks them): the centre of its full k-token span."""
+    centres = []
+    for length in lengths:
+        i = 0
+        while length > 0:
+            centres.append(i * s + (k - 1) / 2)
+            if i * s + k >= length:
+                break
+            i += 1
+    return centres
+
+
 # ---------------------------------------------------------------- lengths, offsets, centres
 
 
@@ -69,29 +93,39 @@ def naive_pool(hidden, lengths, k, s):
     ],
 )
 def test_pooled_lengths_hand_cases(length, k, s, expected):
-    assert pooled_lengths(torch.tensor([length]), k, s).tolist() == [expected]
+    plan = planned([length], k, s)
+    assert plan.out_lengths.tolist() == [expected] and plan.out_cu_seqlens.tolist() == [0, expected]
 
 
 def test_pooled_lengths_formula_vectorised_keeps_dtype():
-    lengths = torch.arange(0, 40, dtype=torch.int32)
+    lengths = np.arange(0, 40, dtype=np.int32)
     for k in range(1, 10):
         for s in range(1, 10):
-            out = pooled_lengths(lengths, k, s)
-            assert out.dtype == torch.int32 and out.device == lengths.device
+            plan = planned(lengths, k, s, dtype=np.int32)
+            # host lengths in int64 (the plan's sizes), device cu_seqlens in int32 (what varlen attention takes)
+            assert plan.out_lengths.dtype == np.int64 and plan.out_cu_seqlens.dtype == torch.int32
+            assert plan.out_cu_seqlens.device == torch.device("cpu")
             expected = [0 if n == 0 else math.ceil(max(0, n - k) / s) + 1 for n in range(40)]
-            assert out.tolist() == expected, (k, s)
+            assert plan.out_lengths.tolist() == expected, (k, s)
+            assert plan.out_cu_seqlens.tolist() == np.concatenate(([0], np.cumsum(expected))).tolist(), (k, s)
+            assert P.pooled_lengths_host(lengths, k, s).tolist() == expected, (k, s)
 
 
-@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_pooled_cu_seqlens_and_window_centres(dtype):
-    cu = cu_from([5, 0, 2, 1], dtype)
-    out_cu, out_lengths = pooled_cu_seqlens(cu, 2, 2)
-    assert out_cu.dtype == dtype and out_lengths.dtype == dtype
-    assert out_cu.tolist() == [0, 3, 3, 4, 5] and out_lengths.tolist() == [3, 0, 1, 1]
-    # i*s + (k-1)/2, also for the partial last window of the first sequence
-    assert window_centres(cu, 2, 2).tolist() == [0.5, 2.5, 4.5, 0.5, 0.5]
-    assert window_centres(cu, 3, 1).tolist() == [1.0, 2.0, 3.0, 1.0, 1.0]
-    assert window_centres(cu_from([]), 2, 2).numel() == 0
+    plan = planned([5, 0, 2, 1], 2, 2, dtype=dtype)
+    assert plan.out_cu_seqlens.tolist() == [0, 3, 3, 4, 5] and plan.out_lengths.tolist() == [3, 0, 1, 1]
+    assert (plan.total_in, plan.total_out, plan.max_out) == (8, 5, 3)
+    # the rotary index of every window: twice i*s + (k-1)/2, also for the partial last window of the first sequence
+    assert (plan.centre_index / 2).tolist() == [0.5, 2.5, 4.5, 0.5, 0.5]
+    assert (planned([5, 0, 2, 1], 3, 1, dtype=dtype).centre_index / 2).tolist() == [1.0, 2.0, 3.0, 1.0, 1.0]
+    assert planned([], 2, 2).centre_index.size == 0
+
+
+@pytest.mark.parametrize("k,s", KS + WIDE_KS)
+def test_window_centres_match_the_naive_walk(k, s):
+    lengths = random_lengths(seed=10 * k + s, high=20)
+    assert (planned(lengths, k, s).centre_index / 2).tolist() == naive_centres(lengths, k, s)
 
 
 # ---------------------------------------------------------------- PyTorch implementation
@@ -101,7 +135,7 @@ def test_pooled_cu_seqlens_and_window_centres(dtype):
 def test_torch_matches_naive_reference(k, s):
     lengths = random_lengths(seed=10 * k + s)
     hidden = torch.randn(sum(lengths), 8, dtype=torch.float64)
-    pooled, out_cu = pool_packed_torch(hidden, cu_from(lengths, torch.int64 if s % 2 else torch.int32), k, s)
+    pooled, out_cu = pool(hidden, lengths, k, s)
     expected = naive_pool(hidden, lengths, k, s)
     assert pooled.shape == expected.shape and pooled.dtype == torch.float64
     torch.testing.assert_close(pooled, expected, rtol=0, atol=1e-12)
@@ -114,7 +148,7 @@ def test_torch_matches_naive_reference(k, s):
 def test_torch_fp16_accumulates_in_fp32():
     lengths = [9, 1, 0, 4]
     hidden = torch.randn(sum(lengths), 8)
-    pooled, _ = pool_packed_torch(hidden.half(), cu_from(lengths), 3, 2)
+    pooled, _ = pool(hidden.half(), lengths, 3, 2)
     assert pooled.dtype == torch.float16
     torch.testing.assert_close(pooled.float(), naive_pool(hidden, lengths, 3, 2), rtol=0, atol=2e-3)
 
@@ -123,14 +157,14 @@ def test_torch_fp16_accumulates_in_fp32():
 def test_torch_gradcheck(k, s):
     lengths = [0, 1, 5, 3, 7]
     hidden = torch.randn(sum(lengths), 3, dtype=torch.float64, requires_grad=True)
-    cu = cu_from(lengths)
-    assert torch.autograd.gradcheck(lambda h: pool_packed_torch(h, cu, k, s)[0], (hidden,))
+    plan = planned(lengths, k, s)
+    assert torch.autograd.gradcheck(lambda h: pool_planned(h, plan, "torch"), (hidden,))
 
 
 def test_torch_empty_batches():
     for lengths in ([], [0], [0, 0, 0]):
         hidden = torch.randn(0, 4, requires_grad=True)
-        pooled, out_cu = pool_packed_torch(hidden, cu_from(lengths), 2, 2)
+        pooled, out_cu = pool(hidden, lengths, 2, 2)
         assert pooled.shape == (0, 4) and out_cu.tolist() == [0] * (len(lengths) + 1)
         pooled.sum().backward()
         assert hidden.grad.shape == (0, 4)
@@ -151,11 +185,10 @@ def triton_vs_torch(lengths, k, s, dim=8, dtype=torch.float64, seed=0, hidden=No
     if hidden is None:
         hidden = torch.randn(sum(lengths), dim).to(dtype)
     hidden = hidden.to(dtype)
-    cu = cu_from(lengths, torch.int64 if seed % 2 else torch.int32)
     x_torch = hidden.detach().clone().requires_grad_()
     x_triton = hidden.detach().clone().requires_grad_()
-    ref, ref_cu = pool_packed(x_torch, cu, k, s, implementation="torch")
-    out, out_cu = pool_packed(x_triton, cu, k, s, implementation="triton")
+    ref, ref_cu = pool(x_torch, lengths, k, s, implementation="torch")
+    out, out_cu = pool(x_triton, lengths, k, s, implementation="triton")
     upstream = torch.randn(ref.shape).to(dtype)
     if dtype == torch.float64:
         atol = FLOAT64_TOLERANCE["atol"]
@@ -163,7 +196,8 @@ def triton_vs_torch(lengths, k, s, dim=8, dtype=torch.float64, seed=0, hidden=No
         largest = max([1.0] + [float(t.abs().max()) for t in (hidden, upstream) if t.numel()])
         atol = (4 if dtype == torch.float16 else 16) * torch.finfo(dtype).eps * largest
     assert type(out.grad_fn).__name__ == "TritonPackedPoolBackward"
-    assert out.dtype == dtype and torch.equal(out_cu, ref_cu)
+    assert out.dtype == dtype and torch.equal(out_cu, ref_cu) and torch.equal(out_cu, cu_from(
+        [len(naive_centres([n], k, s)) for n in lengths]))
     torch.testing.assert_close(out, ref, rtol=0, atol=atol)
     ref.backward(upstream)
     out.backward(upstream)
@@ -215,15 +249,16 @@ def test_triton_fp16():
 
 def test_auto_agrees_with_torch_and_never_picks_the_cpu_interpreter(monkeypatch):
     lengths = [6, 0, 1, 9]
-    hidden, cu = torch.randn(sum(lengths), 8), cu_from(lengths)
-    ref, ref_cu = pool_packed(hidden, cu, 4, 2, implementation="torch")
-    out, out_cu = pool_packed(hidden, cu, 4, 2)  # "auto"
+    hidden = torch.randn(sum(lengths), 8)
+    ref, ref_cu = pool(hidden, lengths, 4, 2, implementation="torch")
+    out, out_cu = pool(hidden, lengths, 4, 2, implementation="auto")
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out, naive_pool(hidden, lengths, 4, 2), rtol=0, atol=1e-5)
     assert torch.equal(out_cu, ref_cu)
     leaf = hidden.clone().requires_grad_()
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter is for explicit "triton" (tests) only
-    assert type(pool_packed(leaf, cu, 4, 2)[0].grad_fn).__name__ != "TritonPackedPoolBackward"
-    assert type(pool_packed(leaf, cu, 4, 2, implementation="triton")[0].grad_fn).__name__ == \
+    assert type(pool(leaf, lengths, 4, 2, implementation="auto")[0].grad_fn).__name__ != "TritonPackedPoolBackward"
+    assert type(pool(leaf, lengths, 4, 2, implementation="triton")[0].grad_fn).__name__ == \
         "TritonPackedPoolBackward"
 
 
@@ -233,12 +268,12 @@ def test_triton_request_falls_back_with_one_warning(monkeypatch, caplog, install
     monkeypatch.setattr(P, "triton_available", lambda: installed)
     monkeypatch.setattr(P, "_FALLBACK_WARNED", False)
     lengths = [5, 2]
-    hidden, cu = torch.randn(7, 4), cu_from(lengths)
+    hidden = torch.randn(7, 4)
     with caplog.at_level(logging.WARNING, logger=P.__name__):
         for _ in range(3):
-            out, _ = pool_packed(hidden, cu, 2, 2, implementation="triton")
+            out, _ = pool(hidden, lengths, 2, 2, implementation="triton")
             torch.testing.assert_close(out, naive_pool(hidden, lengths, 2, 2))
-        pool_packed(hidden, cu, 2, 2, implementation="auto")
+        pool(hidden, lengths, 2, 2, implementation="auto")
     records = [r for r in caplog.records if r.name == P.__name__]
     assert len(records) == 1 and records[0].levelno == logging.WARNING
     message = records[0].getMessage()
@@ -247,26 +282,31 @@ def test_triton_request_falls_back_with_one_warning(monkeypatch, caplog, install
 
 
 @pytest.mark.parametrize(
-    "hidden,cu,k,s,impl,match",
+    "k,s,match",
+    [(0, 1, "kernel_size"), (2, 0, "stride"), (2.0, 1, "kernel_size"), (True, 1, "kernel_size"), (2, -1, "stride")],
+)
+def test_invalid_windows_name_the_fix(k, s, match):
+    with pytest.raises(ValueError, match=match):
+        planned([4], k, s)
+
+
+@pytest.mark.parametrize(
+    "hidden,lengths,impl,match",
     [
-        (torch.randn(4, 2), cu_from([4]), 0, 1, "torch", "kernel_size"),
-        (torch.randn(4, 2), cu_from([4]), 2, 0, "torch", "stride"),
-        (torch.randn(4, 2), cu_from([4]), 2.0, 1, "torch", "kernel_size"),
-        (torch.randn(1, 4, 2), cu_from([4]), 2, 2, "torch", "2-D"),
-        (torch.randn(4, 2), cu_from([4]).view(1, 2), 2, 2, "torch", "1-D"),
-        (torch.randn(4, 2), torch.tensor([0, 3, 2, 4]), 2, 2, "torch", "non-decreasing"),
-        (torch.randn(4, 2), torch.tensor([1, 4]), 2, 2, "torch", "start at 0"),
-        (torch.randn(4, 2), cu_from([3]), 2, 2, "torch", r"hidden.shape\[0\]"),
-        (torch.randn(4, 2), torch.tensor([0.0, 4.0]), 2, 2, "torch", "int32 or int64"),
-        (torch.randn(4, 2), cu_from([4]), 2, 2, "cuda", "implementation"),
+        (torch.randn(1, 4, 2), [4], "torch", "2-D"),
+        (torch.randn(4), [4], "torch", "2-D"),
+        (torch.ones(4, 2, dtype=torch.long), [4], "torch", "floating-point"),
+        (torch.randn(4, 2), [3], "torch", "4 rows but the pooling plan was made for 3"),
+        (torch.randn(4, 2), [2, 3], "torch", "4 rows but the pooling plan was made for 5"),
+        (torch.randn(4, 2), [4], "cuda", "implementation"),
     ],
 )
-def test_invalid_arguments(hidden, cu, k, s, impl, match):
+def test_invalid_arguments(hidden, lengths, impl, match):
     with pytest.raises(ValueError, match=match):
-        pool_packed(hidden, cu, k, s, implementation=impl)
+        pool(hidden, lengths, 2, 2, implementation=impl)
 
 
 def test_stride_larger_than_kernel_is_allowed_here():
-    out, out_cu = pool_packed(torch.ones(5, 2), cu_from([5]), 1, 3, implementation="torch")
+    out, out_cu = pool(torch.ones(5, 2), [5], 1, 3, implementation="torch")
     # windows [0,1), [3,4), [6,7): the formula's last window starts past the end and is empty -> 0
     assert out_cu.tolist() == [0, 3] and out[:, 0].tolist() == [1.0, 1.0, 0.0]

@@ -42,9 +42,8 @@ def pooled_length(length, kernel_size: int | None, stride: int | None):
 
     The one place Eq. 1's output length is written. ``length`` is an ``int``, or, elementwise, an integer
     NumPy array or torch.Tensor (kept in its dtype and on its device, no host sync), so that the
-    config's per-layer lengths and the pooling code (``pooling_tite.pooled_lengths`` on the device,
-    ``pooled_lengths_host`` for a :class:`PoolPlan`) share it. ``kernel_size`` None (no pooling)
-    returns ``length`` unchanged.
+    config's per-layer lengths and the pooling plan (``pooling_tite.pooled_lengths_host`` for a
+    ``PoolPlan``) share it. ``kernel_size`` None (no pooling) returns ``length`` unchanged.
     """
     if kernel_size is None:
         return length

@@ -1,15 +1,17 @@
-"""TITE (Schlatt et al., SIGIR 2025): transformer layers that pool a text down to one vector.
+"""TITE (Schlatt et al., "TITE: Token-Independent Text Encoder", SIGIR 2025): transformer layers that
+pool a text down to one vector.
 
-Read top to bottom: the batch plan (with rotary positions), embeddings, attention (with pre /
-intra / post pooling), the layer, the pre-trained base class and :class:`TiteModel`.
+Read top to bottom: embeddings, attention (with pre / intra / post pooling, Fig. 2), the layer, the
+pre-trained base class, :class:`TiteModel`, and pre-training (:class:`TiteForPreTraining`).
 
 Sequences are unpadded ONCE into a packed ``(tokens, width)`` tensor and stay packed through every
 layer. Everything the pooling schedule determines for a batch (each layer's ``cu_seqlens`` and
 max lengths, pooling windows, rotary rows, padding indices) is computed once per forward on the
-host from the attention mask and moved to the device in one transfer (:class:`TitePlan`), so the
-layers never wait for the device. Attention runs on the packed rows directly (PyTorch's varlen
+host from the attention mask and moved to the device in one transfer (``plan_tite.TitePlan``), so
+the layers never wait for the device. Attention runs on the packed rows directly (PyTorch's varlen
 flash attention on CUDA in fp16/bf16, or FlashAttention-2 varlen) or regroups them per sequence
-inside the call (padded eager / sdpa: CPU, fp32).
+inside the call (padded eager / sdpa: CPU, fp32). With ``config.cuda_graphs``, inference on CUDA
+replays the layers as CUDA graphs (``cuda_graphs_tite``).
 
 Shipped as remote code next to every checkpoint: imports ``torch`` and ``transformers``
 absolutely, its sibling files relatively, nothing from ``dense_encoders``.
@@ -19,10 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections import OrderedDict
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -34,8 +34,10 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
 from .configuration_tite import TiteConfig
-from .pooling_tite import DeviceArrays, PoolPlan, _segment_positions, plan_parts, pool_planned
-from .rotary_tite import apply_rotary, fused_rotary_available, rotary_table
+from .cuda_graphs_tite import CudaGraphs
+from .plan_tite import LayerPlan, TitePlan
+from .pooling_tite import pool_planned
+from .rotary_tite import apply_rotary, fused_rotary_available
 from .sentence_transformers_tite import SentenceTransformersFilesMixin, StrictLoadingMixin
 
 try:  # PyTorch's own varlen flash attention (CUDA, fp16/bf16; torch >= 2.9): no flash-attn package needed
@@ -51,273 +53,6 @@ logger = logging.get_logger(__name__)
 
 # dense-encoders release that wrote this file (checked by dense_encoders.hub.check_remote_code)
 DENSE_ENCODERS_CODE_VERSION = "0.1.0"
-
-
-@functools.cache
-def _flash_capable(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index) >= (8, 0)  # FlashAttention-2 needs sm80+
-
-
-def varlen_attention_supported(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether PyTorch's varlen flash attention can run on ``device`` in ``dtype`` (CUDA sm80+, fp16/bf16)."""
-    if (varlen_attn is None and _flash_attention_forward is None) or device.type != "cuda":
-        return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return dtype in (torch.float16, torch.bfloat16) and _flash_capable(index)
-
-
-def varlen_attention_runs(device: torch.device, dtype: torch.dtype, dropout: float) -> bool:
-    """Varlen flash attention for tensors of this device and dtype (attention dropout needs the direct
-    operator): what a plan prepares for and what a layer then runs."""
-    if dropout > 0.0 and _flash_attention_forward is None:
-        return False
-    return varlen_attention_supported(device, dtype)
-
-
-def varlen_attention_applies(query: torch.Tensor, dropout: float) -> bool:
-    """:func:`varlen_attention_runs` for these packed queries."""
-    return varlen_attention_runs(query.device, query.dtype, dropout)
-
-
-def packed_flash_attention(query, key, value, query_layout, key_layout, dropout: float, scale: float):
-    """Softmax attention of packed ``(rows, heads, head_dim)`` rows per sequence, with different query
-    and key lengths (intra pooling), by PyTorch's FlashAttention-2 varlen kernel: no padding at all."""
-    if _flash_attention_forward is not None:
-        return _flash_attention_forward(
-            query, key, value, query_layout.cu_seqlens, key_layout.cu_seqlens,
-            query_layout.max_length, key_layout.max_length, dropout, False, False, scale=scale,
-        )[0]
-    return varlen_attn(
-        query, key, value, query_layout.cu_seqlens, key_layout.cu_seqlens,
-        query_layout.max_length, key_layout.max_length,
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# The batch plan: every index the pooling schedule determines, computed once on the host
-# --------------------------------------------------------------------------------------------
-
-
-class SequenceLayout:
-    """Packed rows of one set of sequence lengths (host ``lengths``; device indices after transfer).
-
-    ``cu_seqlens`` (int32) and ``max_length`` serve varlen attention; ``pad`` / ``unpad`` move
-    rows to and from a ``(batch, max_length)`` grid for padded attention (a free ``view`` when
-    every sequence has the same length); ``rotary_index`` is ``2 * position`` of every row, its
-    row in the half-position rotary table.
-    """
-
-    def __init__(self, lengths: np.ndarray, arrays: DeviceArrays, padded: bool,
-                 capacity: tuple[int, int] | None = None):
-        """``capacity``: ``(rows, longest)`` upper bounds for static shapes (CUDA graphs); rows past
-        the last sequence belong to none and are never read by a real row."""
-        self.lengths = lengths
-        self.batch_size = int(lengths.size)
-        self.rows = int(lengths.sum())
-        self.max_length = int(lengths.max()) if lengths.size else 0
-        self.uniform = self.batch_size > 0 and int(lengths.min()) == self.max_length
-        self.positions_host = _segment_positions(lengths)
-        self._arrays = arrays
-        self._cu = arrays.add(np.concatenate(([0], np.cumsum(lengths))))
-        if capacity is not None:
-            self.rows, self.max_length = capacity
-            self.uniform = False
-        self._rotary = arrays.add(2 * self.positions_host, capacity and self.rows)
-        self._pad = None
-        if padded:
-            self._register_padding(arrays)
-
-    def _register_padding(self, arrays: DeviceArrays):
-        if self.uniform:
-            self._pad = ()
-            return
-        sequence = np.repeat(np.arange(self.batch_size), self.lengths)
-        unpad = sequence * self.max_length + self.positions_host  # grid cell of every row
-        gather = np.full(self.batch_size * self.max_length, self.rows, dtype=np.int64)  # the zero row
-        gather[unpad] = np.arange(self.rows)
-        self._pad = (arrays.add(gather), arrays.add(unpad))
-
-    @property
-    def cu_seqlens(self) -> torch.Tensor:
-        return self._arrays[self._cu]
-
-    @property
-    def rotary_index(self) -> torch.Tensor:
-        return self._arrays[self._rotary]
-
-    def ensure_padding(self, device: torch.device) -> None:
-        """Register and transfer the padding indices when the plan did not foresee padded attention."""
-        if self._pad is None:
-            arrays = DeviceArrays()
-            self._register_padding(arrays)
-            arrays.transfer(device)
-            self._arrays_pad = arrays
-        if self._pad and not hasattr(self, "valid"):
-            arrays = getattr(self, "_arrays_pad", self._arrays)
-            self._gather, self._unpad = arrays[self._pad[0]], arrays[self._pad[1]]
-            self.valid = (self._gather < self.rows).view(self.batch_size, 1, 1, self.max_length)
-
-    def pad(self, packed: torch.Tensor) -> torch.Tensor:
-        """``(rows, ...)`` -> ``(batch, max_length, ...)``, zeros at padded positions."""
-        shape = (self.batch_size, self.max_length, *packed.shape[1:])
-        if self.uniform:
-            return packed.view(shape)
-        with_zero_row = F.pad(packed, (0, 0) * (packed.dim() - 1) + (0, 1))
-        return with_zero_row.index_select(0, self._gather).view(shape)
-
-    def unpad(self, padded: torch.Tensor) -> torch.Tensor:
-        """Inverse of :meth:`pad`."""
-        flat = padded.reshape(self.batch_size * self.max_length, *padded.shape[2:])
-        return flat if self.uniform else flat.index_select(0, self._unpad)
-
-    def key_mask(self) -> torch.Tensor | None:
-        """Boolean ``(batch, 1, 1, max_length)`` mask of real keys; None when nothing is padded."""
-        return None if self.uniform else self.valid
-
-
-@dataclass
-class LayerPlan:
-    """What one layer reads from the plan: its pooling step and query / key / output layouts."""
-
-    location: str | None  # "pre" | "intra" | "post" | None (no pooling in this layer)
-    pool: PoolPlan | None
-    query: SequenceLayout
-    key: SequenceLayout
-    output: SequenceLayout
-    rotary_query_index: torch.Tensor | None = None  # 2 * position of every query row (half units)
-    rotary_key_index: torch.Tensor | None = None
-    rotary_query: torch.Tensor | None = None  # gathered table rows (query rows, 2, 1, head_dim), or None
-    rotary_key: torch.Tensor | None = None  # when the fused Triton kernel rotates from the indices
-    varlen: bool = False  # attention on packed rows with torch's varlen flash kernel
-
-
-class TitePlan:
-    """One batch's plan (TITE's pooling schedule, Schlatt et al. Sec. 3.1, applied to real lengths).
-
-    Built from the attention mask on the host (one device read when the mask lives on the GPU, none
-    when it is a CPU tensor): every layer's ``cu_seqlens`` and max lengths, the pooling windows,
-    the rows of the rotary table, and the padding indices where attention is padded. All index
-    arrays move to the device in one transfer; the layers then read no device value on the host.
-    """
-
-    def __init__(self, config: TiteConfig, attention_mask, shape, device, varlen: bool, dtype=torch.float32,
-                 capacity: tuple[int, int, int] | None = None, into: TitePlan | None = None):
-        """``capacity`` ``(sequences, tokens, longest text)``: static shapes for a CUDA graph (varlen
-        attention and Triton kernels only): the batch is padded with empty sequences, every layer's rows with rows
-        of no sequence, and host sizes are upper bounds that depend on the capacity alone. ``into``:
-        a plan of the same capacity whose device buffer the arrays are copied into (graph replay)."""
-        batch, length = shape
-        if attention_mask is None:
-            lengths = np.full(batch, length, dtype=np.int64)
-            gather = None
-        else:
-            mask = attention_mask.detach().to("cpu").numpy() != 0  # the forward's one host read
-            lengths = mask.sum(1).astype(np.int64)
-            gather = None if bool(mask.all()) else np.flatnonzero(mask)
-        if lengths.size and int(lengths.min()) == 0:
-            raise ValueError("A text has no tokens (an all-zero attention_mask row); drop empty texts first.")
-        self.pools = any(kernel is not None for kernel in config.kernel_sizes)
-        if self.pools and lengths.size and int(lengths.max()) > config.max_position_embeddings:
-            raise ValueError(
-                f"A text has {int(lengths.max())} tokens but the pooling schedule reaches one vector only up to "
-                f"max_position_embeddings={config.max_position_embeddings}; truncate to that length."
-            )
-        if capacity is not None and (
-            lengths.size > capacity[0] or int(lengths.sum()) > capacity[1] or int(lengths.max()) > capacity[2]
-        ):
-            raise ValueError(
-                f"A batch of {lengths.size} texts, {int(lengths.sum())} tokens, longest {int(lengths.max())}, does "
-                f"not fit the static capacity (texts, tokens, longest) = {capacity}; use a larger bucket."
-            )
-        self.device = torch.device(device)
-        self.varlen = varlen
-        arrays = DeviceArrays()
-        if capacity is not None and gather is None:
-            gather = np.arange(int(lengths.sum()))
-        self._gather = None if gather is None else arrays.add(gather, capacity and capacity[1])
-        padded = not varlen
-        if capacity is not None:
-            sequences, rows, longest = capacity
-            lengths = np.pad(lengths, (0, sequences - lengths.size))  # empty sequences
-            current = SequenceLayout(lengths, arrays, False, (rows, longest))
-        else:
-            current = SequenceLayout(lengths, arrays, padded)
-        self._positions = arrays.add(current.positions_host, capacity and current.rows)
-        self.input = current
-        layouts, pooled = [current], {}
-        parts = plan_parts(self.device, config.pooling_implementation, torch.is_grad_enabled())
-        self.layers: list[LayerPlan] = []
-        for index in range(config.num_hidden_layers):
-            kernel, stride = config.kernel_sizes[index], config.strides[index]
-            if kernel is None:
-                self.layers.append(LayerPlan(None, None, current, current, current, varlen=varlen))
-                continue
-            key = (id(current), kernel, stride)
-            if key not in pooled:
-                pool_capacity = layout_capacity = None
-                if capacity is not None:  # n_out(L) <= min(L, L / s + 1) for s <= k; lengths 0 and 1 stay
-                    longest = config.sequence_lengths(capacity[2])[index + 1]  # the schedule's bound
-                    rows_out = current.rows
-                    if current.max_length > 1:
-                        rows_out = min(current.rows, current.rows // stride + capacity[0])
-                    pool_capacity, layout_capacity = (current.rows, rows_out, longest), (rows_out, longest)
-                pool = PoolPlan(current.lengths, kernel, stride, arrays, pool_capacity, parts)
-                pool.centre_key = arrays.add(2 * stride * pool.window_index + (kernel - 1), capacity and pool.total_out)
-                smaller = SequenceLayout(pool.out_lengths, arrays, padded and capacity is None, layout_capacity)
-                pooled[key] = (pool, smaller)
-                layouts.append(smaller)
-            pool, smaller = pooled[key]
-            location = config.pooling_location
-            query, keys = {"intra": (smaller, current), "pre": (smaller, smaller)}.get(location, (current, current))
-            self.layers.append(LayerPlan(location, pool, query, keys, smaller, varlen=varlen))
-            current = smaller
-        self.output = current
-        if not self.pools and current._pad is None:  # the padded token states are the output
-            current._register_padding(arrays)
-        arrays.transfer(self.device, into=into._arrays if into is not None else None)
-        self._arrays = arrays
-        for layout in layouts:
-            if layout._pad is not None:
-                layout.ensure_padding(self.device)
-        if config.rotary_positions:
-            self._gather_rotary_rows(config, dtype)
-
-    def _gather_rotary_rows(self, config: TiteConfig, dtype: torch.dtype) -> None:
-        """Each layer's rotary positions; on the table path also its table rows, gathered once per batch."""
-        table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-        fused = fused_rotary_available(self.device, dtype)
-        gathered: dict = {}
-        for index, layer in enumerate(self.layers):
-            if layer.key.max_length <= 1:  # attention over one key is its value: no Q, K or RoPE
-                continue
-            layer.rotary_key_index = layer.key.rotary_index
-            layer.rotary_query_index = layer.rotary_key_index
-            if layer.location == "intra":  # pooled queries sit at their windows' centres
-                layer.rotary_query_index = self._arrays[layer.pool.centre_key]
-            if fused:
-                continue
-            head_dim = config.hidden_sizes[index] // config.num_attention_heads[index]
-            needed = 2 * layer.key.max_length + (layer.pool.kernel_size if layer.pool else 0) + 1
-            table = rotary_table(head_dim, config.rope_theta, needed, self.device, table_dtype)
-            sources = {"key": (id(layer.key), layer.rotary_key_index)}
-            if layer.location == "intra":
-                sources["query"] = (("centre", id(layer.pool)), layer.rotary_query_index)
-            for role, (source, rows) in sources.items():
-                if (source, head_dim) not in gathered:
-                    gathered[source, head_dim] = table.index_select(0, rows)
-                setattr(layer, f"rotary_{role}", gathered[source, head_dim])
-            if layer.location != "intra":
-                layer.rotary_query = layer.rotary_key
-
-    @property
-    def gather(self) -> torch.Tensor | None:
-        """Flat index into ``input_ids.view(-1)`` of every real token (None when nothing is padded)."""
-        return None if self._gather is None else self._arrays[self._gather]
-
-    @property
-    def positions(self) -> torch.Tensor:
-        """Position of every packed input row inside its text (absolute position embeddings)."""
-        return self._arrays[self._positions]
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,6 +102,37 @@ class TiteEmbeddings(nn.Module):
 # --------------------------------------------------------------------------------------------
 # Attention with pooling
 # --------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _flash_capable(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) >= (8, 0)  # FlashAttention-2 needs sm80+
+
+
+def varlen_attention_available(device: torch.device, dtype: torch.dtype, dropout: float = 0.0) -> bool:
+    """Whether PyTorch's varlen flash attention runs on tensors of ``device`` and ``dtype`` with attention
+    ``dropout``: CUDA sm80+, fp16/bf16, and, for dropout, the direct operator (``varlen_attn`` takes none).
+    A plan prepares packed attention when it holds; a layer checks it again for the queries it attends."""
+    if (varlen_attn is None and _flash_attention_forward is None) or device.type != "cuda":
+        return False
+    if dropout > 0.0 and _flash_attention_forward is None:
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return dtype in (torch.float16, torch.bfloat16) and _flash_capable(index)
+
+
+def packed_flash_attention(query, key, value, query_layout, key_layout, dropout: float, scale: float):
+    """Softmax attention of packed ``(rows, heads, head_dim)`` rows per sequence, with different query
+    and key lengths (intra pooling), by PyTorch's FlashAttention-2 varlen kernel: no padding at all."""
+    if _flash_attention_forward is not None:
+        return _flash_attention_forward(
+            query, key, value, query_layout.cu_seqlens, key_layout.cu_seqlens,
+            query_layout.max_length, key_layout.max_length, dropout, False, False, scale=scale,
+        )[0]
+    return varlen_attn(
+        query, key, value, query_layout.cu_seqlens, key_layout.cu_seqlens,
+        query_layout.max_length, key_layout.max_length,
+    )
 
 
 def eager_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -486,7 +252,7 @@ class TiteAttention(nn.Module):
         implementation = self.config._attn_implementation or "sdpa"
         dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
         scaling = head_dim**-0.5
-        if implementation == "sdpa" and plan.varlen and varlen_attention_applies(query, dropout):
+        if implementation == "sdpa" and plan.varlen and varlen_attention_available(query.device, query.dtype, dropout):
             return packed_flash_attention(query, key, value, plan.query, plan.key, dropout, scaling)
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         if implementation.startswith("flash_attention"):
@@ -615,7 +381,8 @@ class TiteModel(TitePreTrainedModel):
         device = input_ids.device
         dtype = self._compute_dtype(device)
         dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
-        varlen = (self.config._attn_implementation or "sdpa") == "sdpa" and varlen_attention_runs(device, dtype, dropout)
+        varlen = (self.config._attn_implementation or "sdpa") == "sdpa" and varlen_attention_available(
+            device, dtype, dropout)
         return TitePlan(self.config, attention_mask, tuple(input_ids.shape), device, varlen, dtype)
 
     def forward(
@@ -658,6 +425,8 @@ class TiteModel(TitePreTrainedModel):
     # ---------------------------------------------------------------- CUDA graphs (inference)
 
     def _graphs_apply(self, input_ids: torch.Tensor) -> bool:
+        """Whether this forward replays a CUDA graph: ``config.cuda_graphs``, inference on CUDA, and every
+        layer on packed rows (pooling, sdpa with varlen flash attention, fused rotary, Triton pooling)."""
         if not getattr(self.config, "cuda_graphs", False) or not input_ids.is_cuda or self.training:
             return False
         if torch.is_grad_enabled() or torch.cuda.is_current_stream_capturing():
@@ -666,64 +435,15 @@ class TiteModel(TitePreTrainedModel):
         return (
             any(kernel is not None for kernel in self.config.kernel_sizes)
             and (self.config._attn_implementation or "sdpa") == "sdpa"
-            and varlen_attention_supported(input_ids.device, dtype)
+            and varlen_attention_available(input_ids.device, dtype)
             and fused_rotary_available(input_ids.device, dtype)
             and self.config.pooling_implementation != "torch"
         )
 
-    @staticmethod
-    def _bucket(value: int, minimum: int) -> int:
-        """Round up to a multiple of an eighth of the power of two below (at most 12.5 % waste)."""
-        value = max(value, minimum)
-        step = max(1, (1 << (value.bit_length() - 1)) // 8)
-        return -(-value // step) * step
-
     def _graphed_forward(self, input_ids, attention_mask, token_type_ids) -> torch.Tensor:
-        """The layers as a CUDA graph replay: the plan's arrays are copied into the bucket's static
-        buffer, the embeddings of the real tokens into its static input rows, then one replay."""
-        device = input_ids.device
-        host_mask = attention_mask.detach().to("cpu") if attention_mask is not None else None  # the one sync
-        lengths = host_mask.sum(-1) if host_mask is not None else torch.full((input_ids.shape[0],), input_ids.shape[1])
-        batch, tokens, longest = int(lengths.numel()), int(lengths.sum()), int(lengths.max())
-        capacity = (self._bucket(batch, 8), self._bucket(tokens, 256), min(
-            1 << max(longest - 1, 1).bit_length(), self.config.max_position_embeddings))
-        dtype = self._compute_dtype(device)
-        graphs = self.__dict__.setdefault("_cuda_graphs", OrderedDict())
-        key = (device, dtype, capacity)
-        entry = graphs.get(key)
-        plan = TitePlan(self.config, host_mask, tuple(input_ids.shape), device, True, dtype, capacity,
-                        into=entry["plan"] if entry else None)
-        flat_ids = input_ids.reshape(-1).index_select(0, plan.gather[:tokens])
-        types = None
-        if token_type_ids is not None and self.embeddings.token_type_embeddings is not None:
-            types = token_type_ids.reshape(-1).index_select(0, plan.gather[:tokens])
-        states = self.embeddings(flat_ids, plan.positions[:tokens], types)
-        if entry is None:
-            static_in = states.new_zeros((capacity[1], states.shape[1]))
-            static_in[:tokens].copy_(states)
-
-            def layers(hidden):
-                for layer, layer_plan in zip(self.layers, plan.layers):
-                    hidden = layer(hidden, layer_plan)
-                return hidden
-
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):
-                layers(static_in)  # warm-up outside the capture: kernels compiled, workspaces allocated
-            torch.cuda.current_stream(device).wait_stream(side)
-            pool = self.__dict__.setdefault("_cuda_graph_pool", torch.cuda.graph_pool_handle())
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                static_out = layers(static_in)
-            entry = graphs[key] = {"plan": plan, "graph": graph, "input": static_in, "output": static_out}
-            while len(graphs) > 16:
-                graphs.popitem(last=False)
-        else:
-            graphs.move_to_end(key)
-            entry["input"][:tokens].copy_(states)
-        entry["graph"].replay()
-        return entry["output"][:batch].clone()  # the static output is overwritten by the next replay
+        """The layers as a replay of the batch's bucket graph (:class:`CudaGraphs`, kept on the model)."""
+        graphs = self.__dict__.setdefault("_cuda_graphs", CudaGraphs())
+        return graphs.run(self, input_ids, attention_mask, token_type_ids, self._compute_dtype(input_ids.device))
 
     @classmethod
     def from_backbone(cls, name_or_path, config: TiteConfig | None = None, **config_overrides):
@@ -745,44 +465,7 @@ class TiteModel(TitePreTrainedModel):
                 f"{name_or_path} is a {source_config.model_type!r} checkpoint; TITE warm-starts from BERT-architecture "
                 "checkpoints (model_type 'bert'), whose layers it copies one to one."
             )
-        if config is None:
-            derived = dict(
-                vocab_size=source_config.vocab_size,
-                num_hidden_layers=source_config.num_hidden_layers,
-                hidden_sizes=source_config.hidden_size,
-                num_attention_heads=source_config.num_attention_heads,
-                intermediate_sizes=source_config.intermediate_size,
-                kernel_sizes=None,
-                max_position_embeddings=source_config.max_position_embeddings,
-                position_embedding_type="absolute",
-                type_vocab_size=source_config.type_vocab_size,
-                hidden_act=source_config.hidden_act,
-                layer_norm_eps=source_config.layer_norm_eps,
-                pad_token_id=source_config.pad_token_id,
-            )
-            config = TiteConfig(**{**derived, **config_overrides})
-        elif config_overrides:
-            raise ValueError("Pass either a config or config overrides to from_backbone, not both.")
-        expected = {
-            "num_hidden_layers": (config.num_hidden_layers, source_config.num_hidden_layers),
-            "hidden_sizes": (set(config.hidden_sizes), {source_config.hidden_size}),
-            "num_attention_heads": (set(config.num_attention_heads), {source_config.num_attention_heads}),
-            "intermediate_sizes": (set(config.intermediate_sizes), {source_config.intermediate_size}),
-            "vocab_size": (config.vocab_size, source_config.vocab_size),
-            "hidden_act": (config.hidden_act, source_config.hidden_act),
-        }
-        mismatched = {name: values for name, values in expected.items() if values[0] != values[1]}
-        if mismatched:
-            details = "; ".join(f"{name}: TITE {ours} vs backbone {theirs}" for name, (ours, theirs) in mismatched.items())
-            raise ValueError(
-                f"The TITE config does not have the shape of {name_or_path} ({details}). Warm starts copy layers one to "
-                "one: give a config with the backbone's depth and widths (only pooling may differ), or omit it."
-            )
-        if config.absolute_positions and config.max_position_embeddings > source_config.max_position_embeddings:
-            raise ValueError(
-                f"max_position_embeddings={config.max_position_embeddings} exceeds the backbone's "
-                f"{source_config.max_position_embeddings} learned positions; lower it."
-            )
+        config = backbone_config(source_config, name_or_path, config, **config_overrides)
         class BertBackbone(BertModel):  # what a warm start drops is expected: no load report for it
             _keys_to_ignore_on_load_unexpected = [r"(^|\.)pooler\.", r"^cls\."]
 
@@ -1013,6 +696,51 @@ def bert_to_tite_state_dict(bert_state: dict[str, torch.Tensor]) -> dict[str, to
     return mapped
 
 
+def backbone_config(source_config, name_or_path, config: TiteConfig | None = None, **config_overrides) -> TiteConfig:
+    """The TITE config of a warm start from the BERT config ``source_config`` (see
+    :meth:`TiteModel.from_backbone`): ``config`` checked against the backbone's shape, or, without it, one
+    derived from the backbone (no pooling, absolute positions) with ``config_overrides`` applied."""
+    if config is None:
+        derived = dict(
+            vocab_size=source_config.vocab_size,
+            num_hidden_layers=source_config.num_hidden_layers,
+            hidden_sizes=source_config.hidden_size,
+            num_attention_heads=source_config.num_attention_heads,
+            intermediate_sizes=source_config.intermediate_size,
+            kernel_sizes=None,
+            max_position_embeddings=source_config.max_position_embeddings,
+            position_embedding_type="absolute",
+            type_vocab_size=source_config.type_vocab_size,
+            hidden_act=source_config.hidden_act,
+            layer_norm_eps=source_config.layer_norm_eps,
+            pad_token_id=source_config.pad_token_id,
+        )
+        config = TiteConfig(**{**derived, **config_overrides})
+    elif config_overrides:
+        raise ValueError("Pass either a config or config overrides to from_backbone, not both.")
+    expected = {
+        "num_hidden_layers": (config.num_hidden_layers, source_config.num_hidden_layers),
+        "hidden_sizes": (set(config.hidden_sizes), {source_config.hidden_size}),
+        "num_attention_heads": (set(config.num_attention_heads), {source_config.num_attention_heads}),
+        "intermediate_sizes": (set(config.intermediate_sizes), {source_config.intermediate_size}),
+        "vocab_size": (config.vocab_size, source_config.vocab_size),
+        "hidden_act": (config.hidden_act, source_config.hidden_act),
+    }
+    mismatched = {name: values for name, values in expected.items() if values[0] != values[1]}
+    if mismatched:
+        details = "; ".join(f"{name}: TITE {ours} vs backbone {theirs}" for name, (ours, theirs) in mismatched.items())
+        raise ValueError(
+            f"The TITE config does not have the shape of {name_or_path} ({details}). Warm starts copy layers one to "
+            "one: give a config with the backbone's depth and widths (only pooling may differ), or omit it."
+        )
+    if config.absolute_positions and config.max_position_embeddings > source_config.max_position_embeddings:
+        raise ValueError(
+            f"max_position_embeddings={config.max_position_embeddings} exceeds the backbone's "
+            f"{source_config.max_position_embeddings} learned positions; lower it."
+        )
+    return config
+
+
 TiteModel.register_for_auto_class("AutoModel")
 TiteForPreTraining.register_for_auto_class("AutoModelForPreTraining")
 
@@ -1021,11 +749,6 @@ __all__ = [
     "TiteModel",
     "TiteForPreTraining",
     "TiteForPreTrainingOutput",
-    "TitePlan",
-    "LayerPlan",
-    "SequenceLayout",
-    "apply_rotary",
-    "rotary_table",
     "bert_to_tite_state_dict",
-    "varlen_attention_supported",
+    "varlen_attention_available",
 ]

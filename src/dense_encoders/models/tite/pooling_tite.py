@@ -1,31 +1,30 @@
-"""Windowed mean pooling over packed (unpadded) sequences for TITE (Schlatt et al., SIGIR 2025).
+"""Windowed mean pooling over packed (unpadded) sequences for TITE (Schlatt et al., "TITE:
+Token-Independent Text Encoder", SIGIR 2025).
 
 TITE Eq. 1 (pool_{k,s}): a sequence of ``L`` real tokens is pooled with kernel ``k`` and stride
 ``s`` into ``L_out = ceil(max(0, L - k) / s) + 1`` vectors (``0`` when ``L == 0``; the formula is
-``configuration_tite.pooled_length``, which :func:`pooled_lengths` applies elementwise). Window ``i``
-covers positions ``[i*s, min(i*s + k, L))`` of its own sequence and is the plain mean of exactly
+``configuration_tite.pooled_length``, which :func:`pooled_lengths_host` applies elementwise). Window
+``i`` covers positions ``[i*s, min(i*s + k, L))`` of its own sequence and is the plain mean of exactly
 those tokens, so padding is never mixed in, a partial last window averages only its real tokens,
 and ``L < k`` collapses to one vector. With ``s > k`` (accepted here, refused by the TITE config)
 tokens between windows belong to none (zero gradient), and the formula can end on a window that
 starts at or past ``L``: such an empty window is defined as 0.
 
-Sequences are packed: ``hidden`` is ``[total_tokens, dim]`` and ``cu_seqlens`` (``[batch + 1]``,
-int32 or int64, ``cu_seqlens[0] == 0``) holds cumulative lengths, as for varlen flash attention.
-
-A :class:`PoolPlan` holds every index one pooling step needs (per window: its first row and
-token count; per token: the windows it falls in), computed on the host from the lengths and moved
-to the device with the rest of a batch's plan, so pooling never reads a device value. Two
+Sequences are packed: ``hidden`` is ``[total_tokens, dim]``, the sequences' rows one after another.
+A :class:`PoolPlan` holds every index one pooling step needs (per window: its first row, token
+count and centre; per token: the windows it falls in), computed on the host from the lengths and
+moved to the device with the rest of a batch's plan, so pooling never reads a device value. Two
 implementations give the same numbers (fp32 accumulation, output in the input dtype):
 
-* :func:`pool_packed_torch`: one ``embedding_bag`` (mode ``mean``) over the windows' rows; runs
-  anywhere, differentiable by autograd.
+* PyTorch: one ``embedding_bag`` (mode ``mean``) over the windows' rows; runs anywhere,
+  differentiable by autograd.
 * a Triton kernel pair (forward and backward) behind a :class:`torch.autograd.Function`, walking
   the packed rows at memory speed; runs on CUDA, or on CPU in Triton's interpreter when
   ``TRITON_INTERPRET=1`` (slow; for tests).
 
-:func:`pool_planned` (with a plan) and :func:`pool_packed` (from ``cu_seqlens``) pick one.
-Shipped as remote code next to checkpoints: imports ``torch`` and ``numpy`` (and, optionally,
-``triton``) absolutely, ``configuration_tite`` relatively, and nothing from ``dense_encoders``.
+:func:`pool_planned` picks one (:func:`uses_triton`); :func:`plan_parts` tells a plan which indices
+that choice reads. Shipped as remote code next to checkpoints: imports ``torch`` and ``numpy`` (and,
+optionally, ``triton``) absolutely, ``configuration_tite`` relatively, and nothing from ``dense_encoders``.
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ _FALLBACK_WARNED = False  # the "triton requested but cannot run" warning is log
 
 
 # --------------------------------------------------------------------------------------------------
-# Lengths, offsets and window positions
+# Pooling plans: every index a pooling step needs, computed on the host from the lengths
 # --------------------------------------------------------------------------------------------------
 
 
@@ -66,67 +65,6 @@ def _check_window(kernel_size, stride) -> tuple[int, int]:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}; pass e.g. {name}=2.")
     return int(kernel_size), int(stride)
-
-
-def _check_cu_seqlens_structure(cu_seqlens) -> None:
-    if not isinstance(cu_seqlens, torch.Tensor):
-        raise ValueError(
-            f"cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}; build it with "
-            "torch.nn.functional.pad(lengths.cumsum(0), (1, 0))."
-        )
-    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
-        raise ValueError(
-            f"cu_seqlens must be 1-D with batch + 1 entries (cu_seqlens[0] == 0), got shape {tuple(cu_seqlens.shape)}."
-        )
-    if cu_seqlens.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"cu_seqlens must be int32 or int64, got {cu_seqlens.dtype}; cast it with .to(torch.int32).")
-
-
-def pooled_lengths(lengths: torch.Tensor, kernel_size: int, stride: int) -> torch.Tensor:
-    """Number of pooled vectors per sequence, TITE Eq. 1 (pool_{k,s}).
-
-    ``ceil(max(0, L - k) / s) + 1`` for ``L > 0`` and ``0`` for ``L == 0``
-    (``configuration_tite.pooled_length``, applied elementwise); vectorised, in the dtype and on the
-    device of ``lengths``, without a host sync.
-    """
-    kernel_size, stride = _check_window(kernel_size, stride)
-    if not isinstance(lengths, torch.Tensor) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
-        raise ValueError("lengths must be an integer torch.Tensor of sequence lengths.")
-    return pooled_length(lengths, kernel_size, stride).to(lengths.dtype)
-
-
-def pooled_cu_seqlens(cu_seqlens: torch.Tensor, kernel_size: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cumulative lengths of the pooled sequences, TITE Eq. 1 (pool_{k,s}).
-
-    Returns ``(out_cu_seqlens, out_lengths)``, both in the dtype and on the device of
-    ``cu_seqlens``; ``out_cu_seqlens[0] == 0``. Does not synchronise with the device.
-    """
-    kernel_size, stride = _check_window(kernel_size, stride)
-    _check_cu_seqlens_structure(cu_seqlens)
-    out_lengths = pooled_lengths(cu_seqlens[1:] - cu_seqlens[:-1], kernel_size, stride)
-    out_cu = torch.zeros_like(cu_seqlens)
-    out_cu[1:] = torch.cumsum(out_lengths, dim=0).to(cu_seqlens.dtype)
-    return out_cu, out_lengths
-
-
-def window_centres(cu_seqlens: torch.Tensor, kernel_size: int, stride: int) -> torch.Tensor:
-    """Position of every pooled vector within its sequence, TITE Eq. 1 (pool_{k,s}).
-
-    Window ``i`` sits at ``i*s + (k-1)/2`` (float32, packed like the pooled output), the centre of
-    its full ``k``-token span, for rotary positions of pooled queries. A PARTIAL last window keeps
-    this nominal centre, not the centre of its real tokens ``(i*s + min(i*s + k, L) - 1) / 2``,
-    so positions stay on one regular grid of step ``s`` whatever the sequence length.
-    """
-    out_cu, out_lengths = pooled_cu_seqlens(cu_seqlens, kernel_size, stride)
-    total_out = int(out_cu[-1])
-    window = torch.arange(total_out, device=out_cu.device, dtype=torch.int64)
-    window = window - torch.repeat_interleave(out_cu[:-1].long(), out_lengths.long(), output_size=total_out)
-    return window.to(torch.float32) * stride + (kernel_size - 1) / 2
-
-
-# --------------------------------------------------------------------------------------------------
-# Pooling plans: every index a pooling step needs, computed on the host from the lengths
-# --------------------------------------------------------------------------------------------------
 
 
 class DeviceArrays:
@@ -195,9 +133,10 @@ class PoolPlan:
     index arrays are registered with a :class:`DeviceArrays` and become device tensors after its
     transfer. Host sizes (``total_in``, ``total_out``, ``max_out``) are Python ints.
 
-    Per output window ``w``: ``window_first[w]`` (its first packed input row) and
+    Per output window ``w``: ``window_first[w]`` (its first packed input row),
     ``window_count[w]`` (real tokens in it; 0 only for the empty windows ``stride > kernel_size``
-    can leave). Per input row ``t``: ``token_window[t]`` (the first window containing it) and
+    can leave) and, on the host, ``centre_index[w]``: twice its centre ``i*s + (k-1)/2`` within its
+    sequence (``i`` its index there), where TITE's pooled queries sit (Sec. 3.1). Per input row ``t``: ``token_window[t]`` (the first window containing it) and
     ``token_windows[t]`` (how many windows contain it), for the backward pass. ``bag_indices`` /
     ``bag_offsets`` list each window's rows for ``torch.nn.functional.embedding_bag``.
     """
@@ -222,7 +161,10 @@ class PoolPlan:
         first = window * stride
         count = np.clip(lengths[window_seq] - first, 0, kernel_size)
         first += in_starts[window_seq]  # first packed row of every window
-        self.window_index = window  # host copy: rotary positions of the window centres
+        # twice every window's centre i*s + (k-1)/2 (the rotary table's half-position units): the
+        # nominal centre of its full k-token span, also for a partial last window, so pooled
+        # positions stay on one grid of step s whatever the sequence length
+        self.centre_index = 2 * stride * window + (kernel_size - 1)
         rows_in = rows_out = None
         if capacity is not None:
             rows_in, rows_out, longest = capacity
@@ -261,34 +203,9 @@ class PoolPlan:
 
 
 def pooled_lengths_host(lengths: np.ndarray, kernel_size: int, stride: int) -> np.ndarray:
-    """:func:`pooled_lengths` on a NumPy array (host side, no device involved)."""
+    """Pooled vectors per sequence, TITE Eq. 1 (pool_{k,s}): ``ceil(max(0, L - k) / s) + 1``, 0 for
+    ``L == 0`` (``configuration_tite.pooled_length``) on a NumPy array (host side, int64)."""
     return np.asarray(pooled_length(lengths, kernel_size, stride)).astype(np.int64)
-
-
-def _check_packed(hidden: torch.Tensor, cu_seqlens) -> np.ndarray:
-    """Validate a public pooling call's inputs; returns the lengths (one host read of ``cu_seqlens``)."""
-    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
-        shape = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
-        raise ValueError(
-            f"hidden must be a 2-D packed tensor [total_tokens, dim], got {shape}; unpad a "
-            "[batch, seq, dim] tensor with hidden[attention_mask.bool()]."
-        )
-    if not hidden.dtype.is_floating_point:
-        raise ValueError(f"hidden must be floating point, got {hidden.dtype}.")
-    _check_cu_seqlens_structure(cu_seqlens)
-    host = cu_seqlens.detach().to("cpu", torch.int64).numpy()
-    lengths = np.diff(host)
-    if host[0] != 0 or (lengths < 0).any():
-        raise ValueError(
-            "cu_seqlens must start at 0 and be non-decreasing (cumulative sequence lengths), got "
-            f"{host.tolist()[:8]}{'...' if host.size > 8 else ''}."
-        )
-    if host[-1] != hidden.shape[0]:
-        raise ValueError(
-            f"cu_seqlens[-1] must equal hidden.shape[0] (the number of packed tokens): got "
-            f"{int(host[-1])} and {hidden.shape[0]}."
-        )
-    return lengths
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,19 +220,6 @@ def _pool_torch(hidden: torch.Tensor, plan: PoolPlan) -> torch.Tensor:
         source = hidden.float()  # accumulate in fp32
     pooled = F.embedding_bag(plan.bag_indices, source, plan.bag_offsets, mode="mean")
     return pooled.to(hidden.dtype)
-
-
-def pool_packed_torch(
-    hidden: torch.Tensor, cu_seqlens: torch.Tensor, kernel_size: int, stride: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """TITE Eq. 1 (pool_{k,s}) in plain PyTorch: windowed means over each packed sequence.
-
-    One ``embedding_bag`` over precomputed window rows; fp32 accumulation (fp64 for fp64 input),
-    differentiable by autograd. Returns ``(pooled [total_out, dim], out_cu_seqlens)``.
-    """
-    kernel_size, stride = _check_window(kernel_size, stride)
-    plan = _public_plan(hidden, cu_seqlens, kernel_size, stride)
-    return _pool_torch(hidden, plan), _out_cu(plan, cu_seqlens)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -521,7 +425,13 @@ def _triton_requested(device: torch.device, implementation: str) -> bool:
 
 
 def uses_triton(hidden: torch.Tensor, implementation: str) -> bool:
-    """Whether :func:`pool_planned` runs the Triton kernels for ``hidden`` (see :func:`pool_packed`)."""
+    """Whether :func:`pool_planned` runs the Triton kernels for ``hidden``.
+
+    ``implementation``: ``"torch"``; ``"triton"`` (falls back to torch, with one warning per
+    process, when Triton cannot run); ``"auto"`` (the compiled Triton kernel for CUDA tensors when
+    Triton imports, else torch, silently: Triton's CPU interpreter is for tests, never chosen
+    automatically).
+    """
     global _FALLBACK_WARNED
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
@@ -530,7 +440,7 @@ def uses_triton(hidden: torch.Tensor, implementation: str) -> bool:
     reason = _triton_unavailable_reason(hidden)
     if implementation == "triton" and reason is not None and not _FALLBACK_WARNED:
         _FALLBACK_WARNED = True
-        logger.warning("pool_packed(implementation='triton'): using PyTorch instead, because %s.", reason)
+        logger.warning("TITE pooling (implementation 'triton'): using PyTorch instead, because %s.", reason)
     return reason is None
 
 
@@ -546,6 +456,13 @@ def plan_parts(device, implementation: str, backward: bool) -> frozenset:
 def pool_planned(hidden: torch.Tensor, plan: PoolPlan, implementation: str = "auto") -> torch.Tensor:
     """TITE Eq. 1 (pool_{k,s}) with a ready :class:`PoolPlan`: no host read, one kernel (Triton) or
     one ``embedding_bag`` (PyTorch). Returns the pooled ``[plan.total_out, dim]`` rows."""
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2 or not hidden.dtype.is_floating_point:
+        shape = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+        raise ValueError(f"hidden must be a floating-point 2-D packed tensor [total_tokens, dim], got {shape}.")
+    if hidden.shape[0] != plan.total_in:
+        raise ValueError(
+            f"hidden has {hidden.shape[0]} rows but the pooling plan was made for {plan.total_in} packed tokens."
+        )
     if uses_triton(hidden, implementation):
         if torch.is_grad_enabled() and hidden.requires_grad:
             return TritonPackedPool.apply(hidden, plan)
@@ -553,42 +470,9 @@ def pool_planned(hidden: torch.Tensor, plan: PoolPlan, implementation: str = "au
     return _pool_torch(hidden, plan)
 
 
-def _public_plan(hidden, cu_seqlens, kernel_size, stride) -> PoolPlan:
-    lengths = _check_packed(hidden, cu_seqlens)
-    arrays = DeviceArrays()
-    plan = PoolPlan(lengths, kernel_size, stride, arrays)
-    arrays.transfer(hidden.device)
-    return plan
-
-
-def _out_cu(plan: PoolPlan, cu_seqlens: torch.Tensor) -> torch.Tensor:
-    return plan.out_cu_seqlens.to(cu_seqlens.dtype)
-
-
-def pool_packed(
-    hidden: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    kernel_size: int,
-    stride: int,
-    implementation: str = "auto",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """TITE Eq. 1 (pool_{k,s}) over packed sequences; returns ``(pooled, out_cu_seqlens)``.
-
-    ``implementation``: ``"torch"``; ``"triton"`` (falls back to torch, with one warning per
-    process, when Triton cannot run); ``"auto"`` (the compiled Triton kernel for CUDA tensors when
-    Triton imports, else torch, silently: Triton's CPU interpreter is for tests, never chosen
-    automatically). ``stride > kernel_size`` is accepted here. Reads ``cu_seqlens`` on the host
-    once; models pool with a ready :class:`PoolPlan` through :func:`pool_planned` instead.
-    """
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
-    kernel_size, stride = _check_window(kernel_size, stride)
-    plan = _public_plan(hidden, cu_seqlens, kernel_size, stride)
-    return pool_planned(hidden, plan, implementation), _out_cu(plan, cu_seqlens)
-
-
 __all__ = [
     "IMPLEMENTATIONS",
+    "PLAN_PARTS",
     "DeviceArrays",
     "PoolPlan",
     "plan_parts",
@@ -596,10 +480,5 @@ __all__ = [
     "pooled_lengths_host",
     "uses_triton",
     "TritonPackedPool",
-    "pool_packed",
-    "pool_packed_torch",
-    "pooled_cu_seqlens",
-    "pooled_lengths",
     "triton_available",
-    "window_centres",
 ]

@@ -1,0 +1,271 @@
+"""TITE's batch plan: every index the pooling schedule determines for one batch, computed on the host.
+
+TITE (Schlatt et al., "TITE: Token-Independent Text Encoder", SIGIR 2025) pools every text with the
+schedule of its config (Sec. 3.1, Eq. 1: pool_{k,s}). :class:`TitePlan` applies that schedule to the
+real lengths of one batch, read from the attention mask: each layer's ``cu_seqlens`` and max lengths
+(:class:`SequenceLayout`), its pooling windows (``pooling_tite.PoolPlan``), the rows of the rotary
+table and the padding indices where attention is padded (:class:`LayerPlan`). Every index array moves
+to the device in one transfer, so the layers never read a device value on the host.
+
+Shipped as remote code next to every checkpoint: imports ``torch`` and ``numpy`` absolutely, its
+sibling files relatively, nothing from ``dense_encoders``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .configuration_tite import TiteConfig
+from .pooling_tite import DeviceArrays, PoolPlan, _segment_positions, plan_parts
+from .rotary_tite import fused_rotary_available, rotary_table
+
+
+class SequenceLayout:
+    """Packed rows of one set of sequence lengths (host ``lengths``; device indices after transfer).
+
+    ``cu_seqlens`` (int32) and ``max_length`` serve varlen attention; ``pad`` / ``unpad`` move
+    rows to and from a ``(batch, max_length)`` grid for padded attention (a free ``view`` when
+    every sequence has the same length); ``rotary_index`` is ``2 * position`` of every row, its
+    row in the half-position rotary table.
+    """
+
+    def __init__(self, lengths: np.ndarray, arrays: DeviceArrays, padded: bool,
+                 capacity: tuple[int, int] | None = None):
+        """``capacity``: ``(rows, longest)`` upper bounds for static shapes (CUDA graphs); rows past
+        the last sequence belong to none and are never read by a real row."""
+        self.lengths = lengths
+        self.batch_size = int(lengths.size)
+        self.rows = int(lengths.sum())
+        self.max_length = int(lengths.max()) if lengths.size else 0
+        self.uniform = self.batch_size > 0 and int(lengths.min()) == self.max_length
+        self.positions_host = _segment_positions(lengths)
+        self._arrays = arrays
+        self._cu = arrays.add(np.concatenate(([0], np.cumsum(lengths))))
+        if capacity is not None:
+            self.rows, self.max_length = capacity
+            self.uniform = False
+        self._rotary = arrays.add(2 * self.positions_host, capacity and self.rows)
+        self._pad = None
+        if padded:
+            self._register_padding(arrays)
+
+    def _register_padding(self, arrays: DeviceArrays):
+        if self.uniform:
+            self._pad = ()
+            return
+        sequence = np.repeat(np.arange(self.batch_size), self.lengths)
+        unpad = sequence * self.max_length + self.positions_host  # grid cell of every row
+        gather = np.full(self.batch_size * self.max_length, self.rows, dtype=np.int64)  # the zero row
+        gather[unpad] = np.arange(self.rows)
+        self._pad = (arrays.add(gather), arrays.add(unpad))
+
+    @property
+    def cu_seqlens(self) -> torch.Tensor:
+        return self._arrays[self._cu]
+
+    @property
+    def rotary_index(self) -> torch.Tensor:
+        return self._arrays[self._rotary]
+
+    def ensure_padding(self, device: torch.device) -> None:
+        """Register and transfer the padding indices when the plan did not foresee padded attention."""
+        if self._pad is None:
+            arrays = DeviceArrays()
+            self._register_padding(arrays)
+            arrays.transfer(device)
+            self._arrays_pad = arrays
+        if self._pad and not hasattr(self, "valid"):
+            arrays = getattr(self, "_arrays_pad", self._arrays)
+            self._gather, self._unpad = arrays[self._pad[0]], arrays[self._pad[1]]
+            self.valid = (self._gather < self.rows).view(self.batch_size, 1, 1, self.max_length)
+
+    def pad(self, packed: torch.Tensor) -> torch.Tensor:
+        """``(rows, ...)`` -> ``(batch, max_length, ...)``, zeros at padded positions."""
+        shape = (self.batch_size, self.max_length, *packed.shape[1:])
+        if self.uniform:
+            return packed.view(shape)
+        with_zero_row = F.pad(packed, (0, 0) * (packed.dim() - 1) + (0, 1))
+        return with_zero_row.index_select(0, self._gather).view(shape)
+
+    def unpad(self, padded: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`pad`."""
+        flat = padded.reshape(self.batch_size * self.max_length, *padded.shape[2:])
+        return flat if self.uniform else flat.index_select(0, self._unpad)
+
+    def key_mask(self) -> torch.Tensor | None:
+        """Boolean ``(batch, 1, 1, max_length)`` mask of real keys; None when nothing is padded."""
+        return None if self.uniform else self.valid
+
+
+@dataclass
+class LayerPlan:
+    """What one layer reads from the plan: its pooling step and query / key / output layouts."""
+
+    location: str | None  # "pre" | "intra" | "post" | None (no pooling in this layer)
+    pool: PoolPlan | None
+    query: SequenceLayout
+    key: SequenceLayout
+    output: SequenceLayout
+    rotary_query_index: torch.Tensor | None = None  # 2 * position of every query row (half units)
+    rotary_key_index: torch.Tensor | None = None
+    rotary_query: torch.Tensor | None = None  # gathered table rows (query rows, 2, 1, head_dim), or None
+    rotary_key: torch.Tensor | None = None  # when the fused Triton kernel rotates from the indices
+    varlen: bool = False  # attention on packed rows with torch's varlen flash kernel
+
+
+class TitePlan:
+    """One batch's plan (TITE's pooling schedule, Schlatt et al. Sec. 3.1, applied to real lengths).
+
+    Built from the attention mask on the host (one device read when the mask lives on the GPU, none
+    when it is a CPU tensor): every layer's ``cu_seqlens`` and max lengths, the pooling windows,
+    the rows of the rotary table, and the padding indices where attention is padded. All index
+    arrays move to the device in one transfer; the layers then read no device value on the host.
+    """
+
+    def __init__(self, config: TiteConfig, attention_mask, shape, device, varlen: bool, dtype=torch.float32,
+                 capacity: tuple[int, int, int] | None = None, into: TitePlan | None = None):
+        """``capacity`` ``(sequences, tokens, longest text)``: static shapes for a CUDA graph (varlen
+        attention and Triton kernels only): the batch is padded with empty sequences, every layer's rows with rows
+        of no sequence, and host sizes are upper bounds that depend on the capacity alone. ``into``:
+        a plan of the same capacity whose device buffer the arrays are copied into (graph replay)."""
+        lengths, gather = _lengths_from_mask(attention_mask, shape)
+        self.pools = any(kernel is not None for kernel in config.kernel_sizes)
+        _check_lengths(config, lengths, capacity, self.pools)
+        self.device = torch.device(device)
+        self.varlen = varlen
+        arrays = DeviceArrays()
+        if capacity is not None and gather is None:
+            gather = np.arange(int(lengths.sum()))
+        self._gather = None if gather is None else arrays.add(gather, capacity and capacity[1])
+        if capacity is not None:
+            sequences, rows, longest = capacity
+            lengths = np.pad(lengths, (0, sequences - lengths.size))  # empty sequences
+            self.input = SequenceLayout(lengths, arrays, False, (rows, longest))
+        else:
+            self.input = SequenceLayout(lengths, arrays, not varlen)
+        self._positions = arrays.add(self.input.positions_host, capacity and self.input.rows)
+        layouts = self._plan_layers(config, arrays, capacity)
+        if not self.pools and self.output._pad is None:  # the padded token states are the output
+            self.output._register_padding(arrays)
+        arrays.transfer(self.device, into=into._arrays if into is not None else None)
+        self._arrays = arrays
+        for layout in layouts:
+            if layout._pad is not None:
+                layout.ensure_padding(self.device)
+        if config.rotary_positions:
+            self._gather_rotary_rows(config, dtype)
+
+    def _plan_layers(self, config: TiteConfig, arrays: DeviceArrays, capacity) -> list[SequenceLayout]:
+        """Every layer's :class:`LayerPlan` (``self.layers``) and the last layout (``self.output``);
+        returns every layout made (the input's and each pooled one's). Layers that pool the same
+        layout with the same window share one pooling step."""
+        parts = plan_parts(self.device, config.pooling_implementation, torch.is_grad_enabled())
+        padded = not self.varlen and capacity is None
+        current, layouts, pooled = self.input, [self.input], {}
+        self.layers: list[LayerPlan] = []
+        for index in range(config.num_hidden_layers):
+            kernel, stride = config.kernel_sizes[index], config.strides[index]
+            if kernel is None:
+                self.layers.append(LayerPlan(None, None, current, current, current, varlen=self.varlen))
+                continue
+            key = (id(current), kernel, stride)
+            if key not in pooled:
+                pooled[key] = _pooling_step(config, index, current, arrays, parts, padded, capacity)
+                layouts.append(pooled[key][1])
+            pool, smaller = pooled[key]
+            location = config.pooling_location
+            query, keys = {"intra": (smaller, current), "pre": (smaller, smaller)}.get(location, (current, current))
+            self.layers.append(LayerPlan(location, pool, query, keys, smaller, varlen=self.varlen))
+            current = smaller
+        self.output = current
+        return layouts
+
+    def _gather_rotary_rows(self, config: TiteConfig, dtype: torch.dtype) -> None:
+        """Each layer's rotary positions; on the table path also its table rows, gathered once per batch."""
+        table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        fused = fused_rotary_available(self.device, dtype)
+        gathered: dict = {}
+        for index, layer in enumerate(self.layers):
+            if layer.key.max_length <= 1:  # attention over one key is its value: no Q, K or RoPE
+                continue
+            layer.rotary_key_index = layer.key.rotary_index
+            layer.rotary_query_index = layer.rotary_key_index
+            if layer.location == "intra":  # pooled queries sit at their windows' centres
+                layer.rotary_query_index = self._arrays[layer.pool.centre_key]
+            if fused:
+                continue
+            head_dim = config.hidden_sizes[index] // config.num_attention_heads[index]
+            needed = 2 * layer.key.max_length + (layer.pool.kernel_size if layer.pool else 0) + 1
+            table = rotary_table(head_dim, config.rope_theta, needed, self.device, table_dtype)
+            sources = {"key": (id(layer.key), layer.rotary_key_index)}
+            if layer.location == "intra":
+                sources["query"] = (("centre", id(layer.pool)), layer.rotary_query_index)
+            for role, (source, rows) in sources.items():
+                if (source, head_dim) not in gathered:
+                    gathered[source, head_dim] = table.index_select(0, rows)
+                setattr(layer, f"rotary_{role}", gathered[source, head_dim])
+            if layer.location != "intra":
+                layer.rotary_query = layer.rotary_key
+
+    @property
+    def gather(self) -> torch.Tensor | None:
+        """Flat index into ``input_ids.view(-1)`` of every real token (None when nothing is padded)."""
+        return None if self._gather is None else self._arrays[self._gather]
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """Position of every packed input row inside its text (absolute position embeddings)."""
+        return self._arrays[self._positions]
+
+
+def _lengths_from_mask(attention_mask, shape) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each text's token count and the flat index of every real token in ``input_ids.view(-1)``
+    (None when nothing is padded): the forward's one host read of the mask."""
+    batch, length = shape
+    if attention_mask is None:
+        return np.full(batch, length, dtype=np.int64), None
+    mask = attention_mask.detach().to("cpu").numpy() != 0
+    lengths = mask.sum(1).astype(np.int64)
+    return lengths, None if bool(mask.all()) else np.flatnonzero(mask)
+
+
+def _check_lengths(config: TiteConfig, lengths: np.ndarray, capacity, pools: bool) -> None:
+    """Refuse a batch the schedule or the static capacity cannot take, naming the fix."""
+    if lengths.size and int(lengths.min()) == 0:
+        raise ValueError("A text has no tokens (an all-zero attention_mask row); drop empty texts first.")
+    if pools and lengths.size and int(lengths.max()) > config.max_position_embeddings:
+        raise ValueError(
+            f"A text has {int(lengths.max())} tokens but the pooling schedule reaches one vector only up to "
+            f"max_position_embeddings={config.max_position_embeddings}; truncate to that length."
+        )
+    if capacity is not None and (
+        lengths.size > capacity[0] or int(lengths.sum()) > capacity[1] or int(lengths.max()) > capacity[2]
+    ):
+        raise ValueError(
+            f"A batch of {lengths.size} texts, {int(lengths.sum())} tokens, longest {int(lengths.max())}, does "
+            f"not fit the static capacity (texts, tokens, longest) = {capacity}; use a larger bucket."
+        )
+
+
+def _pooling_step(config: TiteConfig, index: int, current: SequenceLayout, arrays: DeviceArrays,
+                  parts: frozenset, padded: bool, capacity) -> tuple[PoolPlan, SequenceLayout]:
+    """Layer ``index``'s pooling (Eq. 1, pool_{k,s}) of the ``current`` layout: its :class:`PoolPlan`,
+    with the rotary index of every window centre registered, and the pooled layout."""
+    kernel, stride = config.kernel_sizes[index], config.strides[index]
+    pool_capacity = layout_capacity = None
+    if capacity is not None:  # n_out(L) <= min(L, L / s + 1) for s <= k; lengths 0 and 1 stay
+        longest = config.sequence_lengths(capacity[2])[index + 1]  # the schedule's bound
+        rows_out = current.rows
+        if current.max_length > 1:
+            rows_out = min(current.rows, current.rows // stride + capacity[0])
+        pool_capacity, layout_capacity = (current.rows, rows_out, longest), (rows_out, longest)
+    pool = PoolPlan(current.lengths, kernel, stride, arrays, pool_capacity, parts)
+    pool.centre_key = arrays.add(pool.centre_index, capacity and pool.total_out)
+    return pool, SequenceLayout(pool.out_lengths, arrays, padded, layout_capacity)
+
+
+__all__ = ["TitePlan", "LayerPlan", "SequenceLayout"]
