@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 
 from dense_encoders import CondenserForPreTraining, CondenserModel
-from dense_encoders.hub.checkpoint_folder import CheckpointWeightsError, check_checkpoint_weights
+from dense_encoders.checkpoints.weights import CheckpointWeightsError, check_checkpoint_weights
 from dense_encoders.cli import main
 from dense_encoders.evaluation import RetrievalEncoder
 from dense_encoders.models.tite import TiteForPreTraining, TiteModel, tite_preset
@@ -122,7 +122,7 @@ def test_a_truncated_weights_file_names_the_file(condenser_folder):
 
 
 def test_sentence_transformers_folders_are_checked_through_their_transformer_module(condenser_folder, tok):
-    from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
+    from dense_encoders.checkpoints.folder import write_sentence_transformers_files
 
     write_sentence_transformers_files(condenser_folder, pooling="cls", similarity="dot")
     assert (condenser_folder / "modules.json").is_file()
