@@ -86,7 +86,6 @@ def model_and_tokenizer(
     ``SentenceTransformer`` / ``CrossEncoder`` (its transformers model and tokenizer), or a ``PreTrainedModel``
     (then ``tokenizer`` is required). ``tokenizer`` replaces the model's own.
     """
-    kind = "cross-encoder" if cross_encoder else "dual encoder"
     if isinstance(model, (str, os.PathLike)):
         name = str(model)
         auto_class = CROSS_ENCODER_CLASS if cross_encoder else "AutoModel"
@@ -97,12 +96,14 @@ def model_and_tokenizer(
         model, tokenizer = model[0].auto_model, tokenizer or model.tokenizer
     elif isinstance(model, PreTrainedModel):
         if tokenizer is None:
-            raise ValueError(f"a PreTrainedModel {kind} needs its tokenizer: pass tokenizer=")
+            raise ValueError("a PreTrainedModel cross-encoder needs its tokenizer: pass tokenizer=" if cross_encoder
+                             else "pass the dual encoder's tokenizer")
     elif hasattr(model, "model") and hasattr(model, "tokenizer"):  # sentence-transformers CrossEncoder
         model, tokenizer = model.model, tokenizer or model.tokenizer
     else:
-        expected = "a CrossEncoder" if cross_encoder else "a SentenceTransformer"
-        raise ValueError(f"cannot use a {type(model).__name__} as {kind}: give a path, {expected} or a PreTrainedModel")
+        what = ("cross-encoder: give a path, a CrossEncoder or a PreTrainedModel with a sequence-classification head"
+                if cross_encoder else "dual encoder: give a path, a SentenceTransformer or a PreTrainedModel")
+        raise ValueError(f"cannot use a {type(model).__name__} as {what}")
     if device:
         model = model.to(device)
     return model.eval(), tokenizer
