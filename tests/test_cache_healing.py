@@ -18,7 +18,7 @@ from transformers import BertConfig, BertModel
 
 from dense_encoders.cli import main
 from dense_encoders.evaluation import RetrievalDataset, RetrievalEncoder, evaluate_retrieval
-from dense_encoders.hub.checkpoint_folder import CheckpointWeightsError
+from dense_encoders.checkpoints.weights import CheckpointWeightsError
 
 DOCUMENTS = [
     "dense retrieval encodes queries and documents into vectors",

@@ -23,7 +23,7 @@ from dense_encoders import (
     TiteForPreTraining,
     TiteModel,
 )
-from dense_encoders.hub.checkpoint_folder import (
+from dense_encoders.checkpoints.folder import (
     OUR_ENCODERS,
     missing_sentence_transformers_files,
     native_pipeline,

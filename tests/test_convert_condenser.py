@@ -31,7 +31,7 @@ from transformers.utils import logging as hf_logging
 from dense_encoders import CoCondenserForPreTraining, CondenserForPreTraining, CondenserModel
 from dense_encoders.checkpoints import ConversionError, convert_checkpoint
 from dense_encoders.checkpoints import condenser_reference
-from dense_encoders.hub.checkpoint_folder import publishing_problems
+from dense_encoders.checkpoints.folder import publishing_problems
 from dense_encoders.models.condenser import modeling_condenser
 
 TEXTS = ["dense passage retrieval", "a longer sentence about a condenser that pre-trains the cls vector", "river"]

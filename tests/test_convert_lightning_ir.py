@@ -35,7 +35,7 @@ from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env, write_tite_toke
 
 from dense_encoders import TiteModel
 from dense_encoders.checkpoints import ConversionError, convert_checkpoint
-from dense_encoders.hub.checkpoint_folder import publishing_problems
+from dense_encoders.checkpoints.folder import publishing_problems
 
 AUTHORS = REPO_ROOT.parent / "shared" / "reference" / "tite-authors" / "late"
 pytestmark = pytest.mark.skipif(not (AUTHORS / "expected.safetensors").is_file(),

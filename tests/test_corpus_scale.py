@@ -39,7 +39,7 @@ WORDS = "dense passage query encoder retrieval ranking river mountain protein en
 
 
 def tiny_model(folder: Path, tok, seed: int = 0) -> Path:
-    from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
+    from dense_encoders.checkpoints.folder import write_sentence_transformers_files
 
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

@@ -279,7 +279,7 @@ def test_cli_infuse_trains_and_reports(cross_encoder_folder, tiny_beir, tmp_path
     torch.manual_seed(3)
     BertModel(tiny_config(tok), add_pooling_layer=False).save_pretrained(baseline)
     tok.save_pretrained(baseline)
-    from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
+    from dense_encoders.checkpoints.folder import write_sentence_transformers_files
 
     write_sentence_transformers_files(baseline, pooling="mean", similarity="cosine")
     output = tmp_path / "de-2"

@@ -198,7 +198,7 @@ def test_dispatch_recognises_graded_files_and_refuses_pair_options_elsewhere(tmp
 
 @pytest.fixture
 def tiny_dual_encoder(tmp_path, tok):
-    from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
+    from dense_encoders.checkpoints.folder import write_sentence_transformers_files
 
     torch.manual_seed(0)
     folder = tmp_path / "de"

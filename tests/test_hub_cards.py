@@ -93,7 +93,7 @@ def test_infused_and_plain_student_cards(tmp_path, tok):
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
     from dense_encoders.trainer.infusion import infuse, save_dual_encoder
-    from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
+    from dense_encoders.checkpoints.folder import write_sentence_transformers_files
 
     torch.manual_seed(0)
     ce = tmp_path / "ce"

@@ -3,17 +3,28 @@
 * A model folder (``models/<family>/``) is remote code: it imports its own siblings relatively and
   nothing else of the package.
 * Library code imports nothing from ``cli`` (only the command line knows the command line).
+* ``checkpoints`` (the folder contract, the weight check, the one model loader, and the conversion of
+  other implementations' checkpoints) builds on ``models``; ``hub``, ``trainer`` and ``evaluation`` import
+  it where they need it. It imports neither ``trainer``, ``evaluation`` nor ``cli``; of ``hub`` only the
+  model card, which a converted folder gets (``hub.cards``, from ``checkpoints/convert.py``).
+* transformers' private loading internals (key renaming, conversion mappings, the missing / unexpected
+  key adjustment) are used in one module, ``checkpoints/weights.py``: checking a folder without loading it.
 * ``trainer`` and ``evaluation`` both build on ``data``; neither imports the other.
-* ``data`` and ``hub`` sit below them: they import neither ``trainer``, ``evaluation`` nor ``cli``.
-* ``checkpoints`` (other implementations' checkpoints, converted) builds on ``models`` and ``hub``; ``hub``
-  does not import it, nor does it import ``trainer``, ``evaluation`` or ``cli``.
+* ``data`` sits below all of them: it imports neither ``trainer``, ``evaluation``, ``hub``, ``checkpoints``
+  nor ``cli``. ``hub`` (cards, uploads, the remote-code check) imports neither ``trainer``, ``evaluation``
+  nor ``cli``.
 * ``recipes`` (the papers' settings as files) is a leaf: the trainer, the card and the command line read
   it; it imports nothing of the package.
+* ``hub`` and ``checkpoints`` import each other's modules without a cycle: each imports in a fresh
+  interpreter, whichever comes first.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,14 +103,51 @@ def test_library_code_knows_no_command_line():
     [
         ("trainer", ["dense_encoders.evaluation", "dense_encoders.cli"]),
         ("evaluation", ["dense_encoders.trainer", "dense_encoders.cli"]),
-        ("data", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.hub", "dense_encoders.cli"]),
-        ("hub", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.cli",
-                 "dense_encoders.checkpoints"]),
-        ("checkpoints", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.cli"]),
+        ("data", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.hub",
+                  "dense_encoders.checkpoints", "dense_encoders.cli"]),
+        ("hub", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.cli"]),
+        ("checkpoints", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.cli",
+                         "dense_encoders.data"]),
         ("recipes", ["dense_encoders.trainer", "dense_encoders.evaluation", "dense_encoders.hub", "dense_encoders.cli",
-                     "dense_encoders.data", "dense_encoders.models"]),
+                     "dense_encoders.data", "dense_encoders.models", "dense_encoders.checkpoints"]),
     ],
 )
 def test_layers_import_in_one_direction(layer, forbidden):
     bad = _violations(_sources(layer), forbidden)
     assert not bad, "\n".join(bad)
+
+
+def test_checkpoints_import_of_hub_only_the_card_of_a_converted_folder():
+    imports = {
+        f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
+        for path in _sources("checkpoints")
+        for line, target, _ in imports_of(path)
+        if target == "dense_encoders.hub" or target.startswith("dense_encoders.hub.")
+    }
+    assert {entry.rsplit(" imports ", 1)[1] for entry in imports} <= {"dense_encoders.hub.cards"}, imports
+    assert {entry.split(":", 1)[0] for entry in imports} <= {"dense_encoders/checkpoints/convert.py"}, imports
+
+
+PRIVATE_LOADING = ["transformers.core_model_loading", "transformers.conversion_mapping",
+                   "transformers.utils.loading_report"]
+
+
+def test_private_loading_internals_are_used_in_one_module():
+    users = {str(path.relative_to(PACKAGE.parent)) for path in _sources()
+             if _violations([path], PRIVATE_LOADING)}
+    assert users == {"dense_encoders/checkpoints/weights.py"}, users
+    text = (PACKAGE / "checkpoints" / "weights.py").read_text(encoding="utf-8")
+    for name in ("rename_source_key", "get_model_conversion_mapping", "_adjust_missing_and_unexpected_keys"):
+        others = [str(p.relative_to(PACKAGE.parent)) for p in _sources()
+                  if p.name != "weights.py" and name in p.read_text(encoding="utf-8")]
+        assert name in text and not others, (name, others)
+
+
+@pytest.mark.parametrize("first", ["dense_encoders.hub", "dense_encoders.checkpoints"])
+def test_hub_and_checkpoints_import_in_either_order(first):
+    second = "dense_encoders.checkpoints" if first == "dense_encoders.hub" else "dense_encoders.hub"
+    environment = {**os.environ, "PYTHONPATH": str(PACKAGE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    code = (f"import {first}, {second}; from dense_encoders.hub import model_card; "
+            "from dense_encoders.checkpoints import convert_checkpoint; print('both')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip() == "both", result.stderr[-2000:]

@@ -10,7 +10,7 @@ from conftest import float32_atol, run_python_without_package, tiny_condenser_co
 from transformers import AutoTokenizer
 
 from dense_encoders import CoCondenserForPreTraining, CondenserModel
-from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
+from dense_encoders.checkpoints.folder import write_sentence_transformers_files
 from dense_encoders.tokenization import bundled_tokenizer_path
 
 SENTENCES = ["dense retrieval with a single vector", "the condenser head reads the late CLS vector"]

@@ -1,5 +1,7 @@
 """Loading is strict: a checkpoint whose weights miss or add tensors of its model is an error (evaluate,
-distill, score-teacher), unless --allow-missing-weights; the expected differences print nothing."""
+distill, score-teacher, layer-wise embeddings), unless --allow-missing-weights; the expected differences print
+nothing. The check without loading (file headers, a model on the meta device) and the check of a load
+(``output_loading_info``) agree."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 
 from dense_encoders import CondenserForPreTraining, CondenserModel
-from dense_encoders.hub.checkpoint_folder import CheckpointWeightsError, check_checkpoint_weights
+from dense_encoders.checkpoints.loading import load_checked_model
+from dense_encoders.checkpoints.weights import CheckpointWeightsError, check_checkpoint_weights
 from dense_encoders.cli import main
 from dense_encoders.evaluation import RetrievalEncoder
 from dense_encoders.models.tite import TiteForPreTraining, TiteModel, tite_preset
@@ -122,7 +125,7 @@ def test_a_truncated_weights_file_names_the_file(condenser_folder):
 
 
 def test_sentence_transformers_folders_are_checked_through_their_transformer_module(condenser_folder, tok):
-    from dense_encoders.hub.checkpoint_folder import write_sentence_transformers_files
+    from dense_encoders.checkpoints.folder import write_sentence_transformers_files
 
     write_sentence_transformers_files(condenser_folder, pooling="cls", similarity="dot")
     assert (condenser_folder / "modules.json").is_file()
@@ -149,6 +152,58 @@ def test_cli_evaluate_refuses_a_damaged_folder(condenser_folder, tmp_path, capsy
     assert not output.exists()  # no number from a partly loaded model
     assert main(argv + ["--allow-missing-weights"]) == 0
     assert output.is_file()
+
+
+@pytest.mark.parametrize("family, layer", [("condenser", "encoder.layer.1."), ("tite", "layers.1.")])
+def test_a_load_is_refused_with_the_message_of_the_check_without_loading(family, layer, request, caplog):
+    folder = request.getfixturevalue(f"{family}_folder")
+    dropped = edit_weights(folder, drop=layer)
+    with pytest.raises(CheckpointWeightsError) as checked:
+        check_checkpoint_weights(folder)
+    with pytest.raises(CheckpointWeightsError) as loaded:
+        load_checked_model(folder)
+    assert str(loaded.value) == str(checked.value)
+    assert f"{len(dropped)} tensors of the model are missing ({', '.join(dropped[:5])}, ..." in str(loaded.value)
+    with caplog.at_level(logging.WARNING):
+        model = load_checked_model(folder, allow_missing_weights=True)
+    assert type(model).__name__ == {"condenser": "CondenserModel", "tite": "TiteModel"}[family]
+    assert "allow_missing_weights" in caplog.text and dropped[0] in caplog.text
+    saved = load_file(str(folder / "model.safetensors"))
+    for name, tensor in saved.items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+
+
+def test_layerwise_embeddings_refuse_damaged_dual_and_cross_encoders(condenser_folder, tmp_path, tok):
+    from dense_encoders.evaluation.layerwise import dual_encoder_layerwise_embeddings, layerwise_embeddings
+
+    dropped = edit_weights(condenser_folder, drop="encoder.layer.0.attention.")
+    with pytest.raises(CheckpointWeightsError) as refused:
+        dual_encoder_layerwise_embeddings(str(condenser_folder), ["dense retrieval"])
+    message = str(refused.value)
+    assert str(condenser_folder / "model.safetensors") in message and dropped[0] in message
+    assert f"{len(dropped)} tensors of the model are missing" in message
+    torch.manual_seed(0)
+    folder = tmp_path / "cross-encoder"
+    BertForSequenceClassification(bert_config(tok, num_labels=1)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    edit_weights(folder, drop="classifier.")
+    with pytest.raises(CheckpointWeightsError, match=r"2 tensors of the model are missing \(classifier\.bias, "
+                                                     r"classifier\.weight\)"):
+        layerwise_embeddings(str(folder), ["dense retrieval"])
+
+
+def test_loads_of_complete_and_expected_folders_keep_every_saved_tensor(tmp_path, tok):
+    torch.manual_seed(0)
+    bert_mlm, bert = BertForMaskedLM(bert_config(tok)), BertModel(bert_config(tok))
+    bert_mlm.save_pretrained(tmp_path / "bert-mlm")  # heads of a task checkpoint, no pooler: expected
+    bert.save_pretrained(tmp_path / "bert")
+    for name, reference in (("bert-mlm", bert_mlm.bert), ("bert", bert)):
+        loaded = load_checked_model(tmp_path / name)
+        assert type(loaded) is BertModel, name
+        for key, tensor in reference.state_dict().items():
+            assert torch.equal(loaded.state_dict()[key], tensor), (name, key)
+    with pytest.raises(CheckpointWeightsError, match=r"classifier\.bias, classifier\.weight"):
+        load_checked_model(tmp_path / "bert", auto_class="AutoModelForSequenceClassification")
 
 
 # ---- what is expected passes, silently ---------------------------------------------------------

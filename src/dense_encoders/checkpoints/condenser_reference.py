@@ -29,7 +29,9 @@ import json
 import re
 from pathlib import Path
 
+from .folder import TOKENIZER_FILES
 from .source_format import ConversionError, SourceFormat
+from .weights import CheckpointWeightsError, checkpoint_tensor_names, expected_loading_differences
 
 HEAD_FILE = "model.pt"
 NEVER_READ = ("args.pt", "training_args.bin")  # pickled objects the reference code writes
@@ -54,8 +56,6 @@ def detect(folder: Path) -> bool:
     Without weights (or with unreadable ones) the declared architecture decides, so that
     :func:`convert` can name the missing or broken file.
     """
-    from ..hub.checkpoint_folder import CheckpointWeightsError, checkpoint_tensor_names
-
     config = _bert_config(folder)
     if config is None:
         return False
@@ -82,8 +82,6 @@ def _backbone_weights(folder: Path, bert_config) -> list[str]:
     """The weight files of a complete ``BertForMaskedLM`` in ``folder`` (header names checked), or an error."""
     import torch
     from transformers import BertForMaskedLM
-
-    from ..hub.checkpoint_folder import CheckpointWeightsError, checkpoint_tensor_names, expected_loading_differences
 
     try:
         found = checkpoint_tensor_names(folder)
@@ -212,7 +210,6 @@ def convert(source: Path, output: Path, *, skip_from: int | None = None) -> dict
     """
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-    from ..hub.checkpoint_folder import TOKENIZER_FILES
     from ..models.condenser import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
     from ..models.condenser.modeling_condenser import CONDENSER_ONLY_KEYS
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from huggingface_hub import snapshot_download
 
-from ..hub.cards import model_card
 from .condenser_reference import CONDENSER_REFERENCE
 from .lightning_ir import LIGHTNING_IR
 from .source_format import ConversionError, SourceFormat
@@ -72,6 +71,10 @@ def convert_checkpoint(source: str | Path, output: str | Path, *, overwrite: boo
     ``overwrite``. ``options`` are the format's own (``skip_from`` for Condenser folders); ``None`` means
     the format's default, and an option the format does not take is refused. Returns ``output``.
     """
+    # imported here: hub's cards build on this package's folder contract (.folder), and importing hub
+    # at the top would make the two packages' __init__ modules import each other
+    from ..hub.cards import model_card
+
     source, named = resolve_source(source)
     source_format = detect_format(source)
     options = {name: value for name, value in options.items() if value is not None}

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from ..hub.checkpoint_folder import write_sentence_transformers_files
+from .folder import write_sentence_transformers_files
 from .source_format import ConversionError, SourceFormat
 from .tite_authors import (
     build_encoder,

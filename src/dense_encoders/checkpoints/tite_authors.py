@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from ..hub.checkpoint_folder import checkpoint_tensor_names
+from .weights import checkpoint_tensor_names
 from ..models.tite import TiteConfig, TiteModel
 from ..models.tite.configuration_tite import AUTHORS_CONFIG_KEYS
 from .source_format import ConversionError, SourceFormat

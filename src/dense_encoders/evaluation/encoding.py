@@ -6,7 +6,7 @@ Every model is run as a :class:`~sentence_transformers.SentenceTransformer`:
   pre-training writes) is loaded as its own configuration prescribes (pooling, normalisation,
   max length, prompts, similarity);
 * our models without sentence-transformers files use their native
-  pipeline (:func:`dense_encoders.hub.checkpoint_folder.native_pipeline`: the vector of ``pooler_output``);
+  pipeline (:func:`dense_encoders.checkpoints.folder.native_pipeline`: the vector of ``pooler_output``);
 * any other ``AutoModel`` checkpoint needs an explicit ``pooling="cls"`` or ``"mean"``: guessing is
   how users of CLS-trained encoders silently got mean pooling.
 
@@ -31,70 +31,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..hub.checkpoint_folder import (
-    check_checkpoint_weights,
-    from_pretrained_kwargs,
-    has_sentence_transformers_files,
-    is_ours,
-    native_pipeline,
-)
+from ..checkpoints.loading import load_sentence_transformer
 
 logger = logging.getLogger(__name__)
 
-POOLING_MODES = ("cls", "mean")
 SUPPORTED_SIMILARITIES = ("cosine", "dot")
-
-
-def load_sentence_transformer(
-    model,
-    *,
-    pooling: str | None = None,
-    device: str | None = None,
-    trust_remote_code: bool = True,
-    allow_missing_weights: bool = False,
-):
-    """``model`` (a SentenceTransformer, a folder or a Hub id) as a SentenceTransformer; see the module doc.
-
-    A folder or Hub id whose weights miss (or add) tensors of the model it declares is refused
-    (:func:`~dense_encoders.hub.checkpoint_folder.check_checkpoint_weights`) unless ``allow_missing_weights``."""
-    from sentence_transformers import SentenceTransformer
-
-    if pooling is not None and pooling not in POOLING_MODES:
-        raise ValueError(f"pooling={pooling!r}: choose one of {POOLING_MODES}")
-    if isinstance(model, SentenceTransformer):
-        if pooling is not None:
-            raise ValueError("pooling= is for plain transformers checkpoints; this SentenceTransformer declares its own")
-        return model.to(device) if device else model
-    name_or_path = str(model)
-    report = check_checkpoint_weights(
-        name_or_path, allow_missing_weights=allow_missing_weights, trust_remote_code=trust_remote_code
-    )
-    model_kwargs = {"trust_remote_code": trust_remote_code, **from_pretrained_kwargs(report, allow_missing_weights)}
-    if pooling is None and has_sentence_transformers_files(name_or_path):
-        return SentenceTransformer(
-            name_or_path, device=device, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs
-        )
-
-    from sentence_transformers.base.modules.transformer import Transformer
-    from sentence_transformers.sentence_transformer.modules.pooling import Pooling
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    ours = is_ours(config)
-    similarity = native_pipeline(config)[1] if ours else None
-    if config.model_type == "tite" and pooling == "mean":
-        raise ValueError("TITE returns one vector per text (pooler_output); use pooling='cls' (or leave it unset)")
-    if pooling is None:
-        if not ours:
-            raise ValueError(
-                f"{name_or_path} has no sentence-transformers configuration (modules.json), so its pooling is "
-                "unknown: pass pooling='cls' or pooling='mean' (CLI: --pooling)."
-            )
-        pooling = native_pipeline(config)[0]
-    remote = {"trust_remote_code": trust_remote_code}
-    transformer = Transformer(name_or_path, model_kwargs=model_kwargs, config_kwargs=remote, processor_kwargs=remote)
-    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
-    return SentenceTransformer(modules=modules, device=device, similarity_fn_name=similarity)
 
 
 def model_fingerprint(model) -> str:

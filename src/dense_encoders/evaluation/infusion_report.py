@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
-from ..hub.cross_encoder import load_cross_encoder
+from ..checkpoints.loading import load_cross_encoder
 from .harness import evaluate_retrieval
 
 

@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
-from ..hub.cross_encoder import cross_encoder_model_and_tokenizer
+from ..checkpoints.loading import cross_encoder_model_and_tokenizer, model_and_tokenizer
 from .harness import search_and_score
 
 MEASURES = {"hits@10": "Success@10", "mrr@10": "RR@10"}
@@ -117,20 +117,9 @@ def dual_encoder_layerwise_embeddings(
 ) -> dict[int, np.ndarray]:
     """The same for a dual encoder (path, SentenceTransformer or PreTrainedModel): each text alone,
     each layer mean-pooled over its tokens without padding and special tokens, for an equal comparison."""
-    from transformers import AutoModel, AutoTokenizer, PreTrainedModel
-
-    if isinstance(model, (str, Path)):
-        name = str(model)
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(name, trust_remote_code=True)
-        model = AutoModel.from_pretrained(name, trust_remote_code=True)
-    elif not isinstance(model, PreTrainedModel) and hasattr(model, "tokenizer"):  # SentenceTransformer
-        tokenizer = tokenizer or model.tokenizer
-        model = model[0].auto_model
-    if tokenizer is None:
-        raise ValueError("pass the dual encoder's tokenizer")
+    model, tokenizer = model_and_tokenizer(model, tokenizer, cross_encoder=False, device=device)
     if not texts:
         raise ValueError("no texts to embed")
-    model = (model.to(device) if device else model).eval()
     layers = _resolve_layers(layers, model.config.num_hidden_layers)
     device = next(model.parameters()).device
     order = np.argsort([-len(t) for t in texts], kind="stable")

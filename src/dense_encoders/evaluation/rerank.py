@@ -6,7 +6,7 @@ import time
 
 from ..data.retrieval import RetrievalDataset
 from ..data.runs import Run, top_documents
-from ..hub.cross_encoder import load_cross_encoder
+from ..checkpoints.loading import load_cross_encoder
 
 
 def rerank(

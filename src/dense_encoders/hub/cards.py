@@ -17,7 +17,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .checkpoint_folder import OUR_MODEL_TYPES, missing_sentence_transformers_files, read_pipeline
+from ..checkpoints.folder import OUR_MODEL_TYPES, missing_sentence_transformers_files, read_pipeline
 from .condenser_card import condenser_description
 
 TITE_BIBTEX = """@inproceedings{schlatt-2025-tite,

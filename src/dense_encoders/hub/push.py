@@ -6,7 +6,7 @@ a model card generated from the folder's records (:func:`dense_encoders.hub.card
 The upload is staged in a temporary folder: the local folder is never modified, whatever happens.
 Pickled weights are refused; training state (optimizer, scheduler, RNG states, pickled training
 arguments) is never uploaded. Incomplete or mixed folders are refused
-(:func:`dense_encoders.hub.checkpoint_folder.publishing_problems`); one of our models' folders without
+(:func:`dense_encoders.checkpoints.folder.publishing_problems`); one of our models' folders without
 sentence-transformers files gets its native ones in the upload. Errors name the repository, say that
 nothing local changed and how to retry, and never contain the token.
 """
@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .checkpoint_folder import missing_sentence_transformers_files, publishing_problems
+from ..checkpoints.folder import missing_sentence_transformers_files, publishing_problems
 
 logger = logging.getLogger(__name__)
 

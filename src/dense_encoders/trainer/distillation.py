@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Trainer, TrainingArguments
 
-from ..hub.checkpoint_folder import OUR_MODEL_TYPES, has_sentence_transformers_files, is_ours, native_pipeline
+from ..checkpoints.folder import OUR_MODEL_TYPES, has_sentence_transformers_files, is_ours, native_pipeline
 from ..data.distillation import SAMPLING_STRATEGIES, DistillationCollator, training_records_to_dataset
 from ..models.condenser.modeling_condenser import gather_with_local_grad
 from .losses import DistillationObjective, LossSettings, positive_set_loss_names
@@ -209,7 +209,7 @@ class DistillationTrainer(HubPushMixin, Trainer):
 def write_student_sentence_transformers_files(folder: str | Path, pooling: str, similarity: str) -> None:
     from transformers import AutoConfig
 
-    from ..hub.checkpoint_folder import native_pooling, write_sentence_transformers_files
+    from ..checkpoints.folder import native_pooling, write_sentence_transformers_files
 
     if pooling == "pooler":  # only allowed for our models: the pooling that reproduces pooler_output
         pooling = native_pooling(AutoConfig.from_pretrained(folder, trust_remote_code=True))
@@ -346,7 +346,7 @@ def _build_student(setup: DistillationSetup) -> tuple[DualEncoder, str]:
     """:func:`build_student` and the folder of the student's transformer (where its tokenizer is)."""
     from transformers import AutoModel
 
-    from ..hub.checkpoint_folder import check_checkpoint_weights, from_pretrained_kwargs
+    from ..checkpoints.weights import check_checkpoint_weights, from_pretrained_kwargs
 
     report = check_checkpoint_weights(setup.student, allow_missing_weights=setup.allow_missing_weights)
     load_kwargs = from_pretrained_kwargs(report, setup.allow_missing_weights)

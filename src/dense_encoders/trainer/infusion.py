@@ -22,7 +22,7 @@ import torch
 
 from ..data.bm25 import bm25_run, mine_bm25_triplets
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
-from ..hub.cross_encoder import cross_encoder_model_and_tokenizer
+from ..checkpoints.loading import cross_encoder_model_and_tokenizer
 from ..models.infused import InfusedDualEncoderModel
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def infuse(
 
 def save_dual_encoder(model, tokenizer, folder: str | Path, similarity: str = "cosine") -> Path:
     """Weights, remote code, tokenizer and sentence-transformers files (pooling from the config)."""
-    from ..hub.checkpoint_folder import native_pooling, write_sentence_transformers_files
+    from ..checkpoints.folder import native_pooling, write_sentence_transformers_files
 
     folder = Path(folder)
     model.save_pretrained(folder)

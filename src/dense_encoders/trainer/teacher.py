@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from ..data.distillation import training_line
 from ..data.format import DataFormatError, document_text
 from ..data.runs import Run, read_trec_run, top_documents
-from ..hub.cross_encoder import check_cross_encoder, load_cross_encoder
+from ..checkpoints.loading import check_cross_encoder, load_cross_encoder
 
 logger = logging.getLogger(__name__)
 
@@ -291,7 +291,7 @@ def _one_score_per_pair(count: int) -> ValueError:
 
 
 def _load_teacher(cross_encoder, device: str | None, allow_missing_weights: bool):
-    """The cross-encoder (:func:`~dense_encoders.hub.cross_encoder.load_cross_encoder`) on ``device``,
+    """The cross-encoder (:func:`~dense_encoders.checkpoints.loading.load_cross_encoder`) on ``device``,
     refused unless it gives one score per pair."""
     model = load_cross_encoder(cross_encoder, device=device, allow_missing_weights=allow_missing_weights)
     if device is not None and not isinstance(cross_encoder, (str, os.PathLike)):

@@ -1,0 +1,255 @@
+"""The checkpoint folder: our model types, their native pooling and similarity, the sentence-transformers
+files, and whether a folder is complete enough to publish (the folder contract).
+
+A folder is what users meet: ``save_pretrained``, our training commands and ``dense-encoders push``
+write it; ``AutoModel``, ``SentenceTransformer`` and Hub downloads read it. Every writer and reader in
+the package asks this module, and the model classes themselves declare their pipeline
+(``native_sentence_transformers_pipeline``), so the facts live in one place:
+
+* :data:`OUR_ENCODERS` maps our ``model_type`` values to their encoder classes;
+* :func:`native_pipeline` gives the (pooling, similarity) under which sentence-transformers reproduces
+  ``pooler_output`` (CLS + dot product for Condenser and TITE, the configured pooling + cosine for
+  the cross-encoder-infused dual encoder);
+* :func:`write_sentence_transformers_files` writes sentence-transformers' own files for any folder
+  (our models write them in ``save_pretrained`` already; other students need them written);
+* :func:`read_pipeline` reads a folder's declared pooling, similarity and prompts;
+* :func:`publishing_problems` lists what makes a folder unfit to upload: remote-code files that
+  ``auto_map`` does not reach, config and code that disagree, missing weights or tokenizer.
+
+Users of the reference Condenser checkpoints loaded them with ``SentenceTransformer`` and silently got
+mean pooling; every folder we write declares its pooling explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from transformers import AutoConfig
+from transformers.dynamic_module_utils import get_relative_import_files
+from transformers.utils import cached_file
+
+from ..models.condenser import CondenserModel
+from ..models.condenser.sentence_transformers_condenser import (
+    SENTENCE_TRANSFORMERS_FILES,
+    sentence_transformers_files,
+)
+from ..models.condenser.sentence_transformers_condenser import write_sentence_transformers_files as write_folder_files
+from ..models.infused import InfusedDualEncoderModel
+from ..models.tite import TiteModel
+
+# model_type -> the encoder class AutoModel loads (it declares its sentence-transformers pipeline)
+OUR_ENCODERS = {
+    CondenserModel.config_class.model_type: CondenserModel,
+    TiteModel.config_class.model_type: TiteModel,
+    InfusedDualEncoderModel.config_class.model_type: InfusedDualEncoderModel,
+}
+OUR_MODEL_TYPES = tuple(OUR_ENCODERS)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "spiece.model", "vocab.json")
+
+
+def is_ours(config_or_model_type) -> bool:
+    """Whether a config (or a ``model_type`` string) is one of this package's model families."""
+    model_type = config_or_model_type if isinstance(config_or_model_type, str) else config_or_model_type.model_type
+    return model_type in OUR_ENCODERS
+
+
+def native_pipeline(config) -> tuple[str, str]:
+    """``(pooling, similarity)`` that reproduces one of our models' ``pooler_output`` in sentence-transformers."""
+    if not is_ours(config):
+        raise ValueError(
+            f"model_type {config.model_type!r} is not one of this package's ({', '.join(OUR_MODEL_TYPES)}): "
+            "its pooling is not known; choose it explicitly (pooling='cls' or 'mean')."
+        )
+    return OUR_ENCODERS[config.model_type].native_sentence_transformers_pipeline(config)
+
+
+def native_pooling(config) -> str:
+    """The sentence-transformers pooling of :func:`native_pipeline`."""
+    return native_pipeline(config)[0]
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def write_sentence_transformers_files(
+    folder: str | Path,
+    *,
+    pooling: str,
+    similarity: str,
+    prompts: dict[str, str] | None = None,
+    normalize: bool | None = None,
+    lengths: dict[str, int] | None = None,
+) -> list[Path]:
+    """Write sentence-transformers' module files into a ``save_pretrained`` folder; returns their paths.
+
+    For a model a training run has just trained: the pipeline is Transformer -> Pooling(``pooling``),
+    plus ``Normalize`` when it was trained with cosine similarity (``normalize`` defaults to
+    ``similarity == "cosine"``; cosine-trained models ship unit vectors). The files are exactly what
+    sentence-transformers writes for that pipeline; weights, config and code stay untouched. ``prompts``
+    and ``lengths`` (``query_length`` / ``document_length``) set what ``encode_query`` / ``encode_document``
+    prepend and where they truncate.
+    """
+    folder = Path(folder)
+    config = _read_json(folder / "config.json")
+    if config is None:
+        raise FileNotFoundError(f"{folder} has no config.json: call model.save_pretrained({str(folder)!r}) first.")
+    if normalize is None:
+        normalize = similarity == "cosine"
+    dimension = _embedding_dimension(config)
+    return [Path(p) for p in write_folder_files(folder, dimension, pooling, similarity, prompts, normalize, lengths)]
+
+
+def _embedding_dimension(config: dict) -> int:
+    if config.get("projection_size"):  # a TITE whose output passes through a projection
+        return int(config["projection_size"])
+    if "hidden_size" in config:
+        return int(config["hidden_size"])
+    if config.get("hidden_sizes"):  # TITE configs saved with per-layer widths only
+        widths = config["hidden_sizes"]
+        return int(widths[-1] if isinstance(widths, list) else widths)
+    raise ValueError("config.json names no hidden_size: the embedding dimension is unknown")
+
+
+def has_sentence_transformers_files(name_or_path: str | Path) -> bool:
+    """Whether a folder (or a Hub id, looked up in the cache or online) has ``modules.json``."""
+    if Path(name_or_path).is_dir():
+        return (Path(name_or_path) / "modules.json").is_file()
+    found = cached_file(
+        str(name_or_path),
+        "modules.json",
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+    )
+    return found is not None
+
+
+def read_pipeline(folder: str | Path) -> dict:
+    """What a folder's sentence-transformers files declare: ``pooling``, ``similarity``, ``normalize``,
+    ``prompts`` (``{}`` for a folder without ``modules.json``)."""
+    folder = Path(folder)
+    modules = _read_json(folder / "modules.json")
+    if modules is None:
+        return {}
+    declared = {"pooling": None, "normalize": False}
+    for module in modules:
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        if kind == "Pooling":
+            pooling = _read_json(folder / module.get("path", "") / "config.json") or {}
+            declared["pooling"] = pooling.get("pooling_mode") or next(  # older files: pooling_mode_cls_token: true
+                (key[len("pooling_mode_"):].split("_")[0] for key, value in pooling.items()
+                 if key.startswith("pooling_mode_") and value is True), None)
+        elif kind == "Normalize":
+            declared["normalize"] = True
+    settings = _read_json(folder / "config_sentence_transformers.json") or {}
+    declared["similarity"] = settings.get("similarity_fn_name")
+    declared["prompts"] = settings.get("prompts") or {}
+    return declared
+
+
+# --------------------------------------------------------------------------------------------
+# Completeness: what may be published
+# --------------------------------------------------------------------------------------------
+
+_CLASS = re.compile(r"^class\s+(\w+)\b", re.MULTILINE)
+_MODEL_TYPE = re.compile(r"^\s+model_type\s*=\s*[\"']([^\"']+)[\"']", re.MULTILINE)
+
+
+def _module_file(target: str) -> tuple[str, str]:
+    """``"modeling_tite.TiteModel"`` (or ``"repo--modeling_tite.TiteModel"``) -> (file name, class name)."""
+    module, _, name = str(target).split("--")[-1].rpartition(".")
+    return module + ".py", name
+
+
+def remote_code_files(folder: str | Path) -> set[str]:
+    """The ``.py`` files ``auto_map`` reaches: the named modules and, transitively, their relative imports."""
+    folder = Path(folder)
+    config = _read_json(folder / "config.json") or {}
+    reached = set()
+    for target in (config.get("auto_map") or {}).values():
+        targets = target if isinstance(target, (list, tuple)) else [target]
+        for one in targets:
+            if one is None:
+                continue
+            name, _ = _module_file(one)
+            if (folder / name).is_file():
+                reached.add(name)
+                reached.update(Path(p).name for p in get_relative_import_files(str(folder / name)))
+    return reached
+
+
+def publishing_problems(folder: str | Path) -> list[str]:
+    """Why ``folder`` must not be uploaded as it is; one line per problem, each naming the fix."""
+    folder = Path(folder)
+    config = _read_json(folder / "config.json")
+    if config is None:
+        return [f"{folder} has no config.json: save the model with model.save_pretrained(folder) first."]
+    problems = []
+    auto_map = config.get("auto_map") or {}
+    for auto_class, target in sorted(auto_map.items()):
+        for one in target if isinstance(target, (list, tuple)) else [target]:
+            if one is None:
+                continue
+            name, class_name = _module_file(one)
+            code = folder / name
+            if not code.is_file():
+                problems.append(
+                    f"config.json names {one!r} for {auto_class} but {name} is missing: re-save the model with "
+                    "dense_encoders installed (model.save_pretrained(folder)) so its code files are copied."
+                )
+            elif class_name not in _CLASS.findall(code.read_text(encoding="utf-8")):
+                problems.append(
+                    f"config.json names {one!r} for {auto_class} but {name} defines no class {class_name}: the code "
+                    "belongs to another model. Re-save the model into an empty folder."
+                )
+            elif auto_class == "AutoConfig":
+                declared = _MODEL_TYPE.findall(code.read_text(encoding="utf-8"))
+                if declared and config.get("model_type") not in declared:
+                    problems.append(
+                        f"config.json has model_type {config.get('model_type')!r} but {name} declares "
+                        f"{declared[0]!r}: config and code come from different models. Re-save the model into an "
+                        "empty folder."
+                    )
+    stray = sorted(p.name for p in folder.glob("*.py") if p.name not in remote_code_files(folder))
+    if stray:
+        problems.append(
+            f"{folder} holds remote-code files that config.json's auto_map does not use: {', '.join(stray)} "
+            "(left from another model?). Remove them, or re-save the model into an empty folder."
+        )
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        problems.append(
+            f"{folder} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...): users could not encode "
+            "text with it. Save the tokenizer too: tokenizer.save_pretrained(folder)."
+        )
+    return problems
+
+
+def missing_sentence_transformers_files(folder: str | Path) -> dict[str, str]:
+    """``{relative path: text}`` of the sentence-transformers files one of our models' folder lacks (its
+    native pipeline; prompts and similarity kept from ``config_sentence_transformers.json`` if present);
+    ``{}`` when ``modules.json`` exists or the model is not ours (its pooling is not ours to guess)."""
+    folder = Path(folder)
+    config = _read_json(folder / "config.json") or {}
+    if (folder / "modules.json").is_file() or config.get("model_type") not in OUR_ENCODERS:
+        return {}
+    pooling, similarity = native_pipeline(AutoConfig.from_pretrained(folder, trust_remote_code=True))
+    files = sentence_transformers_files(_embedding_dimension(config), pooling, similarity)
+    return {path: text for path, text in files.items() if not (folder / path).exists()}
+
+
+__all__ = [
+    "OUR_ENCODERS",
+    "OUR_MODEL_TYPES",
+    "SENTENCE_TRANSFORMERS_FILES",
+    "has_sentence_transformers_files",
+    "is_ours",
+    "missing_sentence_transformers_files",
+    "native_pipeline",
+    "native_pooling",
+    "publishing_problems",
+    "read_pipeline",
+    "remote_code_files",
+    "write_sentence_transformers_files",
+]

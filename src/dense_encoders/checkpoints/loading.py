@@ -1,0 +1,235 @@
+"""Opening a checkpoint: the one loader of bi-encoders and cross-encoders, every load weight-checked.
+
+Each caller gives "a path or a model object" (a folder or Hub id, or a model already in memory) and
+gets what it works with; a folder or Hub id whose weights miss or add tensors of the model its config
+declares is refused (:mod:`.weights`; ``allow_missing_weights`` turns the refusal into a logged warning):
+
+* :func:`load_checked_model`: a transformers model, loaded with ``from_pretrained(...,
+  output_loading_info=True)`` and refused on what that reports;
+* :func:`model_and_tokenizer`: (transformers model in eval mode, tokenizer) of a bi-encoder or a
+  cross-encoder given as a path, a sentence-transformers model or a ``PreTrainedModel``, for code that
+  works on the model's layers (layer-wise embeddings, infusion); :func:`cross_encoder_model_and_tokenizer`
+  adds the checks of a cross-encoder (a sequence-classification head, a fast pair tokenizer);
+* :func:`load_sentence_transformer` / :func:`load_cross_encoder`: a sentence-transformers
+  ``SentenceTransformer`` (encoding, evaluation) / ``CrossEncoder`` (teacher scores, re-ranking).
+  sentence-transformers loads the transformers model inside its own modules and hands back no loading
+  report, so these two check the folder before loading it (:func:`~.weights.check_checkpoint_weights`);
+  :func:`check_cross_encoder` is that check for a cross-encoder, for callers that refuse a folder before
+  anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+
+import transformers
+from sentence_transformers import CrossEncoder, SentenceTransformer
+from sentence_transformers.base.modules.transformer import Transformer
+from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
+
+from ..models.condenser.sentence_transformers_condenser import POOLING_MODES
+from .folder import has_sentence_transformers_files, is_ours, native_pipeline
+from .weights import (
+    check_checkpoint_weights,
+    checkpoint_tensor_names,
+    from_pretrained_kwargs,
+    loaded_differences,
+    refuse_differences,
+)
+
+CROSS_ENCODER_CLASS = "AutoModelForSequenceClassification"
+
+
+def load_checked_model(
+    name_or_path: str | os.PathLike,
+    *,
+    auto_class: str = "AutoModel",
+    allow_missing_weights: bool = False,
+    trust_remote_code: bool = True,
+):
+    """``transformers.<auto_class>.from_pretrained(name_or_path)``, refused (:class:`~.weights.CheckpointWeightsError`)
+    when its weights miss or add tensors of the model, unless ``allow_missing_weights``.
+
+    The weight files' headers are read first (an unreadable file is an error naming it); the differences
+    are what ``output_loading_info`` reports, less those a base model expects (:func:`~.weights.loaded_differences`).
+    Our model classes are told ``allow_missing_weights=True`` so that the report, not their own check, decides.
+    """
+    name_or_path = str(name_or_path)
+    found = checkpoint_tensor_names(name_or_path)
+    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    ours = {"allow_missing_weights": True} if is_ours(config) else {}
+    model, info = getattr(transformers, auto_class).from_pretrained(
+        name_or_path, config=config, trust_remote_code=trust_remote_code, output_loading_info=True, **ours
+    )
+    if found is not None:
+        missing, unexpected = loaded_differences(model, info, found[1])
+        report = {"files": found[0], "model_class": type(model).__name__, "ours": bool(ours),
+                  "missing_keys": sorted(missing), "unexpected_keys": sorted(unexpected)}
+        refuse_differences(report, allow_missing_weights=allow_missing_weights)
+    return model
+
+
+def model_and_tokenizer(
+    model,
+    tokenizer=None,
+    *,
+    cross_encoder: bool,
+    device: str | None = None,
+    allow_missing_weights: bool = False,
+    trust_remote_code: bool = True,
+):
+    """(transformers model in eval mode, tokenizer) of a bi-encoder (``cross_encoder=False``: loaded with
+    ``AutoModel``) or a cross-encoder (``AutoModelForSequenceClassification``).
+
+    ``model``: a folder or Hub id (:func:`load_checked_model`, and its tokenizer), a sentence-transformers
+    ``SentenceTransformer`` / ``CrossEncoder`` (its transformers model and tokenizer), or a ``PreTrainedModel``
+    (then ``tokenizer`` is required). ``tokenizer`` replaces the model's own.
+    """
+    if isinstance(model, (str, os.PathLike)):
+        name = str(model)
+        auto_class = CROSS_ENCODER_CLASS if cross_encoder else "AutoModel"
+        model = load_checked_model(name, auto_class=auto_class, allow_missing_weights=allow_missing_weights,
+                                   trust_remote_code=trust_remote_code)
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+    elif isinstance(model, SentenceTransformer):
+        model, tokenizer = model[0].auto_model, tokenizer or model.tokenizer
+    elif isinstance(model, PreTrainedModel):
+        if tokenizer is None:
+            raise ValueError("a PreTrainedModel cross-encoder needs its tokenizer: pass tokenizer=" if cross_encoder
+                             else "pass the dual encoder's tokenizer")
+    elif hasattr(model, "model") and hasattr(model, "tokenizer"):  # sentence-transformers CrossEncoder
+        model, tokenizer = model.model, tokenizer or model.tokenizer
+    else:
+        what = ("cross-encoder: give a path, a CrossEncoder or a PreTrainedModel with a sequence-classification head"
+                if cross_encoder else "dual encoder: give a path, a SentenceTransformer or a PreTrainedModel")
+        raise ValueError(f"cannot use a {type(model).__name__} as {what}")
+    if device:
+        model = model.to(device)
+    return model.eval(), tokenizer
+
+
+def cross_encoder_model_and_tokenizer(
+    cross_encoder, tokenizer=None, device: str | None = None, *, allow_missing_weights: bool = False
+):
+    """(sequence-classification model in eval mode, fast pair tokenizer) of a cross-encoder given as
+    :func:`model_and_tokenizer` takes it; its config must declare a sequence-classification head (a folder or
+    Hub id is checked by :func:`check_cross_encoder` first). For code that works on the model's layers
+    (layer-wise embeddings, infusion)."""
+    if isinstance(cross_encoder, (str, os.PathLike)):
+        _check_classification_architecture(str(cross_encoder), trust_remote_code=True)
+    model, tokenizer = model_and_tokenizer(cross_encoder, tokenizer, cross_encoder=True, device=device,
+                                           allow_missing_weights=allow_missing_weights)
+    if not type(model).__name__.endswith("ForSequenceClassification"):
+        raise ValueError(
+            f"{type(model).__name__} has no sequence-classification head: a cross-encoder scores (query, document) "
+            "pairs with one (load it with AutoModelForSequenceClassification or CrossEncoder)"
+        )
+    _check_pair_tokenizer(tokenizer)
+    return model, tokenizer
+
+
+def _check_classification_architecture(name: str, *, trust_remote_code: bool) -> None:
+    architectures = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code).architectures or []
+    if not any(architecture.endswith("ForSequenceClassification") for architecture in architectures):
+        raise ValueError(
+            f"{name} is not a cross-encoder: its architectures {architectures or '(none)'} have no "
+            "sequence-classification head (expected e.g. BertForSequenceClassification)"
+        )
+
+
+def check_cross_encoder(name: str, *, trust_remote_code: bool = True, allow_missing_weights: bool = False) -> None:
+    """Raise unless the folder / Hub id ``name`` is a complete cross-encoder checkpoint: its config declares a
+    sequence-classification architecture and its weights hold every tensor of that model (checked without
+    loading it, :func:`~.weights.check_checkpoint_weights`; ``allow_missing_weights`` lifts this second check)."""
+    _check_classification_architecture(name, trust_remote_code=trust_remote_code)
+    check_checkpoint_weights(
+        name,
+        auto_class=CROSS_ENCODER_CLASS,
+        allow_missing_weights=allow_missing_weights,
+        trust_remote_code=trust_remote_code,
+    )
+
+
+def load_cross_encoder(
+    cross_encoder, device: str | None = None, trust_remote_code: bool = True, allow_missing_weights: bool = False
+):
+    """A sentence-transformers ``CrossEncoder``: as is, or opened from a folder / Hub id after
+    :func:`check_cross_encoder` (a checkpoint whose weights miss or add tensors of its model is refused unless
+    ``allow_missing_weights``)."""
+    if isinstance(cross_encoder, CrossEncoder):
+        return cross_encoder
+    name = str(cross_encoder)
+    check_cross_encoder(name, trust_remote_code=trust_remote_code, allow_missing_weights=allow_missing_weights)
+    return CrossEncoder(name, device=device, trust_remote_code=trust_remote_code)
+
+
+def load_sentence_transformer(
+    model,
+    *,
+    pooling: str | None = None,
+    device: str | None = None,
+    trust_remote_code: bool = True,
+    allow_missing_weights: bool = False,
+):
+    """``model`` (a SentenceTransformer, a folder or a Hub id) as a SentenceTransformer.
+
+    * a folder or Hub id with ``modules.json`` is loaded as its own configuration prescribes;
+    * our models without sentence-transformers files use their native pipeline
+      (:func:`~.folder.native_pipeline`: the vector of ``pooler_output``);
+    * any other ``AutoModel`` checkpoint needs an explicit ``pooling="cls"`` or ``"mean"``.
+
+    A folder or Hub id whose weights miss (or add) tensors of the model it declares is refused
+    (:func:`~.weights.check_checkpoint_weights`) unless ``allow_missing_weights``."""
+    if pooling is not None and pooling not in POOLING_MODES:
+        raise ValueError(f"pooling={pooling!r}: choose one of {POOLING_MODES}")
+    if isinstance(model, SentenceTransformer):
+        if pooling is not None:
+            raise ValueError("pooling= is for plain transformers checkpoints; this SentenceTransformer declares its own")
+        return model.to(device) if device else model
+    name_or_path = str(model)
+    report = check_checkpoint_weights(
+        name_or_path, allow_missing_weights=allow_missing_weights, trust_remote_code=trust_remote_code
+    )
+    model_kwargs = {"trust_remote_code": trust_remote_code, **from_pretrained_kwargs(report, allow_missing_weights)}
+    if pooling is None and has_sentence_transformers_files(name_or_path):
+        return SentenceTransformer(
+            name_or_path, device=device, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs
+        )
+    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    ours = is_ours(config)
+    similarity = native_pipeline(config)[1] if ours else None
+    if config.model_type == "tite" and pooling == "mean":
+        raise ValueError("TITE returns one vector per text (pooler_output); use pooling='cls' (or leave it unset)")
+    if pooling is None:
+        if not ours:
+            raise ValueError(
+                f"{name_or_path} has no sentence-transformers configuration (modules.json), so its pooling is "
+                "unknown: pass pooling='cls' or pooling='mean' (CLI: --pooling)."
+            )
+        pooling = native_pipeline(config)[0]
+    remote = {"trust_remote_code": trust_remote_code}
+    transformer = Transformer(name_or_path, model_kwargs=model_kwargs, config_kwargs=remote, processor_kwargs=remote)
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
+    return SentenceTransformer(modules=modules, device=device, similarity_fn_name=similarity)
+
+
+def _check_pair_tokenizer(tokenizer) -> None:
+    try:
+        encoding = tokenizer("first text", "second text")
+    except Exception as error:  # noqa: BLE001 - any failure means: no pairs
+        raise ValueError(f"the cross-encoder's tokenizer cannot encode text pairs: {error}") from error
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("layer-wise embeddings need a fast tokenizer (to tell the two copies of a pair apart)")
+    if 1 not in encoding.sequence_ids():
+        raise ValueError("the cross-encoder's tokenizer does not build text pairs (no second sequence in its output)")
+
+
+__all__ = [
+    "check_cross_encoder",
+    "cross_encoder_model_and_tokenizer",
+    "load_checked_model",
+    "load_cross_encoder",
+    "load_sentence_transformer",
+    "model_and_tokenizer",
+]

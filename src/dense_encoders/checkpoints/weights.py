@@ -1,0 +1,360 @@
+"""The weight check: every tensor the model a checkpoint declares, or an error.
+
+transformers loads a checkpoint that lacks tensors (a deleted layer, a half-copied file) by
+initialising them at random and printing a report that scrolls by; everything computed from such a
+model is a wrong number. This module turns that into an error naming the file, the first keys, their
+counts and the fix (``allow_missing_weights`` turns it into a logged warning):
+
+* :func:`loaded_differences` reads what ``from_pretrained(..., output_loading_info=True)`` reports for
+  a model that has just been loaded (:mod:`.loading` does so for every model it opens itself);
+* :func:`check_checkpoint_weights` checks a folder WITHOUT loading it: the tensor names in its weight
+  files (file headers only) against the model class its config declares, built on the meta device,
+  matched with transformers' own key matching (:func:`expected_loading_differences`). It serves where a
+  model is loaded by code that hands back no loading report (sentence-transformers' ``SentenceTransformer``
+  and ``CrossEncoder``) and where a folder is refused before anything is written or loaded.
+
+Both report the same differences: the classes' ``_keys_to_ignore_on_load_*`` lists and tied weights are
+harmless, and a base model (``AutoModel``, what encoders use) loaded from a task checkpoint neither needs
+the task's heads (its keys outside ``base_model_prefix``, e.g. ``cls.*`` of ``BertForMaskedLM``) nor a BERT
+``pooler`` (sentence-transformers and our encoders never use it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+import transformers
+from safetensors import safe_open
+from transformers import AutoConfig
+from transformers.utils import cached_file
+
+from .folder import is_ours
+
+logger = logging.getLogger(__name__)
+
+_LOADING_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+_LOADING_AUTO_CLASSES = {  # sentence-transformers' ``transformer_task`` -> the transformers Auto class
+    "feature-extraction": "AutoModel",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "fill-mask": "AutoModelForMaskedLM",
+    "text-generation": "AutoModelForCausalLM",
+}
+_LOADING_SHOWN_KEYS = 5
+
+
+class CheckpointWeightsError(ValueError):
+    """A checkpoint's weights cannot be read, or lack (or add) tensors of the model it declares."""
+
+
+def _loading_file(name_or_path: str, subfolder: str, filename: str) -> str | None:
+    """Local path of ``filename`` in a folder or Hub repository (``None`` when it has none)."""
+    folder = Path(name_or_path)
+    if folder.is_dir():
+        candidate = folder / subfolder / filename
+        return str(candidate) if candidate.is_file() else None
+    return cached_file(
+        name_or_path,
+        filename,
+        subfolder=subfolder,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+    )
+
+
+def _loading_transformer_module(name_or_path: str) -> tuple[str, str | None] | None:
+    """(subfolder, transformer_task) of a sentence-transformers folder's Transformer module; ``("", None)``
+    for a plain transformers folder; ``None`` when its first module is not a transformers model."""
+    modules_file = _loading_file(name_or_path, "", "modules.json")
+    if modules_file is None:
+        return "", None
+    modules = json.loads(Path(modules_file).read_text(encoding="utf-8"))
+    transformer = next((m for m in modules if str(m.get("type", "")).endswith("Transformer")), None)
+    if transformer is None:
+        return None
+    subfolder = transformer.get("path", "") or ""
+    task = None
+    settings_file = _loading_file(name_or_path, subfolder, "sentence_bert_config.json")
+    if settings_file is not None:
+        task = json.loads(Path(settings_file).read_text(encoding="utf-8")).get("transformer_task")
+    return subfolder, task
+
+
+def safetensors_sizes(path: str | Path) -> str | None:
+    """``"N bytes on disk, the header promises M"`` for a safetensors file (8 bytes of little-endian header
+    length H, H bytes of JSON header, then the data up to the largest tensor ``data_offsets`` end), saying
+    so when the header itself is cut short; ``None`` when the file cannot be measured at all."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                return f"{size} bytes on disk, fewer than the 8 bytes of a safetensors header length"
+            header_length = int.from_bytes(prefix, "little")
+            if size < 8 + header_length:
+                return (
+                    f"{size} bytes on disk, the header alone promises {8 + header_length} "
+                    f"(8 + a {header_length}-byte header)"
+                )
+            header = json.loads(handle.read(header_length))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(header, dict):
+        return None
+    ends = [
+        entry["data_offsets"][1]
+        for name, entry in header.items()
+        if name != "__metadata__" and isinstance(entry, dict) and isinstance(entry.get("data_offsets"), list)
+        and len(entry["data_offsets"]) == 2 and isinstance(entry["data_offsets"][1], int)
+    ]
+    promised = 8 + header_length + max(ends, default=0)
+    return f"{size} bytes on disk, the header promises {promised}"
+
+
+def _loading_unreadable(path: str, error: BaseException) -> CheckpointWeightsError:
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    sizes = safetensors_sizes(path) if str(path).endswith(".safetensors") else None
+    return CheckpointWeightsError(
+        f"{path} cannot be read ({reason}{'; ' + sizes if sizes else ''}): the file is truncated or corrupt, "
+        "typically an interrupted download, copy or save. Download, copy or save it again."
+    )
+
+
+def _loading_file_keys(path: str) -> set[str]:
+    """Tensor names in one weights file, read from its header (safetensors) or lazily (PyTorch pickle)."""
+    try:
+        if path.endswith(".safetensors"):
+            with safe_open(path, framework="pt") as handle:
+                return set(handle.keys())
+        return set(torch.load(path, map_location="meta", weights_only=True, mmap=True))
+    except Exception as error:  # SafetensorError, UnpicklingError, RuntimeError, OSError: all mean "unreadable"
+        raise _loading_unreadable(path, error) from None
+
+
+def checkpoint_tensor_names(name_or_path: str | Path, subfolder: str = "") -> tuple[list[str], set[str]] | None:
+    """(weight files, tensor names) of a checkpoint folder or Hub id (single file or sharded with an
+    index); ``None`` when it has no weights in a format read here. Unreadable files raise
+    :class:`CheckpointWeightsError` naming the file."""
+    name_or_path = str(name_or_path)
+    for filename in _LOADING_WEIGHT_FILES:
+        single = _loading_file(name_or_path, subfolder, filename)
+        if single is not None:
+            return [single], _loading_file_keys(single)
+        index = _loading_file(name_or_path, subfolder, f"{filename}.index.json")
+        if index is not None:
+            try:
+                shards = sorted(set(json.loads(Path(index).read_text(encoding="utf-8"))["weight_map"].values()))
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                raise _loading_unreadable(index, error) from None
+            files, keys = [], set()
+            for shard in shards:
+                path = _loading_file(name_or_path, subfolder, shard)
+                if path is None:
+                    raise CheckpointWeightsError(
+                        f"{index} lists the shard {shard}, which is not there: copy or download the checkpoint again."
+                    )
+                files.append(path)
+                keys |= _loading_file_keys(path)
+            return files, keys
+    return None
+
+
+def _loading_is_base_model(model) -> bool:
+    return getattr(model, "base_model", model) is model
+
+
+def _base_model_differences(model, missing: set[str], unexpected: set[str], checkpoint_keys) -> tuple[set[str], set[str]]:
+    """What remains of transformers' (missing, unexpected) keys once a base model's expected ones are gone: a
+    BERT ``pooler`` it does not find and the heads of a task checkpoint (keys outside ``base_model_prefix``)."""
+    if not _loading_is_base_model(model):
+        return missing, unexpected
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    missing = {key for key in missing if not key.startswith("pooler.")}
+    if prefix and any(key.startswith(f"{prefix}.") for key in checkpoint_keys):
+        unexpected = {key for key in unexpected if key.startswith(f"{prefix}.")}
+    return missing, unexpected
+
+
+def expected_loading_differences(model, checkpoint_keys) -> tuple[set[str], set[str]]:
+    """(missing, unexpected) keys that ``type(model).from_pretrained`` would report for a checkpoint holding
+    ``checkpoint_keys``, after everything transformers and our classes declare harmless (module doc).
+
+    The matching is transformers' own (``rename_source_key`` with the model's conversion mapping and
+    ``base_model_prefix``; tied weights count as present when either side is; the classes'
+    ``_keys_to_ignore_on_load_missing`` / ``_unexpected`` through ``_adjust_missing_and_unexpected_keys``).
+    These are private transformers internals, used because nothing public reports the differences of a
+    checkpoint without loading its weights; a caller that loads the model reads ``output_loading_info``
+    instead (:func:`loaded_differences`).
+    """
+    from transformers.utils.loading_report import LoadStateDictInfo  # private: see the docstring
+
+    state = model.state_dict()
+    rename = _key_renamer(model, state)
+    missing, unexpected = set(state), set()
+    for key in sorted(checkpoint_keys):
+        renamed, targets = rename(key)
+        if renamed not in state and key in state:
+            renamed, targets = rename(key, with_transforms=False)
+        if renamed in state:
+            missing.discard(renamed)
+        elif targets is not None:
+            unexpected.update(renamed.replace(targets[0], target) for target in targets)
+        else:
+            unexpected.add(renamed)
+    for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
+        if target in missing and source not in missing:
+            missing.discard(target)
+        elif source in missing and target not in missing:
+            missing.discard(source)
+    info = LoadStateDictInfo(missing_keys=missing, unexpected_keys=unexpected, mismatched_keys=set(), error_msgs=[],
+                             conversion_errors={}, skipped_pp_keys=set())
+    model._adjust_missing_and_unexpected_keys(info)
+    return _base_model_differences(model, set(info.missing_keys), set(info.unexpected_keys), checkpoint_keys)
+
+
+def _key_renamer(model, state):
+    """``rename(key, with_transforms=True) -> (model key, target patterns of a weight converter or None)``:
+    transformers' ``rename_source_key`` with the model's conversion mapping and ``base_model_prefix``."""
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    try:  # private transformers internals (see expected_loading_differences)
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+        mapping = get_model_conversion_mapping(model, None, None) or []
+        renamings = [entry for entry in mapping if isinstance(entry, WeightRenaming)]
+        converters = [entry for entry in mapping if isinstance(entry, WeightConverter)]
+    except ImportError:  # another transformers layout: plain names, base-model prefix only
+        renamings, converters, rename_source_key = [], [], None
+    by_pattern = {pattern: converter.target_patterns for converter in converters for pattern in converter.source_patterns}
+
+    def rename(key: str, with_transforms: bool = True) -> tuple[str, list[str] | None]:
+        if rename_source_key is not None:
+            if with_transforms:
+                renamed, pattern = rename_source_key(key, renamings, converters, prefix or None, state)
+            else:
+                renamed, pattern = rename_source_key(key, [], [], prefix or None, state)
+            return renamed, (by_pattern[pattern] if pattern is not None else None)
+        if prefix and key.startswith(f"{prefix}.") and key[len(prefix) + 1 :] in state:
+            return key[len(prefix) + 1 :], None
+        if prefix and f"{prefix}.{key}" in state:
+            return f"{prefix}.{key}", None
+        return key, None
+
+    return rename
+
+
+def loaded_differences(model, loading_info: dict, checkpoint_keys) -> tuple[set[str], set[str]]:
+    """(missing, unexpected) keys of a model just loaded with ``from_pretrained(..., output_loading_info=True)``
+    (``loading_info``), after the differences a base model expects (module doc); shape mismatches count as
+    missing (their tensors are initialised at random too)."""
+    mismatched = {entry[0] if isinstance(entry, (tuple, list)) else entry
+                  for entry in loading_info.get("mismatched_keys", ())}
+    missing = set(loading_info.get("missing_keys", ())) | mismatched
+    return _base_model_differences(model, missing, set(loading_info.get("unexpected_keys", ())), checkpoint_keys)
+
+
+def _loading_listed(keys: set[str]) -> str:
+    ordered = sorted(keys)
+    shown = ", ".join(ordered[:_LOADING_SHOWN_KEYS])
+    return shown + (f", ... (+{len(ordered) - _LOADING_SHOWN_KEYS} more)" if len(ordered) > _LOADING_SHOWN_KEYS else "")
+
+
+def refuse_differences(report: dict, *, allow_missing_weights: bool) -> dict:
+    """Raise :class:`CheckpointWeightsError` for a report (``files``, ``model_class``, ``missing_keys``,
+    ``unexpected_keys``) with differences, naming the first keys, their counts and the fix; with
+    ``allow_missing_weights`` log that instead. Returns ``report``."""
+    missing, unexpected, files = report["missing_keys"], report["unexpected_keys"], report["files"]
+    if not missing and not unexpected:
+        return report
+    where = files[0] if len(files) == 1 else f"{Path(files[0]).parent} ({len(files)} shards)"
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} tensors of the model are missing ({_loading_listed(missing)})")
+    if unexpected:
+        problems.append(f"{len(unexpected)} tensors in the file are not in the model ({_loading_listed(unexpected)})")
+    model_class = report["model_class"]
+    summary = f"{where} does not match {model_class}, the model its config.json describes: {'; '.join(problems)}."
+    if allow_missing_weights:
+        logger.warning(
+            "%s Loading it anyway (allow_missing_weights): missing tensors are randomly initialised, so results "
+            "computed from this model say nothing about the checkpoint.", summary
+        )
+        return report
+    raise CheckpointWeightsError(
+        f"{summary} Loading it would leave the missing tensors randomly initialised and every number computed "
+        "from it meaningless. Fix: point at the complete checkpoint (save it again with save_pretrained, or "
+        "copy / download its weights again); to load it anyway, pass --allow-missing-weights "
+        "(allow_missing_weights=True)."
+    )
+
+
+def check_checkpoint_weights(
+    name_or_path: str | Path,
+    *,
+    auto_class: str = "AutoModel",
+    allow_missing_weights: bool = False,
+    trust_remote_code: bool = True,
+) -> dict | None:
+    """Refuse a checkpoint whose weights miss or add tensors of the model it declares, before loading it.
+
+    ``name_or_path``: a transformers folder, a sentence-transformers folder (its Transformer module is
+    checked, with the Auto class of its ``transformer_task``) or a Hub id (files from the cache or the
+    Hub). ``auto_class``: what the caller loads it with when the folder does not say (``AutoModel`` for
+    encoders, ``AutoModelForSequenceClassification`` for cross-encoders). The model is built on the meta
+    device (no memory, no weights read), and only the weight files' headers are read.
+
+    Raises :class:`CheckpointWeightsError` (a ``ValueError``) naming the first missing / unexpected keys,
+    their counts and the fix; with ``allow_missing_weights=True`` it logs that instead (the transformers
+    load report follows) and the caller loads the partial model. An unreadable weights file (truncated,
+    corrupt) is always an error naming the file. Returns ``{"files", "model_class", "ours", "missing_keys",
+    "unexpected_keys"}``, or ``None`` when there is nothing to check (no transformers weights).
+    """
+    name_or_path = str(name_or_path)
+    module = _loading_transformer_module(name_or_path)
+    if module is None:
+        return None
+    subfolder, task = module
+    found = checkpoint_tensor_names(name_or_path, subfolder)
+    if found is None:
+        return None
+    files, keys = found
+    auto = getattr(transformers, _LOADING_AUTO_CLASSES.get(task or "", auto_class))
+    config_kwargs = {"subfolder": subfolder} if subfolder else {}
+    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **config_kwargs)
+    with torch.device("meta"):
+        model = auto.from_config(config, trust_remote_code=trust_remote_code)
+    missing, unexpected = expected_loading_differences(model, keys)
+    report = {
+        "files": files,
+        "model_class": type(model).__name__,
+        "ours": is_ours(config),
+        "missing_keys": sorted(missing),
+        "unexpected_keys": sorted(unexpected),
+    }
+    return refuse_differences(report, allow_missing_weights=allow_missing_weights)
+
+
+def from_pretrained_kwargs(report: dict | None, allow_missing_weights: bool) -> dict:
+    """What ``from_pretrained`` needs to load the checkpoint that :func:`check_checkpoint_weights` reported.
+
+    Our model classes refuse missing weights themselves (``StrictLoadingMixin`` in their remote code); when
+    the caller allowed a partial checkpoint of ours, they must be told so (other classes take no such flag).
+    """
+    if allow_missing_weights and report and report.get("ours") and report["missing_keys"]:
+        return {"allow_missing_weights": True}
+    return {}
+
+
+__all__ = [
+    "CheckpointWeightsError",
+    "check_checkpoint_weights",
+    "checkpoint_tensor_names",
+    "expected_loading_differences",
+    "from_pretrained_kwargs",
+    "loaded_differences",
+    "refuse_differences",
+    "safetensors_sizes",
+]
