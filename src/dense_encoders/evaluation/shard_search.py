@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.embedding_shards import EmbeddingShards, differing_settings, file_sha256, read_json
+from ..data.embedding_shards import EmbeddingShards, differing_settings, file_sha256, read_record
 from .search import _NORMALIZE_EPS, RunningTopK, _score_block, _validate_k
 
 logger = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def open_faiss_index(path: str | Path) -> tuple[object, dict, EmbeddingShards]:
     """``(index, its record, the shards it indexes)``; a record that no longer matches its shards is refused."""
     faiss = _faiss()
     path = Path(path)
-    record = read_json(path.with_suffix(".json"))
+    record = read_record(path.with_suffix(".json"))
     if not path.is_file() or record is None:
         raise FileNotFoundError(f"{path} (with {path.with_suffix('.json').name}) does not exist: build it with "
                                 "`dense-encoders index SHARDS --faiss ...`")
