@@ -38,11 +38,11 @@ from ..hub.checkpoint_folder import (
     is_ours,
     native_pipeline,
 )
+from ..vectors import refuse_mean_pooling_of_tite
 
 logger = logging.getLogger(__name__)
 
 POOLING_MODES = ("cls", "mean")
-SUPPORTED_SIMILARITIES = ("cosine", "dot")
 
 
 def load_sentence_transformer(
@@ -82,8 +82,7 @@ def load_sentence_transformer(
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     ours = is_ours(config)
     similarity = native_pipeline(config)[1] if ours else None
-    if config.model_type == "tite" and pooling == "mean":
-        raise ValueError("TITE returns one vector per text (pooler_output); use pooling='cls' (or leave it unset)")
+    refuse_mean_pooling_of_tite(config.model_type, pooling, "pooling='cls' (or leave it unset)")
     if pooling is None:
         if not ours:
             raise ValueError(
