@@ -47,7 +47,8 @@ REPAIR = "run the `dense-encoders encode` command that wrote the folder again to
 
 @dataclass(frozen=True)
 class TextSource:
-    """A file of texts with ids: ``kind`` is ``beir`` (jsonl with ``_id``), ``tsv`` or ``lines``."""
+    """A file of texts with ids: ``kind`` is ``beir`` (jsonl read by
+    :func:`~dense_encoders.data.retrieval.corpus_record` / ``query_record``), ``tsv`` or ``lines``."""
 
     path: Path
     kind: str
@@ -71,7 +72,7 @@ def text_source(path: str | Path, side: str = "document") -> TextSource:
         raise FileNotFoundError(f"{path} does not exist: give a BEIR folder, a .jsonl, a .tsv or a .txt file")
     kinds = {".jsonl": "beir", ".tsv": "tsv", ".txt": "lines"}
     if path.suffix not in kinds:
-        raise ValueError(f"{path}: texts come as .jsonl (BEIR, with _id), .tsv (id<TAB>text) or .txt (one per "
+        raise ValueError(f"{path}: texts come as .jsonl (BEIR, with _id or id), .tsv (id<TAB>text) or .txt (one per "
                          f"line), not {path.suffix or 'a file without suffix'}")
     return TextSource(path, kinds[path.suffix], side)
 

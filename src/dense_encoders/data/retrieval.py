@@ -1,8 +1,8 @@
 """Retrieval data: BEIR folders (corpus, queries, qrels), TREC qrels, plain (query, positive) pairs, graded
 sentence pairs (STSB-style, thresholded into a retrieval task).
 
-A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``,
-``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score`` with a header). Every malformed
+A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``; ``id`` / ``docid`` and ``contents``
+are read too, :func:`corpus_record`), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score`` with a header). Every malformed
 line raises :class:`~dense_encoders.data.format.DataFormatError` naming the file and the line number.
 """
 
