@@ -28,7 +28,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 
-from dense_encoders.evaluation import evaluate_retrieval, load_beir  # noqa: E402
+from dense_encoders.data.retrieval import load_beir  # noqa: E402
+from dense_encoders.evaluation import evaluate_retrieval  # noqa: E402
 from dense_encoders.trainer.distillation import (  # noqa: E402
     DistillationArguments,
     DistillationSetup,

@@ -17,7 +17,8 @@ from safetensors.numpy import save_file
 from transformers import BertConfig, BertModel
 
 from dense_encoders.cli import main
-from dense_encoders.evaluation import RetrievalDataset, RetrievalEncoder, evaluate_retrieval
+from dense_encoders.data.retrieval import RetrievalDataset
+from dense_encoders.evaluation import RetrievalEncoder, evaluate_retrieval
 from dense_encoders.checkpoints.weights import CheckpointWeightsError
 
 DOCUMENTS = [

@@ -114,6 +114,24 @@ def test_streaming_equals_eager(tmp_path):
     assert rows(load_corpus(tmp_path, streaming=True)) == TXT_DOCS + RECORD_DOCS + ["last one"]
 
 
+def test_pretraining_reads_a_corpus_as_evaluation_and_encoding_do(tmp_path):
+    """One record reader: a corpus of ``id``/``contents`` lines (Pyserini's layout) is the same documents for
+    pre-training (eager and streamed), for evaluation (read_corpus_jsonl) and for encoding (iterate_texts)."""
+    from dense_encoders.data.embedding_shards import iterate_texts, text_source
+    from dense_encoders.data.format import document_text
+    from dense_encoders.data.retrieval import read_corpus_jsonl
+
+    records = [{"id": "a", "contents": "first text", "title": "T"}, {"id": 2, "contents": "second"},
+               {"docid": "c", "text": "third", "title": 1999}]
+    path = write_jsonl(tmp_path / "corpus.jsonl", records)
+    expected = ["T first text", "second", "1999 third"]
+    assert load_corpus(path)["text"] == expected
+    assert rows(load_corpus(path, streaming=True)) == expected
+    assert [document_text(d) for d in read_corpus_jsonl(path).values()] == expected
+    assert [text for _, text in iterate_texts(text_source(path))] == expected
+    assert list(read_corpus_jsonl(path)) == ["a", "2", "c"]
+
+
 # ----------------------------------------------------------------------------- errors
 
 
@@ -125,12 +143,12 @@ def test_malformed_json_line_names_file_and_line(tmp_path):
 
 
 def test_missing_text_field_names_file_and_line(tmp_path):
-    path = write_jsonl(tmp_path / "c.jsonl", [{"text": "ok"}, {"contents": "no text"}])
+    path = write_jsonl(tmp_path / "c.jsonl", [{"text": "ok"}, {"body": "no text"}])
     where = re.escape(str(path))
-    message = rf"{where}:2: record has no 'text' field \(fields: \['contents'\]\).*text_field="
+    message = rf"{where}:2: missing field 'text' or 'contents' \(fields: \['body'\]\).*text_field="
     with pytest.raises(ValueError, match=message):
         load_corpus(path)
-    with pytest.raises(ValueError, match=rf"{where}:1: record has no 'body' field"):
+    with pytest.raises(ValueError, match=rf"{where}:1: missing field 'body' \(fields: \['text'\]\)"):
         list(load_corpus(path, text_field="body", streaming=True))
     path.write_text('{"text": "ok"}\n["not", "an", "object"]\n', encoding="utf-8")
     with pytest.raises(ValueError, match=rf"{where}:2: expected a JSON object per line, got list"):
@@ -148,7 +166,7 @@ def test_streamed_errors_count_lines_from_1_like_file_errors(tmp_path):
     cases = {
         '{"text": "ok"}\n\n{"text": "broken"\n{"text": "later"}\n': r"3: not valid JSON",
         '{"text": "ok"}\n{"text": "fine"}\n{"text": 3}\n': r"3: field 'text' must be a string, got int",
-        '{"text": "ok"}\n{"text": "fine"}\n{"body": "x"}\n': r"3: record has no 'text' field \(fields: \['body'\]\)",
+        '{"text": "ok"}\n{"text": "fine"}\n{"body": "x"}\n': r"3: missing field 'text' or 'contents' \(fields: \['body'\]\)",
     }
     for content, problem in cases.items():
         path.write_text(content, encoding="utf-8")

@@ -332,6 +332,51 @@ def test_encode_index_search_and_evaluate_from_the_command_line(model, tmp_path,
     assert "missing): encode this corpus" in capsys.readouterr().err
 
 
+def test_encode_and_evaluate_read_the_same_id_contents_corpus(model, tmp_path):
+    """A corpus of ``id`` / ``contents`` lines (Pyserini's layout) is read alike by ``encode`` and by ``evaluate``:
+    encode + search writes the run evaluate writes (same documents, same scores), and ir_measures scores that
+    run as evaluate reports it."""
+    import ir_measures
+
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    texts = sorted({" ".join(WORDS[(i * step) % len(WORDS)] for step in (1, 5, 7)) + f" {WORDS[i % 3]}"
+                    for i in range(40)})
+    with open(beir / "corpus.jsonl", "w", encoding="utf-8") as handle:
+        for i, text in enumerate(texts):
+            record = {"id": f"p{i}", "contents": text} if i % 2 else {"id": i, "title": "a title", "contents": text}
+            handle.write(json.dumps(record) + "\n")
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "text": f"{WORDS[i]} {WORDS[i + 2]}"})
+                                                + "\n" for i in range(6)))
+    doc_id = [str(i) if i % 2 == 0 else f"p{i}" for i in range(len(texts))]
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\t{doc_id[(i * 5) % len(texts)]}\t1\nq{i}\t{doc_id[(i * 3 + 1) % len(texts)]}\t2\n" for i in range(6)))
+    k = len(texts)
+    emb, queries = tmp_path / "emb", tmp_path / "queries"
+    assert main(["encode", str(model), str(beir), "--output", str(emb), "--dtype", "float32", "--no-progress"]) == 0
+    assert main(["encode", str(model), str(beir), "--queries", "--output", str(queries), "--dtype", "float32",
+                 "--no-progress"]) == 0
+    assert main(["search", str(emb), str(queries), "--k", str(k), "--output", str(tmp_path / "search.trec"),
+                 "--no-progress"]) == 0
+    assert main(["evaluate", str(model), str(beir), "--k", str(k), "--output", str(tmp_path / "results.json"),
+                 "--run-output", str(tmp_path / "evaluate.trec"), "--no-progress"]) == 0
+
+    searched, evaluated = read_trec_run(tmp_path / "search.trec"), read_trec_run(tmp_path / "evaluate.trec")
+    assert searched.keys() == evaluated.keys() == {f"q{i}" for i in range(6)}
+    for query, documents in searched.items():
+        assert documents.keys() == evaluated[query].keys() == set(doc_id)
+        for document, score in documents.items():
+            assert score == pytest.approx(evaluated[query][document], abs=1e-5)
+    qrels = [ir_measures.Qrel(q, d, int(g)) for q, d, g in
+             (line.split("\t") for line in (beir / "qrels" / "test.tsv").read_text().splitlines()[1:])]
+    run = [ir_measures.ScoredDoc(q, d, s) for q, documents in searched.items() for d, s in documents.items()]
+    reference = ir_measures.calc_aggregate([ir_measures.nDCG @ 10, ir_measures.RR @ 10, ir_measures.R @ 100], qrels, run)
+    reported = json.loads((tmp_path / "results.json").read_text())["metrics"]
+    assert reported["ndcg@10"] == pytest.approx(reference[ir_measures.nDCG @ 10], abs=1e-4)
+    assert reported["mrr@10"] == pytest.approx(reference[ir_measures.RR @ 10], abs=1e-4)
+    assert reported["recall@100"] == pytest.approx(reference[ir_measures.R @ 100], abs=1e-4)
+
+
 # ---- memory --------------------------------------------------------------------------------------------
 
 

@@ -244,7 +244,7 @@ def tiny_beir(tmp_path):
 
 
 def test_bm25_triplets_use_unjudged_bm25_candidates(tiny_beir):
-    from dense_encoders.evaluation import load_beir
+    from dense_encoders.data.retrieval import load_beir
     from dense_encoders.data.bm25 import bm25_run, mine_bm25_triplets
 
     folder, corpus, queries, qrels = tiny_beir

@@ -6,16 +6,15 @@ import json
 
 import pytest
 
-from dense_encoders.evaluation import (
-    DataFormatError,
+from dense_encoders.data.format import DataFormatError
+from dense_encoders.data.retrieval import (
     load_beir,
     load_dataset_for_evaluation,
     load_pairs,
     read_beir_qrels,
     read_trec_qrels,
-    read_trec_run,
-    write_trec_run,
 )
+from dense_encoders.data.runs import read_trec_run, write_trec_run
 
 
 def write_beir(folder, corpus, queries, qrels, split="test"):

@@ -13,15 +13,15 @@ import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
 
 from dense_encoders.cli import main
+from dense_encoders.data.retrieval import RetrievalDataset
+from dense_encoders.data.runs import read_trec_run
 from dense_encoders.evaluation import (
-    RetrievalDataset,
     RetrievalEncoder,
     compute_metrics,
     evaluate_retrieval,
     holm_bonferroni,
     load_results,
     paired_t_test,
-    read_trec_run,
 )
 from dense_encoders.evaluation.harness import compare_systems
 

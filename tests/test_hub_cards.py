@@ -25,7 +25,8 @@ def run_snippets(card_text: str) -> list[np.ndarray]:
 
 @pytest.fixture
 def distilled_tite(tmp_path, tok):
-    from dense_encoders.evaluation import RetrievalDataset, evaluate_retrieval, save_results
+    from dense_encoders.data.retrieval import RetrievalDataset
+    from dense_encoders.evaluation import evaluate_retrieval, save_results
     from dense_encoders.models.tite import TiteModel
     from dense_encoders.models.tite.presets import tite_preset
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from huggingface_hub import ModelCard
 
-from dense_encoders.evaluation import load_beir
+from dense_encoders.data.retrieval import load_beir
 from dense_encoders.quickstart import default_data, format_summary, run_quickstart
 
 

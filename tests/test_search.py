@@ -91,14 +91,14 @@ def test_duplicated_documents_lower_index_first_across_chunks(similarity):
 def test_exact_search_never_builds_more_than_one_block(monkeypatch, random_data):
     queries, documents = random_data
     shapes = []
-    original = search_module._score_block
+    original = search_module.score_block
 
     def spy(query_block, document_block):
         block = original(query_block, document_block)
         shapes.append(tuple(block.shape))
         return block
 
-    monkeypatch.setattr(search_module, "_score_block", spy)
+    monkeypatch.setattr(search_module, "score_block", spy)
     result = exact_search(queries, documents, 5, similarity="dot", query_chunk_size=3, document_chunk_size=7)
     assert_matches_reference(result, reference_topk(queries, documents, 5, "dot"))
     assert len(shapes) == math.ceil(10 / 3) * math.ceil(50 / 7)

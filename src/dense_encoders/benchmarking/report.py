@@ -16,7 +16,7 @@ from transformers import BertConfig
 
 from .flops import bert_macs
 from .plot import plot
-from .rows import _build_rows, _check_attention, _Row, _shape_name, _tite_configs, bert_base_config, default_presets
+from .rows import Row, bert_base_config, build_rows, check_attention, default_presets, shape_name, tite_preset_configs
 from .timing import (
     DeviceBatches,
     device_name,
@@ -96,9 +96,7 @@ def efficiency_report(
     sizes = dict(num_queries=num_queries, query_batch=query_batch, num_docs=num_docs, doc_batch=doc_batch,
                  rounds=rounds, max_length=max_length, query_length=query_length)
     bert_config = _check_settings(device, dtype, weights_dtype, attn, sizes, warmup, bert_config)
-    tite_configs = _tite_configs(default_presets(max_length) if presets is None else presets, max_length)
-    if cuda_graphs:  # each TITE row once more, replaying CUDA graphs (TiteConfig.cuda_graphs)
-        tite_configs = _with_cuda_graphs(tite_configs)
+    tite_configs = _tite_rows(presets, max_length, cuda_graphs)
     if lengths is not None and not isinstance(lengths, Mapping):
         lengths = load_lengths(lengths, tokenizer)
     if command is None:
@@ -106,28 +104,13 @@ def efficiency_report(
     if threads:
         torch.set_num_threads(threads)
     say = _progress_printer(progress)
-
     workloads = build_workloads(seed, lengths, num_queries, query_batch, num_docs, doc_batch, query_length,
                                 max_length)
-    ordered = {name: length_sorted_batches(batches, size)[0] for name, (_, batches, size) in workloads.items()}
-    rows = _build_rows(bert_config, tite_configs, attn, seed)
-    weights = {"fp32": torch.float32, "bf16": torch.bfloat16}[weights_dtype]
-    for row in rows:
-        row.model.to(device=device, dtype=weights).eval()  # "as deployed"
-    batches = DeviceBatches(workloads, ordered, device)
-    say(f"built {len(rows)} models; warming up")
-    warm_up(rows, batches, device, dtype, warmup)
-    syncs = forward_syncs(rows, batches, device, dtype)
-    texts = {name: len(workload[0]) for name, workload in workloads.items()}
-    times, pressure, timed = timed_rounds(rows, batches, texts, rounds, device, dtype, say)
-
+    rows = build_rows(bert_config, tite_configs, attn, seed)
+    timing = _measure(workloads, rows, device, dtype, weights_dtype, warmup, rounds, say)
     config = _report_config(device, dtype, weights_dtype, attn, sizes, warmup, seed, bert_config, rows, lengths,
-                            timed=timed, pressure=pressure)
-    results = _empty_results(command, config, rows)
-    for name, (lengths_, random_batches, _) in workloads.items():
-        measured = _Measured(lengths_, random_batches, ordered[name], times[name], syncs[name])
-        results["workloads"][name], results["de2_vs_source"][name] = _workload_results(
-            measured, rows, bert_config, max_length)
+                            timed=timing["timed"], pressure=timing["pressure"])
+    results = _results(_empty_results(command, config, rows), workloads, rows, timing, bert_config, max_length)
     if pooling:
         if device.type == "cuda":
             say("pooling kernel bandwidth")
@@ -137,12 +120,40 @@ def efficiency_report(
     return results
 
 
+def _results(results: dict, workloads: dict, rows: list[Row], timing: dict, bert_config: BertConfig,
+             max_length: int) -> dict:
+    """``results`` with every workload's per-row results and DE-2-vs-source ratios filled in."""
+    for name, (lengths, random_batches, _) in workloads.items():
+        measured = _Measured(lengths, random_batches, timing["ordered"][name], timing["times"][name],
+                             timing["syncs"][name])
+        results["workloads"][name], results["de2_vs_source"][name] = _workload_results(
+            measured, rows, bert_config, max_length)
+    return results
+
+
+def _measure(workloads: dict, rows: list[Row], device: torch.device, dtype: str | None, weights_dtype: str,
+             warmup: int, rounds: int, say: Callable[[str], None]) -> dict:
+    """``rows`` cast and moved "as deployed", warmed up, their host syncs counted and their rounds timed:
+    ``{"ordered": length-sorted batches, "syncs", "times", "pressure", "timed"}``, per workload."""
+    ordered = {name: length_sorted_batches(batches, size)[0] for name, (_, batches, size) in workloads.items()}
+    weights = {"fp32": torch.float32, "bf16": torch.bfloat16}[weights_dtype]
+    for row in rows:
+        row.model.to(device=device, dtype=weights).eval()  # "as deployed"
+    batches = DeviceBatches(workloads, ordered, device)
+    say(f"built {len(rows)} models; warming up")
+    warm_up(rows, batches, device, dtype, warmup)
+    syncs = forward_syncs(rows, batches, device, dtype)
+    texts = {name: len(workload[0]) for name, workload in workloads.items()}
+    times, pressure, timed = timed_rounds(rows, batches, texts, rounds, device, dtype, say)
+    return {"ordered": ordered, "syncs": syncs, "times": times, "pressure": pressure, "timed": timed}
+
+
 def _check_settings(device: torch.device, dtype: str, weights_dtype: str, attn: str, sizes: dict, warmup: int,
                     bert_config: BertConfig | None) -> BertConfig:
     """Refuse impossible settings before anything is built; returns the baseline's BERT config."""
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda: no CUDA device is available to this torch build")
-    _check_attention(attn, device, "bf16" if "bf16" in (dtype, weights_dtype) else "fp32")
+    check_attention(attn, device, "bf16" if "bf16" in (dtype, weights_dtype) else "fp32")
     for name, value in sizes.items():
         if value < 1:
             raise ValueError(f"{name}={value}: must be >= 1")
@@ -155,6 +166,13 @@ def _check_settings(device: torch.device, dtype: str, weights_dtype: str, attn: 
     if bert_config.max_position_embeddings < max_length:
         raise ValueError(f"bert_config has {bert_config.max_position_embeddings} positions < max_length={max_length}")
     return bert_config
+
+
+def _tite_rows(presets: Sequence[str] | Mapping[str, object] | None, max_length: int, cuda_graphs: bool) -> dict:
+    """The TITE configs to time, by label: the presets (default: :func:`default_presets`), each once more
+    replaying CUDA graphs (``TiteConfig.cuda_graphs``) when ``cuda_graphs``."""
+    tite_configs = tite_preset_configs(default_presets(max_length) if presets is None else presets, max_length)
+    return _with_cuda_graphs(tite_configs) if cuda_graphs else tite_configs
 
 
 def _with_cuda_graphs(tite_configs: dict) -> dict:
@@ -195,7 +213,7 @@ def _lengths_info(lengths: Mapping | None) -> dict | None:
 
 
 def _report_config(device: torch.device, dtype: str, weights_dtype: str, attn: str, sizes: dict, warmup: int,
-                   seed: int, bert_config: BertConfig, rows: list[_Row], lengths: Mapping | None, *,
+                   seed: int, bert_config: BertConfig, rows: list[Row], lengths: Mapping | None, *,
                    timed: float, pressure: list) -> dict:
     """The ``config`` section of the results: the run's settings, machine and versions."""
     import transformers
@@ -215,8 +233,8 @@ def _report_config(device: torch.device, dtype: str, weights_dtype: str, attn: s
         "query_length": sizes["query_length"],
         "max_length": sizes["max_length"],
         "seed": seed,
-        "bert_shape": _shape_name(bert_config),
-        "bert_base_shaped": _shape_name(bert_config) == "BERT-base",
+        "bert_shape": shape_name(bert_config),
+        "bert_base_shaped": shape_name(bert_config) == "BERT-base",
         "baseline": rows[0].name,
         "sorted_baseline": next(row.name for row in rows if row.length_sorted),
         "lengths": _lengths_info(lengths),
@@ -228,7 +246,7 @@ def _report_config(device: torch.device, dtype: str, weights_dtype: str, attn: s
     }
 
 
-def _empty_results(command: str, config: dict, rows: list[_Row]) -> dict:
+def _empty_results(command: str, config: dict, rows: list[Row]) -> dict:
     return {
         "command": command,
         "config": config,
@@ -253,7 +271,7 @@ class _Measured:
     syncs: dict[str, int | None]
 
 
-def _workload_results(measured: _Measured, rows: list[_Row], bert_config: BertConfig, max_length: int
+def _workload_results(measured: _Measured, rows: list[Row], bert_config: BertConfig, max_length: int
                       ) -> tuple[dict, dict]:
     """One workload's results (statistics, the baseline's padded GMACs, one entry per row) and DE-2 vs its
     source on it."""
@@ -281,7 +299,7 @@ def _workload_results(measured: _Measured, rows: list[_Row], bert_config: BertCo
     return workload, {"ratio": ratio, "flop_bound_ratio": bound, "efficiency": ratio / bound}
 
 
-def _row_entry(row: _Row, summary: dict, measured: _Measured, baseline: str, sorted_baseline: str,
+def _row_entry(row: Row, summary: dict, measured: _Measured, baseline: str, sorted_baseline: str,
                bert: dict) -> dict:
     """One row's speed, its ratios to both baselines, its FLOP bounds (``bert``: the baseline's MACs at real
     lengths, on the padded and on the length-sorted padded batches) and efficiencies on one workload."""

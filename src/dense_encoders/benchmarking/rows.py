@@ -66,7 +66,7 @@ def _reaches(settings: Mapping, max_length: int) -> bool:
 
 
 @dataclass
-class _Row:
+class Row:
     name: str
     kind: str  # baseline | condenser | tite | source | infused
     model: torch.nn.Module
@@ -97,7 +97,7 @@ def _mean(model, batch):
     return mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
 
 
-def _shape_name(config: BertConfig) -> str:
+def shape_name(config: BertConfig) -> str:
     base = all(getattr(config, key) == value for key, value in BERT_BASE_SHAPE.items())
     return "BERT-base" if base else f"BERT {config.num_hidden_layers}x{config.hidden_size}"
 
@@ -109,7 +109,7 @@ def _checked(model: torch.nn.Module, name: str, attn: str) -> torch.nn.Module:
     return model
 
 
-def _tite_configs(presets, max_length: int) -> dict:
+def tite_preset_configs(presets, max_length: int) -> dict:
     from ..models.tite.configuration_tite import TiteConfig
     from ..models.tite.presets import TINY_PRESETS, TITE_PRESETS, tite_preset
 
@@ -134,14 +134,14 @@ def _tite_configs(presets, max_length: int) -> dict:
     return configs
 
 
-def _build_rows(bert_config: BertConfig, tite_configs: dict, attn: str, seed: int) -> list[_Row]:
+def build_rows(bert_config: BertConfig, tite_configs: dict, attn: str, seed: int) -> list[Row]:
     from transformers import BertForSequenceClassification, BertModel
 
     from ..models.condenser import CondenserConfig, CondenserModel
     from ..models.infused import InfusedDualEncoderModel
     from ..models.tite.modeling_tite import TiteModel
 
-    shape = _shape_name(bert_config)
+    shape = shape_name(bert_config)
     layers = bert_config.num_hidden_layers
     settings = {key: getattr(bert_config, key) for key in (
         "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings")}
@@ -152,21 +152,21 @@ def _build_rows(bert_config: BertConfig, tite_configs: dict, attn: str, seed: in
 
     torch.manual_seed(seed)
     bert = BertModel._from_config(BertConfig(**settings), attn_implementation="sdpa", add_pooling_layer=False)
-    rows = [_Row(f"{shape} (BertModel, sdpa)", "baseline", _checked(bert, "BertModel", "sdpa"), bert_cost, _cls),
+    rows = [Row(f"{shape} (BertModel, sdpa)", "baseline", _checked(bert, "BertModel", "sdpa"), bert_cost, _cls),
             # the same model, fed length-sorted batches as sentence-transformers' encode does
-            _Row(f"{shape} (BertModel, sdpa, sorted)", "baseline_sorted", bert, bert_cost, _cls, length_sorted=True)]
+            Row(f"{shape} (BertModel, sdpa, sorted)", "baseline_sorted", bert, bert_cost, _cls, length_sorted=True)]
 
     torch.manual_seed(seed)
     condenser_config = CondenserConfig(**settings, skip_from=max(1, layers // 2), n_head_layers=2)
     condenser = CondenserModel._from_config(condenser_config, attn_implementation=attn)
-    rows.append(_Row("Condenser (CondenserModel)", "condenser", _checked(condenser, "CondenserModel", attn),
+    rows.append(Row("Condenser (CondenserModel)", "condenser", _checked(condenser, "CondenserModel", attn),
                      bert_cost, _pooler))
 
     for name, config in tite_configs.items():
         config = copy.deepcopy(config)  # the attention choice stays ours
         config._attn_implementation = attn
         torch.manual_seed(seed)
-        rows.append(_Row(name, "tite", _checked(TiteModel(config), name, attn),
+        rows.append(Row(name, "tite", _checked(TiteModel(config), name, attn),
                          lambda length, config=config: tite_macs(config, length), _pooler))
 
     torch.manual_seed(seed)
@@ -175,14 +175,14 @@ def _build_rows(bert_config: BertConfig, tite_configs: dict, attn: str, seed: in
     de2 = InfusedDualEncoderModel.from_cross_encoder(cross_encoder, num_copied_layers=1, num_new_layers=1)
     source = cross_encoder.bert
     source.pooler = None  # the classification head's pooler is not part of encoding
-    rows.append(_Row(f"DE-2 source ({layers}-layer {shape} cross-encoder)", "source",
+    rows.append(Row(f"DE-2 source ({layers}-layer {shape} cross-encoder)", "source",
                      _checked(source, "the cross-encoder", attn), bert_cost, _mean))
-    rows.append(_Row(f"DE-2 (from a {layers}-layer {shape} cross-encoder)", "infused",
+    rows.append(Row(f"DE-2 (from a {layers}-layer {shape} cross-encoder)", "infused",
                      _checked(de2, "DE-2", attn), lambda length: infused_macs(de2.config, length), _pooler))
     return rows
 
 
-def _check_attention(attn: str, device: torch.device, dtype: str) -> None:
+def check_attention(attn: str, device: torch.device, dtype: str) -> None:
     if attn not in ATTENTION_CHOICES:
         raise ValueError(f"attn={attn!r}: choose one of {', '.join(ATTENTION_CHOICES)}")
     if attn != "flash_attention_2":

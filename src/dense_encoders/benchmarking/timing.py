@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .rows import _Row
+from .rows import Row
 from .workloads import MAX_LENGTH
 
 DTYPE_CHOICES = ("fp32", "bf16")
@@ -200,7 +200,7 @@ def _gbps(nbytes: int, milliseconds: float) -> float:
     return nbytes / (milliseconds * 1e-3) / 1e9
 
 
-def _time_batch(row: _Row, batch: dict, device: torch.device, dtype: str | None) -> float:
+def _time_batch(row: Row, batch: dict, device: torch.device, dtype: str | None) -> float:
     synchronize(device)
     start = time.perf_counter()
     with torch.inference_mode(), autocast(device, dtype):
@@ -211,13 +211,13 @@ def _time_batch(row: _Row, batch: dict, device: torch.device, dtype: str | None)
     return elapsed
 
 
-def _check_output(row: _Row, output: torch.Tensor, batch: dict) -> None:
+def _check_output(row: Row, output: torch.Tensor, batch: dict) -> None:
     size = batch["input_ids"].shape[0]
     if output.dim() != 2 or output.shape[0] != size or not bool(torch.isfinite(output).all()):
         raise RuntimeError(f"{row.name}: output {tuple(output.shape)} (expected ({size}, width)) or non-finite")
 
 
-def _forward_syncs(row: _Row, batch: dict, device: torch.device, dtype: str | None) -> int | None:
+def _forward_syncs(row: Row, batch: dict, device: torch.device, dtype: str | None) -> int | None:
     """Host syncs of one forward of ``row`` on ``batch`` (CUDA; None elsewhere), outside the timing."""
     outputs = []
 
@@ -244,11 +244,11 @@ class DeviceBatches:
     def count(self, name: str) -> int:
         return len(self.random[name])
 
-    def of(self, row: _Row, name: str, index: int) -> dict:
+    def of(self, row: Row, name: str, index: int) -> dict:
         return (self.sorted if row.length_sorted else self.random)[name][index]
 
 
-def warm_up(rows: list[_Row], batches: DeviceBatches, device: torch.device, dtype: str | None, warmup: int) -> None:
+def warm_up(rows: list[Row], batches: DeviceBatches, device: torch.device, dtype: str | None, warmup: int) -> None:
     """``warmup`` untimed passes per row: on CUDA over every batch shape (cuBLAS / flash / Triton choose
     per shape); on CPU the first query batch and the first 4 texts of the first document batch."""
     for row in rows:
@@ -261,13 +261,13 @@ def warm_up(rows: list[_Row], batches: DeviceBatches, device: torch.device, dtyp
             _time_batch(row, batch, device, dtype)
 
 
-def forward_syncs(rows: list[_Row], batches: DeviceBatches, device: torch.device, dtype: str | None) -> dict:
+def forward_syncs(rows: list[Row], batches: DeviceBatches, device: torch.device, dtype: str | None) -> dict:
     """``{workload: {row name: host syncs of one forward on its first batch}}`` (None off CUDA)."""
     return {name: {row.name: _forward_syncs(row, batches.of(row, name, 0), device, dtype) for row in rows}
             for name in batches.random}
 
 
-def timed_rounds(rows: list[_Row], batches: DeviceBatches, texts: dict[str, int], rounds: int,
+def timed_rounds(rows: list[Row], batches: DeviceBatches, texts: dict[str, int], rounds: int,
                  device: torch.device, dtype: str | None, say: Callable[[str], None]) -> tuple[dict, list, float]:
     """``rounds`` rounds over every workload (``texts``: name -> number of texts); in each, every batch is
     run by every row back to back, the row order rotating from batch to batch and round to round.

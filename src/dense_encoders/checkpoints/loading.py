@@ -29,6 +29,7 @@ from sentence_transformers.sentence_transformer.modules.pooling import Pooling
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
 from ..models.condenser.sentence_transformers_condenser import POOLING_MODES
+from ..vectors import refuse_mean_pooling_of_tite
 from .folder import has_sentence_transformers_files, is_ours, native_pipeline
 from .weights import (
     check_checkpoint_weights,
@@ -199,8 +200,7 @@ def load_sentence_transformer(
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     ours = is_ours(config)
     similarity = native_pipeline(config)[1] if ours else None
-    if config.model_type == "tite" and pooling == "mean":
-        raise ValueError("TITE returns one vector per text (pooler_output); use pooling='cls' (or leave it unset)")
+    refuse_mean_pooling_of_tite(config.model_type, pooling, "pooling='cls' (or leave it unset)")
     if pooling is None:
         if not ours:
             raise ValueError(

@@ -94,17 +94,7 @@ def build_bench_parser():
                         f"(default {DEFAULT_SIZES['rounds']}, {QUICK_SETTINGS['rounds']} with --quick).")
     parser.add_argument("--warmup", type=int, default=1,
                         help="Untimed warm-up passes per model (default: %(default)s).")
-
-    def sizes(name: str) -> str:
-        return (f"(default {DEFAULT_SIZES[name]} on CPU, {CUDA_SIZES[name]} on CUDA, {QUICK_SETTINGS[name]} "
-                "with --quick).")
-
-    parser.add_argument("--num-queries", type=int, help="Queries (32 tokens each, or real lengths with "
-                        "--lengths-from) per round " + sizes("num_queries"))
-    parser.add_argument("--query-batch", type=int, help="Queries per batch " + sizes("query_batch"))
-    parser.add_argument("--num-docs", type=int, help="Documents (length mix up to 512, or real "
-                        "lengths with --lengths-from) per round " + sizes("num_docs"))
-    parser.add_argument("--doc-batch", type=int, help="Documents per batch " + sizes("doc_batch"))
+    _add_workload_sizes(parser, DEFAULT_SIZES, QUICK_SETTINGS)
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the weights and workloads (default: %(default)s).")
     parser.add_argument("--quick", action="store_true",
@@ -118,6 +108,20 @@ def build_bench_parser():
     parser.add_argument("--plot", metavar="PATH", default="bench.png", help="The PNG (default: %(default)s).")
     parser.add_argument("--no-plot", action="store_true", help="Draw no PNG.")
     return parser
+
+
+def _add_workload_sizes(parser, default_sizes: dict, quick_settings: dict) -> None:
+    """--num-queries, --query-batch, --num-docs and --doc-batch, each naming its CPU, CUDA and --quick default."""
+    def sizes(name: str) -> str:
+        return (f"(default {default_sizes[name]} on CPU, {CUDA_SIZES[name]} on CUDA, {quick_settings[name]} "
+                "with --quick).")
+
+    parser.add_argument("--num-queries", type=int, help="Queries (32 tokens each, or real lengths with "
+                        "--lengths-from) per round " + sizes("num_queries"))
+    parser.add_argument("--query-batch", type=int, help="Queries per batch " + sizes("query_batch"))
+    parser.add_argument("--num-docs", type=int, help="Documents (length mix up to 512, or real "
+                        "lengths with --lengths-from) per round " + sizes("num_docs"))
+    parser.add_argument("--doc-batch", type=int, help="Documents per batch " + sizes("doc_batch"))
 
 
 def bench(argv: list[str]) -> int:

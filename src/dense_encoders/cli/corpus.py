@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..vectors import SIMILARITIES
 from .arguments import make_parser, parse
 from .checks import check_device, check_model, positive_int
 
@@ -36,7 +37,7 @@ def build_encode_parser():
     )
     parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel.")
     parser.add_argument("texts", help="A BEIR folder (its corpus.jsonl, or queries.jsonl with --queries), a .jsonl "
-                        "with _id/title/text, a .tsv of id<TAB>text, or a .txt with one text per line (ids: line "
+                        "with _id (or id, docid), title and text (or contents), a .tsv of id<TAB>text, or a .txt with one text per line (ids: line "
                         "numbers from 1).")
     parser.add_argument("--output", required=True, help="Folder of the shards: new, or an unfinished run to continue.")
     parser.add_argument("--queries", action="store_true",
@@ -111,7 +112,7 @@ def build_index_parser():
     parser.add_argument("--train-size", type=positive_int, default=100_000,
                         help="Vectors sampled for training IVF / PQ (default: %(default)s).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the training sample (default: %(default)s).")
-    parser.add_argument("--similarity", choices=["cosine", "dot"], help="Default: what the model declares.")
+    parser.add_argument("--similarity", choices=SIMILARITIES, help="Default: what the model declares.")
     parser.add_argument("--cpu", action="store_true", help="Build on the CPU even when faiss sees GPUs.")
     return parser
 
@@ -158,7 +159,7 @@ def build_search_parser():
                         ".tsv, .txt) encoded with the corpus's model.")
     parser.add_argument("--output", required=True, help="TREC run file to write.")
     parser.add_argument("--k", type=positive_int, default=1000, help="Documents per query (default: %(default)s).")
-    parser.add_argument("--similarity", choices=["cosine", "dot"], help="Default: what the model declares.")
+    parser.add_argument("--similarity", choices=SIMILARITIES, help="Default: what the model declares.")
     parser.add_argument("--nprobe", type=positive_int, help="IVF cells visited per query.")
     parser.add_argument("--ef-search", type=positive_int, help="HNSW search breadth (default: 2 x --k).")
     parser.add_argument("--batch-size", type=positive_int, default=32,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..vectors import SIMILARITIES
 from .arguments import make_parser, parse
 from .checks import add_graded_pair_flags, check_device, check_model, positive_int
 
@@ -40,7 +41,7 @@ def build_evaluate_parser():
                         "tsv with a split column (default: %(default)s).")
     add_graded_pair_flags(parser)
     parser.add_argument("--pooling", choices=["cls", "mean"], help="Pooling of a plain transformers checkpoint.")
-    parser.add_argument("--similarity", choices=["cosine", "dot"], help="Default: what the model declares.")
+    parser.add_argument("--similarity", choices=SIMILARITIES, help="Default: what the model declares.")
     parser.add_argument("--query-prompt", help="Prefix of every query (default: the model's 'query' prompt).")
     parser.add_argument("--document-prompt",
                         help="Prefix of every document (default: the model's 'document' prompt).")

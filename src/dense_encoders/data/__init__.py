@@ -1,7 +1,9 @@
 """Every data file format of the package, for training and evaluation alike, and the collators.
 
 * :mod:`.format`: what every file shares: :class:`DataFormatError` (``file:line``), the JSON-lines
-  reader, and :func:`document_text`, the one place where a document (title + text) becomes a string;
+  reader, :func:`~.format.document_record`, the one reader of a corpus line (evaluation, encoding and
+  pre-training alike), and :func:`document_text`, the one place where a document (title + text) becomes a string;
+* :mod:`.files`: files written atomically and JSON records read back, for every layer;
 * :mod:`.retrieval`: BEIR folders (corpus, queries, qrels), TREC qrels, (query, positive) pairs,
   graded sentence pairs (STSB-style),
   :class:`RetrievalDataset`; :mod:`.runs`: TREC runs; :mod:`.bm25`: BM25 runs and hard negatives;

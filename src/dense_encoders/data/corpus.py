@@ -12,12 +12,13 @@ import os
 import pathlib
 from typing import Any, Optional, Union
 
-from .format import DataFormatError, document_text, json_lines, text_lines
+from .format import DOCUMENT_TEXT_FIELDS, document_record, document_text, json_lines, text_lines
 
-__all__ = ["SUPPORTED_EXTENSIONS", "default_corpus_path", "load_corpus", "tokenize_for_condenser"]
+__all__ = ["JSON_EXTENSIONS", "SUPPORTED_EXTENSIONS", "corpus_files", "default_corpus_path", "load_corpus",
+           "tokenize_for_condenser"]
 
 SUPPORTED_EXTENSIONS = (".txt", ".jsonl", ".json")
-_JSON_EXTENSIONS = (".jsonl", ".json")
+JSON_EXTENSIONS = (".jsonl", ".json")
 
 
 def default_corpus_path() -> pathlib.Path:
@@ -25,7 +26,8 @@ def default_corpus_path() -> pathlib.Path:
     return pathlib.Path(__file__).resolve().parent.parent / "resources" / "tiny_corpus.jsonl"
 
 
-def _resolve_files(source: Union[str, os.PathLike]) -> list[pathlib.Path]:
+def corpus_files(source: Union[str, os.PathLike]) -> list[pathlib.Path]:
+    """The files of a corpus path: the file itself, or the supported files of a folder sorted by name."""
     path = pathlib.Path(source)
     if not path.exists():
         raise FileNotFoundError(f"corpus path {str(path)!r} does not exist")
@@ -49,25 +51,22 @@ def _read_txt(path: pathlib.Path) -> list[str]:
     return [line.strip() for _, line in text_lines(path) if line.strip()]
 
 
-def _read_json_lines(path: pathlib.Path, text_field: str, title_field: Optional[str]) -> list[str]:
+def _read_json_lines(path: pathlib.Path, text_field: Optional[str], title_field: Optional[str]) -> list[str]:
     return list(_json_texts(path, text_field, title_field))
 
 
-def _json_texts(path: pathlib.Path, text_field: str, title_field: Optional[str]):
-    """The document of every record of a JSON-lines file, in order; errors name ``file:line`` (from 1)."""
+def _json_texts(path: pathlib.Path, text_field: Optional[str], title_field: Optional[str]):
+    """The document of every record of a JSON-lines file, in order, read by
+    :func:`~dense_encoders.data.format.document_record` (the reader of evaluation and encoding corpora too):
+    ``text_field``, or ``text`` / ``contents`` when it is None. Errors name ``file:line`` (from 1)."""
+    text_fields = DOCUMENT_TEXT_FIELDS if text_field is None else (text_field,)
+    hint = "; pass text_field=<the field holding the document text>"
     for lineno, record in json_lines(path):
-        if text_field not in record:
-            raise DataFormatError(
-                path, lineno, f"record has no {text_field!r} field (fields: {sorted(record)}); "
-                "pass text_field=<the field holding the document text>"
-            )
-        text = record[text_field]
-        if not isinstance(text, str):
-            raise DataFormatError(path, lineno, f"field {text_field!r} must be a string, got {type(text).__name__}")
-        yield document_text({"title": record.get(title_field) if title_field else None, "text": text})
+        yield document_text(document_record(path, lineno, record, text_fields=text_fields, title_field=title_field,
+                                            hint=hint))
 
 
-def _stream_json_files(files: list[str], text_field: str, title_field: Optional[str]):
+def _stream_json_files(files: list[str], text_field: Optional[str], title_field: Optional[str]):
     """Generator behind streamed JSON-lines corpora: read with :func:`_json_texts`, so a bad record is
     reported as ``file:line`` counted from 1, exactly as when the corpus is read eagerly."""
     for path in files:
@@ -104,13 +103,13 @@ def _from_datasets_object(dataset, text_field: str, title_field: Optional[str], 
     return dataset.map(_to_text, batched=True).select_columns(["text"])
 
 
-def _stream_files(files: list[pathlib.Path], text_field: str, title_field: Optional[str]):
+def _stream_files(files: list[pathlib.Path], text_field: Optional[str], title_field: Optional[str]):
     import datasets
 
     # one load_dataset call per run of same-kind files keeps the sorted file order
     runs: list[tuple[str, list[str]]] = []
     for path in files:
-        kind = "json" if path.suffix.lower() in _JSON_EXTENSIONS else "text"
+        kind = "json" if path.suffix.lower() in JSON_EXTENSIONS else "text"
         if runs and runs[-1][0] == kind:
             runs[-1][1].append(str(path))
         else:
@@ -136,17 +135,20 @@ def _stream_files(files: list[pathlib.Path], text_field: str, title_field: Optio
 def load_corpus(
     source,
     *,
-    text_field: str = "text",
+    text_field: Optional[str] = None,
     title_field: Optional[str] = "title",
     streaming: bool = False,
 ):
     """Load documents as a dataset with exactly one column, ``text``.
 
     ``source``: a ``.txt`` file (one document per non-empty line, stripped), a ``.jsonl``/``.json``
-    file of one JSON object per line (``text_field``; a non-empty ``title_field`` is prepended,
+    file of one JSON object per line, read as evaluation and encoding read a corpus
+    (:func:`~dense_encoders.data.format.document_record`: ``text_field``, by default ``text`` or
+    ``contents``; a non-empty ``title_field`` is prepended,
     BEIR-style ``title + " " + text``: :func:`~dense_encoders.data.format.document_text`, the same
     string evaluation makes of a document), a directory (all supported files in it, sorted by name), or
-    a ``datasets.Dataset``/``IterableDataset`` with a ``text_field`` column (title joined likewise).
+    a ``datasets.Dataset``/``IterableDataset`` with a ``text_field`` column (by default ``text``; title
+    joined likewise).
     Files are read and validated eagerly (errors name ``file:line``) unless ``streaming=True``,
     which returns a lazy ``datasets.IterableDataset`` built with ``datasets.load_dataset``. An
     ``IterableDataset`` source always stays iterable.
@@ -154,7 +156,7 @@ def load_corpus(
     import datasets
 
     if isinstance(source, (datasets.Dataset, datasets.IterableDataset)):
-        return _from_datasets_object(source, text_field, title_field, streaming)
+        return _from_datasets_object(source, text_field or "text", title_field, streaming)
     if isinstance(source, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         raise ValueError(
             f"load_corpus got a dataset dict with splits {list(source)}; pass one split, e.g. source['train']"
@@ -164,12 +166,12 @@ def load_corpus(
             f"unsupported corpus source of type {type(source).__name__}; pass a path to a "
             f"{'/'.join(SUPPORTED_EXTENSIONS)} file, a directory, or a datasets.Dataset/IterableDataset"
         )
-    files = _resolve_files(source)
+    files = corpus_files(source)
     if streaming:
         return _stream_files(files, text_field, title_field)
     texts: list[str] = []
     for path in files:
-        if path.suffix.lower() in _JSON_EXTENSIONS:
+        if path.suffix.lower() in JSON_EXTENSIONS:
             texts.extend(_read_json_lines(path, text_field, title_field))
         else:
             texts.extend(_read_txt(path))

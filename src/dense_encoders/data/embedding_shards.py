@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shlex
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .files import atomic_write, read_json, write_json
 from .format import DataFormatError, UniqueIds, document_text, has_whitespace, json_lines, text_lines
 from .retrieval import beir_ids, corpus_record, query_record
 
@@ -48,7 +47,8 @@ REPAIR = "run the `dense-encoders encode` command that wrote the folder again to
 
 @dataclass(frozen=True)
 class TextSource:
-    """A file of texts with ids: ``kind`` is ``beir`` (jsonl with ``_id``), ``tsv`` or ``lines``."""
+    """A file of texts with ids: ``kind`` is ``beir`` (jsonl read by
+    :func:`~dense_encoders.data.retrieval.corpus_record` / ``query_record``), ``tsv`` or ``lines``."""
 
     path: Path
     kind: str
@@ -72,7 +72,7 @@ def text_source(path: str | Path, side: str = "document") -> TextSource:
         raise FileNotFoundError(f"{path} does not exist: give a BEIR folder, a .jsonl, a .tsv or a .txt file")
     kinds = {".jsonl": "beir", ".tsv": "tsv", ".txt": "lines"}
     if path.suffix not in kinds:
-        raise ValueError(f"{path}: texts come as .jsonl (BEIR, with _id), .tsv (id<TAB>text) or .txt (one per "
+        raise ValueError(f"{path}: texts come as .jsonl (BEIR, with _id or id), .tsv (id<TAB>text) or .txt (one per "
                          f"line), not {path.suffix or 'a file without suffix'}")
     return TextSource(path, kinds[path.suffix], side)
 
@@ -152,20 +152,6 @@ def shard_rows(count: int, shard_size: int, index: int) -> int:
     return min(shard_size, count - index * shard_size)
 
 
-def _atomic_write(path: Path, write) -> None:
-    handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        write(scratch)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(scratch, 0o666 & ~umask)
-        os.replace(scratch, path)
-    finally:
-        if os.path.exists(scratch):
-            os.remove(scratch)
-
-
 def _ids_digest(ids: list[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
 
@@ -179,14 +165,14 @@ def write_shard(folder: Path, index: int, embeddings: np.ndarray, ids: list[str]
     if any(has_whitespace(identifier) or not identifier for identifier in ids):
         raise ValueError(f"shard {index}: an id is empty or contains whitespace")
     folder = Path(folder)
-    _atomic_write(ids_file(folder, index), lambda scratch: Path(scratch).write_text(
+    atomic_write(ids_file(folder, index), lambda scratch: Path(scratch).write_text(
         "".join(identifier + "\n" for identifier in ids), encoding="utf-8"))
     array = np.ascontiguousarray(embeddings, dtype=DTYPES[dtype])
     # one metadata key: safetensors writes a mapping's keys in an order that varies between processes, and a
     # resumed run must write the same bytes
     metadata = {SHARD_METADATA: json.dumps({"rows": len(ids), "ids_sha256": _ids_digest(ids), "shard": index},
                                            sort_keys=True)}
-    _atomic_write(shard_file(folder, index), lambda scratch: save_file({"embeddings": array}, scratch,
+    atomic_write(shard_file(folder, index), lambda scratch: save_file({"embeddings": array}, scratch,
                                                                          metadata=metadata))
 
 
@@ -310,22 +296,13 @@ def _short(value) -> str:
     return text if len(text) <= 24 else text[:12] + "..." + text[-8:]
 
 
-def read_json(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON ({error.msg}, line {error.lineno}): delete the folder's "
-                         "files or choose another --output") from None
-    if not isinstance(value, dict):
+def read_record(path: Path) -> dict | None:
+    """The JSON object of an ``encoding.json`` or ``manifest.json`` (:func:`~dense_encoders.data.files.read_json`),
+    None when the file is missing."""
+    value = read_json(path, fix="delete the folder's files or choose another --output")
+    if value is not None and not isinstance(value, dict):
         raise ValueError(f"{path} is not an embeddings record")
     return value
-
-
-def write_json(path: Path, value: dict) -> None:
-    _atomic_write(Path(path), lambda scratch: Path(scratch).write_text(json.dumps(value, indent=2, sort_keys=True)
-                                                                         + "\n", encoding="utf-8"))
 
 
 def write_manifest(folder: Path, settings: dict, num_shards: int) -> "EmbeddingShards":
@@ -382,7 +359,7 @@ class EmbeddingShards:
         folder = Path(folder)
         if not folder.is_dir():
             raise FileNotFoundError(f"{folder} does not exist: give a folder written by `dense-encoders encode`")
-        manifest = read_json(folder / MANIFEST_FILE)
+        manifest = read_record(folder / MANIFEST_FILE)
         if manifest is None:
             hint = ("it is an unfinished run: run the same `dense-encoders encode` command again to finish it"
                     if (folder / SETTINGS_FILE).is_file() else "it was not written by `dense-encoders encode`")
@@ -470,7 +447,7 @@ __all__ = [
     "file_sha256",
     "ids_file",
     "iterate_texts",
-    "read_json",
+    "read_record",
     "read_shard",
     "read_shard_ids",
     "save_embedding_shards",
@@ -481,7 +458,6 @@ __all__ = [
     "shard_is_complete",
     "shard_rows",
     "text_source",
-    "write_json",
     "write_manifest",
     "write_shard",
 ]

@@ -99,6 +99,30 @@ def string_field(path: Path, line_number: int, record: dict, *names: str, requir
     return None
 
 
+DOCUMENT_ID_FIELDS = ("_id", "id", "docid")
+DOCUMENT_TEXT_FIELDS = ("text", "contents")
+
+
+def document_record(path: Path, line_number: int, record: dict, *, text_fields: tuple[str, ...] = DOCUMENT_TEXT_FIELDS,
+                    title_field: str | None = "title", hint: str = "") -> dict[str, str]:
+    """``{"title", "text"}`` of one JSON line of a corpus: the one reader of a document record, for
+    evaluation (BEIR ``corpus.jsonl``), encoding (embedding shards) and pre-training corpora alike.
+
+    The text is the first of ``text_fields`` present (``text``, else ``contents`` as Pyserini writes it) and
+    must be a JSON string; the title (``title_field``, none when None) is optional, a JSON number is written
+    as a string. A missing text is a DataFormatError naming the line and the record's fields, then ``hint``.
+    """
+    present = next((name for name in text_fields if record.get(name) is not None), None)
+    if present is None:
+        names = " or ".join(repr(name) for name in text_fields)
+        raise DataFormatError(path, line_number, f"missing field {names} (fields: {sorted(record)}){hint}")
+    text = record[present]
+    if not isinstance(text, str):
+        raise DataFormatError(path, line_number, f"field {present!r} must be a string, got {type(text).__name__}")
+    title = string_field(path, line_number, record, title_field, required=False) if title_field else None
+    return {"title": title or "", "text": text}
+
+
 _WHITESPACE = re.compile(r"\s")
 
 
@@ -149,7 +173,10 @@ class UniqueIds:
 
 
 __all__ = [
+    "DOCUMENT_ID_FIELDS",
+    "DOCUMENT_TEXT_FIELDS",
     "DataFormatError",
+    "document_record",
     "UniqueIds",
     "check_id",
     "has_whitespace",

@@ -1,8 +1,8 @@
 """Retrieval data: BEIR folders (corpus, queries, qrels), TREC qrels, plain (query, positive) pairs, graded
 sentence pairs (STSB-style, thresholded into a retrieval task).
 
-A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``,
-``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score`` with a header). Every malformed
+A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``; ``id`` / ``docid`` and ``contents``
+are read too, :func:`corpus_record`), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score`` with a header). Every malformed
 line raises :class:`~dense_encoders.data.format.DataFormatError` naming the file and the line number.
 """
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .format import (
-    DataFormatError, UniqueIds, document_text, is_json_number, json_lines, parses_as_number, require_file,
-    string_field, text_lines,
+    DOCUMENT_ID_FIELDS, DataFormatError, UniqueIds, document_record, document_text, is_json_number, json_lines,
+    parses_as_number, require_file, string_field, text_lines,
 )
 
 logger = logging.getLogger(__name__)
@@ -60,18 +60,17 @@ class RetrievalDataset:
 # --------------------------------------------------------------------------------------------
 
 
-DOCUMENT_ID_FIELDS = ("_id", "id", "docid")
 QUERY_ID_FIELDS = ("_id", "id", "qid")
 
 
 def corpus_record(path: Path, line_number: int, record: dict) -> tuple[str, dict[str, str]]:
     """``(id, {"title", "text"})`` of one line of a BEIR ``corpus.jsonl``: ``_id`` (or ``id``, ``docid``; a
-    JSON number is written as a string), ``text`` (or ``contents``), an optional ``title``. Every reader of
-    a corpus goes through here; the id is checked by :class:`~dense_encoders.data.format.UniqueIds`."""
+    JSON number is written as a string) and the document as
+    :func:`~dense_encoders.data.format.document_record` reads it (``text`` or ``contents``, optional
+    ``title``). Every reader of a corpus with ids goes through here; the id is checked by
+    :class:`~dense_encoders.data.format.UniqueIds`."""
     doc_id = string_field(path, line_number, record, *DOCUMENT_ID_FIELDS)
-    text = string_field(path, line_number, record, "text", "contents")
-    title = string_field(path, line_number, record, "title", required=False) or ""
-    return doc_id, {"title": title, "text": text}
+    return doc_id, document_record(path, line_number, record)
 
 
 def query_record(path: Path, line_number: int, record: dict) -> tuple[str, str]:
@@ -489,7 +488,6 @@ def load_dataset_for_evaluation(
 
 
 __all__ = [
-    "DOCUMENT_ID_FIELDS",
     "QUERY_ID_FIELDS",
     "Qrels",
     "RetrievalDataset",

@@ -1,21 +1,12 @@
 """Retrieval evaluation: encoding with any encoder, exact/FAISS search, ir-measures metrics, significance
 tests, cross-encoder re-ranking, and a results JSON that cards and reports read.
 
-The data it reads (BEIR folders, pairs files, qrels, TREC runs) lives in :mod:`dense_encoders.data`;
-its loaders are re-exported here for convenience.
+The data it reads (BEIR folders, pairs files, qrels, TREC runs) is read by :mod:`dense_encoders.data`:
+``dense_encoders.data.retrieval`` (``load_beir``, ``load_dataset_for_evaluation``, ``RetrievalDataset``, ...),
+``dense_encoders.data.runs`` (``read_trec_run``, ``write_trec_run``) and ``dense_encoders.data.format``
+(``DataFormatError``); import them from there.
 """
 
-from ..data.format import DataFormatError
-from ..data.retrieval import (
-    RetrievalDataset,
-    load_beir,
-    load_dataset_for_evaluation,
-    load_graded_pairs,
-    load_pairs,
-    read_beir_qrels,
-    read_trec_qrels,
-)
-from ..data.runs import read_trec_run, write_trec_run
 from .encoding import EncodedTexts, RetrievalEncoder, load_sentence_transformer
 from .harness import evaluate_retrieval, format_summary, load_results, save_results
 from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
@@ -24,9 +15,7 @@ from .search import exact_search, faiss_search, search, topk_to_run
 
 __all__ = [
     "DEFAULT_MEASURES",
-    "DataFormatError",
     "EncodedTexts",
-    "RetrievalDataset",
     "RetrievalEncoder",
     "compute_metrics",
     "evaluate_retrieval",
@@ -34,19 +23,11 @@ __all__ = [
     "faiss_search",
     "format_summary",
     "holm_bonferroni",
-    "load_beir",
-    "load_dataset_for_evaluation",
-    "load_graded_pairs",
-    "load_pairs",
     "load_results",
     "load_sentence_transformer",
     "paired_t_test",
-    "read_beir_qrels",
-    "read_trec_qrels",
-    "read_trec_run",
     "rerank",
     "save_results",
     "search",
     "topk_to_run",
-    "write_trec_run",
 ]

@@ -31,17 +31,17 @@ from ..data.embedding_shards import (
     differing_settings,
     ids_file,
     iterate_texts,
-    read_json,
+    read_record,
     scan_source,
     shard_count,
     shard_file,
     shard_is_complete,
     shard_rows,
     text_source,
-    write_json,
     write_manifest,
     write_shard,
 )
+from ..data.files import write_json
 from .encoding import RetrievalEncoder
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def my_shards(num_shards: int, rank: int, world: int) -> range:
 def _prepare_folder(output: Path, settings: dict) -> list[str]:
     """Rank 0: a new folder gets ``encoding.json``; an existing run must have the same identity, and a finished
     one is verified (:func:`_reopen_damaged`). Returns the shards that this run must encode again."""
-    recorded = read_json(output / SETTINGS_FILE)
+    recorded = read_record(output / SETTINGS_FILE)
     if recorded is None:
         if output.exists() and any(output.iterdir()):
             raise ValueError(f"{output} is not empty and holds no {SETTINGS_FILE}: choose a new --output (an "

@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +31,9 @@ import numpy as np
 import torch
 
 from ..checkpoints.loading import load_sentence_transformer
+from ..data.files import atomic_write
 
 logger = logging.getLogger(__name__)
-
-SUPPORTED_SIMILARITIES = ("cosine", "dot")
 
 
 def model_fingerprint(model) -> str:
@@ -255,17 +253,7 @@ def _save_atomically(embeddings: np.ndarray, path: Path, metadata: dict[str, str
     from safetensors.numpy import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, scratch = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(handle)
-    try:
-        save_file({"embeddings": embeddings}, scratch, metadata=metadata)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(scratch, 0o666 & ~umask)  # mkstemp creates 0600; the cache is as shareable as any file
-        os.replace(scratch, path)
-    finally:
-        if os.path.exists(scratch):
-            os.remove(scratch)
+    atomic_write(path, lambda scratch: save_file({"embeddings": embeddings}, scratch, metadata=metadata))
 
 
 __all__ = ["EncodedTexts", "RetrievalEncoder", "load_sentence_transformer", "model_fingerprint"]

@@ -27,7 +27,8 @@ import torch
 
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..data.runs import write_trec_run
-from .encoding import SUPPORTED_SIMILARITIES, EncodedTexts, RetrievalEncoder
+from ..vectors import SIMILARITIES
+from .encoding import EncodedTexts, RetrievalEncoder
 from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
 from .search import search, topk_to_run
@@ -66,8 +67,8 @@ def search_and_score(
     """Retrieval metrics of precomputed embeddings (rows in ``dataset``'s query / document order):
     ``(metrics, per_query, run, search_seconds)``. Used by :func:`evaluate_retrieval` and by
     analyses that produce their own embeddings (e.g. layer-wise cross-encoder embeddings)."""
-    if similarity not in SUPPORTED_SIMILARITIES:
-        raise ValueError(f"similarity {similarity!r}: choose one of {SUPPORTED_SIMILARITIES}")
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"similarity {similarity!r}: choose one of {SIMILARITIES}")
     query_ids, doc_ids = dataset.query_ids(), dataset.document_ids()
     if len(query_embeddings) != len(query_ids) or len(document_embeddings) != len(doc_ids):
         raise ValueError(
@@ -241,10 +242,10 @@ def _encoder(model, similarity: str | None, encoder_options: dict) -> tuple[Retr
     if isinstance(model, RetrievalEncoder) and encoder_options:
         raise ValueError(f"encoder options {sorted(encoder_options)} given together with a ready RetrievalEncoder")
     similarity = similarity or encoder.similarity
-    if similarity not in SUPPORTED_SIMILARITIES:
+    if similarity not in SIMILARITIES:
         raise ValueError(
             f"similarity {similarity!r} (declared by the model or given) is not supported for retrieval; "
-            f"pass similarity= one of {SUPPORTED_SIMILARITIES}"
+            f"pass similarity= one of {SIMILARITIES}"
         )
     return encoder, similarity
 

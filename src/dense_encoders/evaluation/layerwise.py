@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
 from ..checkpoints.loading import cross_encoder_model_and_tokenizer, model_and_tokenizer
+from ..models.infused.modeling_infused import mean_pool
 from .harness import search_and_score
 
 MEASURES = {"hits@10": "Success@10", "mrr@10": "RR@10"}
@@ -95,11 +96,9 @@ def layerwise_embeddings(
             )
             keep &= sequence_ids
         hidden = base(**{k: v.to(device) for k, v in batch.items()}, output_hidden_states=True).hidden_states
-        weights = keep.to(device).unsqueeze(-1).float()
-        counts = weights.sum(1).clamp(min=1.0)
+        keep = keep.to(device)
         for layer in layers:
-            pooled = (hidden[layer].float() * weights).sum(1) / counts
-            outputs[layer][indices] = pooled.cpu().numpy()
+            outputs[layer][indices] = mean_pool(hidden[layer].float(), keep).cpu().numpy()
     return outputs
 
 
@@ -130,10 +129,9 @@ def dual_encoder_layerwise_embeddings(
                           return_tensors="pt", return_special_tokens_mask=True)
         keep = batch.pop("special_tokens_mask").eq(0) & batch["attention_mask"].bool()
         hidden = model(**{k: v.to(device) for k, v in batch.items()}, output_hidden_states=True).hidden_states
-        weights = keep.to(device).unsqueeze(-1).float()
-        counts = weights.sum(1).clamp(min=1.0)
+        keep = keep.to(device)
         for layer in layers:
-            outputs[layer][indices] = ((hidden[layer].float() * weights).sum(1) / counts).cpu().numpy()
+            outputs[layer][indices] = mean_pool(hidden[layer].float(), keep).cpu().numpy()
     return outputs
 
 

@@ -73,6 +73,22 @@ def _parse_measures(measures: Mapping[str, str]) -> dict[str, object]:
     return parsed
 
 
+def _evaluated_qrels(qrels: Mapping[str, Mapping[str, int]], relevance_level: int) -> dict[str, dict[str, int]]:
+    """The evaluated queries of ``qrels`` (at least one grade >= ``relevance_level``), in qrels order, ids as
+    strings. ``operator.index`` accepts int-like grades (numpy ints, bools) and rejects floats, which
+    pytrec_eval cannot take."""
+    clean_qrels: dict[str, dict[str, int]] = {}
+    for qid, docs in qrels.items():
+        grades = {str(did): operator.index(grade) for did, grade in docs.items()}
+        if any(grade >= relevance_level for grade in grades.values()):
+            clean_qrels[str(qid)] = grades
+    if not clean_qrels:
+        raise ValueError(
+            f"no query in qrels has a relevant document (grade >= {relevance_level}); nothing to evaluate"
+        )
+    return clean_qrels
+
+
 def compute_metrics(
     qrels: Mapping[str, Mapping[str, int]],
     run: Mapping[str, Mapping[str, float]],
@@ -118,18 +134,7 @@ def compute_metrics(
             for name, measure in parsed.items()
         }
 
-    # Evaluated queries, in qrels order.  operator.index accepts int-like grades
-    # (numpy ints, bools) and rejects floats, which pytrec_eval cannot take.
-    clean_qrels: dict[str, dict[str, int]] = {}
-    for qid, docs in qrels.items():
-        grades = {str(did): operator.index(grade) for did, grade in docs.items()}
-        if any(grade >= relevance_level for grade in grades.values()):
-            clean_qrels[str(qid)] = grades
-    if not clean_qrels:
-        raise ValueError(
-            f"no query in qrels has a relevant document (grade >= {relevance_level}); nothing to evaluate"
-        )
-
+    clean_qrels = _evaluated_qrels(qrels, relevance_level)
     clean_run: dict[str, dict[str, float]] = {}
     for qid, docs in run.items():
         qid = str(qid)

@@ -17,13 +17,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["RunningTopK", "exact_search", "faiss_search", "search", "topk_to_run"]
+from ..vectors import SIMILARITIES
+
+__all__ = ["NORMALIZE_EPS", "RunningTopK", "exact_search", "faiss_search", "score_block", "search", "topk_to_run",
+           "validate_k"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
-SIMILARITIES = ("cosine", "dot")
 BACKENDS = ("exact", "faiss")
-_NORMALIZE_EPS = 1e-12
+NORMALIZE_EPS = 1e-12  # the eps of the L2 normalisation of cosine similarity
 
 
 def _to_float_matrix(x: Any, name: str) -> torch.Tensor:
@@ -40,7 +42,8 @@ def _to_float_matrix(x: Any, name: str) -> torch.Tensor:
     return tensor.to(torch.float32)
 
 
-def _validate_k(k: Any) -> int:
+def validate_k(k: Any) -> int:
+    """``k`` as an int when it is a positive integer (not a bool), else a ValueError."""
     if isinstance(k, bool):
         raise ValueError(f"k must be a positive integer, got {k!r}")
     try:
@@ -60,7 +63,7 @@ def _validate_similarity(similarity: str) -> str:
 
 def _prepare(queries: Any, documents: Any, k: Any, similarity: str) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Shared validation of both backends; returns float32 queries, documents and the clamped k."""
-    k = _validate_k(k)
+    k = validate_k(k)
     _validate_similarity(similarity)
     q = _to_float_matrix(queries, "queries")
     d = _to_float_matrix(documents, "documents")
@@ -81,7 +84,7 @@ def _empty_result(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-def _score_block(query_block: torch.Tensor, document_block: torch.Tensor) -> torch.Tensor:
+def score_block(query_block: torch.Tensor, document_block: torch.Tensor) -> torch.Tensor:
     """Scores of one block: ``[q, d] @ [c, d].T -> [q, c]``. All scoring goes through here."""
     return query_block @ document_block.T
 
@@ -176,8 +179,8 @@ def exact_search(
     if q.shape[0] == 0:
         return _empty_result(q.device)
     if similarity == "cosine":
-        q = F.normalize(q, p=2.0, dim=1, eps=_NORMALIZE_EPS)
-        d = F.normalize(d, p=2.0, dim=1, eps=_NORMALIZE_EPS)
+        q = F.normalize(q, p=2.0, dim=1, eps=NORMALIZE_EPS)
+        d = F.normalize(d, p=2.0, dim=1, eps=NORMALIZE_EPS)
 
     num_queries, num_documents = q.shape[0], d.shape[0]
     query_starts = range(0, num_queries, query_chunk_size)
@@ -190,7 +193,7 @@ def exact_search(
     for q_start in query_starts:
         q_block = q[q_start : q_start + query_chunk_size]
         for d_start in range(0, num_documents, document_chunk_size):
-            best.add(q_start, _score_block(q_block, d[d_start : d_start + document_chunk_size]), d_start)
+            best.add(q_start, score_block(q_block, d[d_start : d_start + document_chunk_size]), d_start)
     return best.result()
 
 

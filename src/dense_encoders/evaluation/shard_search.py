@@ -16,8 +16,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.embedding_shards import EmbeddingShards, differing_settings, file_sha256, read_json
-from .search import _NORMALIZE_EPS, RunningTopK, _score_block, _validate_k
+from ..data.embedding_shards import EmbeddingShards, differing_settings, file_sha256, read_record
+from ..vectors import SIMILARITIES
+from .search import NORMALIZE_EPS, RunningTopK, score_block, validate_k
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def load_query_embeddings(folder: str | Path) -> tuple[list[str], np.ndarray, Em
 
 def _similarity(documents: EmbeddingShards, similarity: str | None) -> str:
     similarity = similarity or documents.settings.get("similarity") or "cosine"
-    if similarity not in ("cosine", "dot"):
+    if similarity not in SIMILARITIES:
         raise ValueError(f"similarity {similarity!r}: choose cosine or dot")
     return similarity
 
@@ -71,23 +72,23 @@ def search_shards(
     the same as :func:`dense_encoders.evaluation.search.exact_search` over the concatenated embeddings."""
     from tqdm.auto import tqdm
 
-    k = min(_validate_k(k), documents.count)
+    k = min(validate_k(k), documents.count)
     similarity = _similarity(documents, similarity)
     queries = torch.as_tensor(np.asarray(query_embeddings, dtype=np.float32), device=device)
     if queries.dim() != 2 or queries.shape[1] != documents.dimension:
         raise ValueError(f"queries of shape {tuple(queries.shape)} for documents of dimension {documents.dimension}")
     if similarity == "cosine":
-        queries = F.normalize(queries, p=2.0, dim=1, eps=_NORMALIZE_EPS)
+        queries = F.normalize(queries, p=2.0, dim=1, eps=NORMALIZE_EPS)
     best = RunningTopK(k)
     bar = tqdm(total=documents.count, unit="doc", desc="Exact search", disable=not show_progress_bar)
     for offset, embeddings, _ in documents.shards():
         shard = torch.as_tensor(embeddings, device=device)
         if similarity == "cosine":
-            shard = F.normalize(shard, p=2.0, dim=1, eps=_NORMALIZE_EPS)
+            shard = F.normalize(shard, p=2.0, dim=1, eps=NORMALIZE_EPS)
         for start in range(0, len(shard), document_chunk_size):
             block = shard[start : start + document_chunk_size]
             for q_start in range(0, len(queries), query_chunk_size):
-                best.add(q_start, _score_block(queries[q_start : q_start + query_chunk_size], block), offset + start)
+                best.add(q_start, score_block(queries[q_start : q_start + query_chunk_size], block), offset + start)
         bar.update(len(shard))
     bar.close()
     return best.result()
@@ -181,7 +182,7 @@ def open_faiss_index(path: str | Path) -> tuple[object, dict, EmbeddingShards]:
     """``(index, its record, the shards it indexes)``; a record that no longer matches its shards is refused."""
     faiss = _faiss()
     path = Path(path)
-    record = read_json(path.with_suffix(".json"))
+    record = read_record(path.with_suffix(".json"))
     if not path.is_file() or record is None:
         raise FileNotFoundError(f"{path} (with {path.with_suffix('.json').name}) does not exist: build it with "
                                 "`dense-encoders index SHARDS --faiss ...`")
@@ -195,7 +196,7 @@ def search_faiss_index(index, record: dict, query_embeddings: np.ndarray, k: int
                        ef_search: int | None = None, use_gpu: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-k of an index from :func:`build_faiss_index`: ``(scores, global row indices)``, -1 where missing."""
     faiss = _faiss()
-    k = min(_validate_k(k), record["count"])
+    k = min(validate_k(k), record["count"])
     if nprobe is not None:
         if not _has_ivf(faiss, index):
             raise ValueError(f"--nprobe applies to IVF indexes, not {record['factory']}")

@@ -18,6 +18,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..checkpoints.folder import OUR_MODEL_TYPES, missing_sentence_transformers_files, read_pipeline
+from ..data.files import read_json
 from .condenser_card import condenser_description
 
 TITE_BIBTEX = """@inproceedings{schlatt-2025-tite,
@@ -42,10 +43,6 @@ DISTILLATION_BIBTEX = """@inproceedings{menon-2022-defense,
 RESULT_METRICS = {"ndcg@10": ("ndcg_at_10", "nDCG@10"), "mrr@10": ("mrr_at_10", "MRR@10"),
                   "recall@100": ("recall_at_100", "Recall@100"), "recall@1000": ("recall_at_1000", "Recall@1000"),
                   "hits@10": ("accuracy_at_10", "Hits@10")}
-
-
-def _read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _st_settings(folder: Path) -> tuple[str | None, str | None, bool]:
@@ -116,10 +113,10 @@ def _recipe_facts(setup: dict, training_args: dict | None) -> list[str]:
 def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]]:
     """(facts, extra citations, base model, datasets) from the training records in ``folder``."""
     facts, citations, base_model, datasets = [], [], None, []
-    pretraining = _read_json(folder / "pretraining_setup.json")
-    distillation = _read_json(folder / "distillation_setup.json")
-    infusion = _read_json(folder / "infusion_setup.json")
-    training_args = _read_json(folder / "training_args.json")
+    pretraining = read_json(folder / "pretraining_setup.json")
+    distillation = read_json(folder / "distillation_setup.json")
+    infusion = read_json(folder / "infusion_setup.json")
+    training_args = read_json(folder / "training_args.json")
     if infusion:
         facts.append(f"- {infusion.get('model')}: a dual encoder built from the cross-encoder "
                      f"`{infusion.get('cross_encoder')}` and trained with `{infusion.get('method')}` on "
@@ -151,7 +148,7 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]
         base_model = base_model or distillation.get("student")
         citations.append(DISTILLATION_BIBTEX)
         facts += _positive_set_facts(folder)
-    state = _read_json(folder / "trainer_state.json")
+    state = read_json(folder / "trainer_state.json")
     if state:
         facts.append(f"- optimizer steps: {state.get('global_step')}, epochs: {round(float(state.get('epoch') or 0), 2)}")
         if state.get("train_batch_size"):
@@ -164,7 +161,7 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]
             facts.append(f"- last logged losses (step {last.get('step')}): " + ", ".join(parts))
             if "learning_rate" in last:
                 facts.append(f"- learning rate at that step: {last['learning_rate']:.3g}")
-    environment = _read_json(folder / "training_environment.json")
+    environment = read_json(folder / "training_environment.json")
     if environment:
         facts.append("- hardware: " + ", ".join(f"{k} {v}" for k, v in environment.items()))
     if base_model and Path(str(base_model)).exists():
@@ -176,7 +173,7 @@ def _loss_facts(folder: Path) -> list[str]:
     """One line per distillation loss (its display name, weight, options, equation and paper) from
     ``distillation_losses.json``, which the trainer writes from the losses themselves."""
     lines = []
-    for loss in _read_json(folder / "distillation_losses.json") or []:
+    for loss in read_json(folder / "distillation_losses.json") or []:
         options = ", ".join(f"{key} {value}" for key, value in (loss.get("options") or {}).items())
         lines.append(f"  - {loss.get('display_name', loss.get('name'))} (weight {loss.get('weight', 1):g}"
                      f"{'; ' + options if options else ''}): `{loss.get('equation')}`; {loss.get('citation')}")
@@ -187,10 +184,10 @@ def _positive_set_facts(folder: Path) -> list[str]:
     """Which P the losses that read a positive set (M3SE / RankDistil-B) used, from ``distillation_positives.json``
     (nothing when the folder does not record it or no configured loss takes a positive set); the losses are
     named by their display names in ``distillation_losses.json``."""
-    recorded = _read_json(folder / "distillation_positives.json")
+    recorded = read_json(folder / "distillation_positives.json")
     if not recorded or not recorded.get("losses"):
         return []
-    names = {loss["name"]: loss["display_name"] for loss in _read_json(folder / "distillation_losses.json") or []
+    names = {loss["name"]: loss["display_name"] for loss in read_json(folder / "distillation_losses.json") or []
              if "name" in loss and "display_name" in loss}
     label = "P (" + " / ".join(names.get(name, name) for name in recorded["losses"]) + ")"
     if not recorded.get("source"):
@@ -202,7 +199,7 @@ def _positive_set_facts(folder: Path) -> list[str]:
 
 def _conversion(folder: Path) -> list[str]:
     """The card's lines about a folder ``dense-encoders convert`` wrote from another implementation's checkpoint."""
-    record = _read_json(folder / "conversion.json")
+    record = read_json(folder / "conversion.json")
     if record is None:
         return []
     lines = ["## Conversion", "", f"Converted from `{record.get('source')}`, a checkpoint of "
@@ -263,7 +260,7 @@ def model_card(
 ) -> ModelCard:
     """The card of a checkpoint folder (any family): metadata, architecture, training, results, usage."""
     folder = Path(folder)
-    config = _read_json(folder / "config.json")
+    config = read_json(folder / "config.json")
     if config is None:
         raise FileNotFoundError(f"{folder} has no config.json: save the model with save_pretrained first")
     name = repo_id or folder.name
@@ -320,7 +317,7 @@ def model_card(
                            "the pooling schedule reaches one vector only up to that length.")
     if not evaluations:
         limitations.append("No evaluation results were recorded with this checkpoint.")
-    if pretraining := _read_json(folder / "pretraining_setup.json"):
+    if pretraining := read_json(folder / "pretraining_setup.json"):
         limitations.append(f"Pre-trained with the {pretraining.get('architecture')} objective only: fine-tune it on "
                            "relevance data before using it for retrieval.")
     if limitations:

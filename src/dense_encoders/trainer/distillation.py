@@ -31,6 +31,7 @@ from transformers import Trainer, TrainingArguments
 from ..checkpoints.folder import OUR_MODEL_TYPES, has_sentence_transformers_files, is_ours, native_pipeline
 from ..data.distillation import SAMPLING_STRATEGIES, DistillationCollator, training_records_to_dataset
 from ..models.condenser.modeling_condenser import gather_with_local_grad
+from ..models.infused.modeling_infused import mean_pool
 from .losses import DistillationObjective, LossSettings, positive_set_loss_names
 from .output_dir import (
     overwrite_output_dir_field,
@@ -41,11 +42,11 @@ from .output_dir import (
 from .pretraining import CollatorEpochCallback
 from ..hub.trainer_push import HubPushMixin
 from ..recipes import RECIPE_HELP
+from ..vectors import SIMILARITIES, refuse_mean_pooling_of_tite
 
 logger = logging.getLogger(__name__)
 
 POOLINGS = ("cls", "mean", "pooler")
-SIMILARITIES = ("dot", "cosine")
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,10 +61,7 @@ def pool(output, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
     states = output.last_hidden_state
     if pooling == "cls":
         return states[:, 0]
-    if states.shape[1] != attention_mask.shape[1]:
-        raise ValueError("mean pooling needs one state per token; this model returns one vector per text (use 'pooler')")
-    mask = attention_mask.unsqueeze(-1).to(states.dtype)
-    return (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+    return mean_pool(states, attention_mask)
 
 
 class DualEncoder(nn.Module):
@@ -84,8 +82,7 @@ class DualEncoder(nn.Module):
                 f"pooling='pooler' is for this package's models ({', '.join(OUR_MODEL_TYPES)}); a {model_type} "
                 "checkpoint's pooler is an untrained or task-specific head: use pooling='cls' or 'mean'"
             )
-        if model_type == "tite" and pooling == "mean":
-            raise ValueError("TITE returns one vector per text: use pooling='pooler' (or 'cls')")
+        refuse_mean_pooling_of_tite(model_type, pooling, "pooling='pooler' (or 'cls')")
         self.encoder = encoder
         self.pooling = pooling
         self.similarity = similarity

@@ -355,13 +355,13 @@ def check_corpus(source, *, streaming: bool = False) -> None:
     full (the loader reads them anyway); a streamed one only up to its first document."""
     import json
 
-    from ..data.corpus import _JSON_EXTENSIONS, _resolve_files
-    from ..data.format import document_text
+    from ..data.corpus import JSON_EXTENSIONS, corpus_files
+    from ..data.format import DataFormatError, document_record, document_text
 
-    files = _resolve_files(source)
+    files = corpus_files(source)
     found = False
     for path in files:
-        is_json = path.suffix.lower() in _JSON_EXTENSIONS
+        is_json = path.suffix.lower() in JSON_EXTENSIONS
         with open(path, "rb") as handle:
             for line_number, raw in enumerate(handle, start=1):
                 try:
@@ -380,13 +380,16 @@ def check_corpus(source, *, streaming: bool = False) -> None:
                         record = json.loads(line)
                     except json.JSONDecodeError:
                         continue  # the loader reports it with file:line
-                    found = isinstance(record, dict) and isinstance(record.get("text"), str) and bool(
-                        document_text({"title": record.get("title"), "text": record["text"]}))
+                    try:
+                        found = isinstance(record, dict) and bool(
+                            document_text(document_record(path, line_number, record)))
+                    except DataFormatError:
+                        continue  # the loader reports it with file:line
                 if found and streaming:
                     return
     if not found:
-        what = "a JSON object with a non-blank 'text' (or 'title')" if any(
-            p.suffix.lower() in _JSON_EXTENSIONS for p in files) else "a non-blank line"
+        what = "a JSON object with a non-blank 'text' or 'contents' (or 'title')" if any(
+            p.suffix.lower() in JSON_EXTENSIONS for p in files) else "a non-blank line"
         raise ValueError(
             f"{source} has no text: it is empty or every document is blank; give a corpus with at least "
             f"one document ({what} per document)"

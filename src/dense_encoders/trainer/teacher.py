@@ -20,13 +20,13 @@ import json
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from ..data.distillation import training_line
+from ..data.files import atomic_write_bytes
 from ..data.format import DataFormatError, document_text
 from ..data.runs import Run, read_trec_run, top_documents
 from ..checkpoints.loading import check_cross_encoder, load_cross_encoder
@@ -76,21 +76,6 @@ def _candidates_sha256(candidates: Mapping[str, list[str]]) -> str:
     return digest.hexdigest()
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` through a temporary file in the same folder and ``os.replace``."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
-
-
 def _check_settings(output: Path, settings: dict) -> None:
     """Refuse to resume ``output`` when its sidecar is missing, unreadable or records other settings."""
     sidecar = meta_path(output)
@@ -132,7 +117,7 @@ def _recover_output(output: Path, candidates: Mapping[str, list[str]]) -> set[st
         logger.warning(
             "%s: removing an incomplete final line (%d bytes) left by an interrupted run", output, len(data) - len(keep)
         )
-        _write_atomically(output, keep)
+        atomic_write_bytes(output, keep, durable=True)
         data = keep
     done: set[str] = set()
     for line_number, raw in enumerate(data.split(b"\n")[:-1], start=1):
@@ -279,7 +264,7 @@ def _open_output(output: Path, settings: dict, candidates: Mapping[str, list[str
         _check_settings(output, settings)
         return _recover_output(output, candidates)
     output.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(meta_path(output), (json.dumps(settings, indent=2) + "\n").encode("utf-8"))
+    atomic_write_bytes(meta_path(output), (json.dumps(settings, indent=2) + "\n").encode("utf-8"), durable=True)
     return set()
 
 

@@ -22,7 +22,13 @@ DENSE_ENCODERS_CODE_VERSION = "0.1.0"
 
 
 def mean_pool(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``states`` over the positions where ``attention_mask`` is 1 (no padding)."""
+    """Mean of ``states`` ``[batch, tokens, dim]`` over the positions where ``attention_mask`` ``[batch, tokens]``
+    is 1 (no padding): the pooling of this model, and the mean pooling of every other encoder of the package
+    (the trainer and the evaluation import it from here, as remote code can import nothing of theirs)."""
+    if states.shape[1] != attention_mask.shape[1]:
+        raise ValueError(f"mean pooling needs one state per token: {states.shape[1]} states for "
+                         f"{attention_mask.shape[1]} tokens (a model that returns one vector per text is pooled "
+                         "already: use its pooler_output)")
     mask = attention_mask.unsqueeze(-1).to(states.dtype)
     return (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 

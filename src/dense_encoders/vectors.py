@@ -1,0 +1,26 @@
+"""What every layer (trainer, evaluation, command line) accepts of how texts become vectors and two vectors a
+score: the similarity names and the pooling a TITE encoder refuses. Imports nothing, so the command line
+reads it without loading torch.
+
+Mean pooling itself lives in the infused dual encoder's remote code,
+:func:`dense_encoders.models.infused.modeling_infused.mean_pool`: a model folder can import nothing of the
+package, while the package may import from a model folder, so the trainer and the evaluation import it
+from there.
+"""
+
+from __future__ import annotations
+
+# "cosine": the dot product of L2-normalised vectors; "dot": the plain dot product
+SIMILARITIES = ("cosine", "dot")
+
+
+def refuse_mean_pooling_of_tite(model_type: str | None, pooling: str | None, instead: str) -> None:
+    """A ``ValueError`` for mean pooling of a TITE encoder, which pools its token states into one vector per
+    text inside the model (*TITE: Token-Independent Text Encoder for Information Retrieval*, Schlatt et al.,
+    SIGIR 2025), so no state per token is left to average; ``instead`` names the pooling to use."""
+    if model_type == "tite" and pooling == "mean":
+        raise ValueError(f"TITE returns one vector per text (pooler_output), no state per token to mean-pool: "
+                         f"use {instead}")
+
+
+__all__ = ["SIMILARITIES", "refuse_mean_pooling_of_tite"]
