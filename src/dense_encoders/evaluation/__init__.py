@@ -17,7 +17,14 @@ from ..data.retrieval import (
 )
 from ..data.runs import read_trec_run, write_trec_run
 from .encoding import EncodedTexts, RetrievalEncoder, load_sentence_transformer
-from .harness import evaluate_retrieval, format_summary, load_results, save_results
+from .harness import (
+    EvaluationArguments,
+    RetrievalResults,
+    evaluate_retrieval,
+    format_summary,
+    load_results,
+    save_results,
+)
 from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
 from .search import exact_search, faiss_search, search, topk_to_run
@@ -26,8 +33,10 @@ __all__ = [
     "DEFAULT_MEASURES",
     "DataFormatError",
     "EncodedTexts",
+    "EvaluationArguments",
     "RetrievalDataset",
     "RetrievalEncoder",
+    "RetrievalResults",
     "compute_metrics",
     "evaluate_retrieval",
     "exact_search",
