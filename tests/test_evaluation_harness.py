@@ -213,7 +213,7 @@ def test_evaluate_retrieval_end_to_end(minilm_path, toy_dataset, tmp_path):
     assert set(results.per_query["ndcg@10"]) == set(QUERIES)
     assert results.dataset == {"name": "toy", "split": "test", "source": str(folder.resolve()),
                                   "num_queries": 5, "num_documents": 8}
-    assert results["model"] == str(minilm_path) and results["model_fingerprint"] == RetrievalEncoder(
+    assert results.model == str(minilm_path) and results.model_fingerprint == RetrievalEncoder(
         str(minilm_path)).fingerprint
     assert results.settings["similarity"] == "cosine" and results.throughput["documents_per_s"] > 0
     assert load_results(tmp_path / "out" / "results.json").metrics == results.metrics

@@ -245,27 +245,12 @@ def evaluate_retrieval(
             score_cache=rerank_cache, allow_missing_weights=args.allow_missing_weights,
         )
     results = RetrievalResults(
-        model=encoder.name,
-        model_fingerprint=encoder.fingerprint,
-        dataset=_dataset_record(dataset),
-        settings={
-            "k": args.k, "similarity": similarity, "search_backend": args.backend,
-            "relevance_level": args.relevance_level, **encoder.settings(),
-            "corpus_embeddings": str(args.corpus_embeddings) if args.corpus_embeddings is not None else None,
-        },
-        metrics=metrics,
-        per_query=per_query,
-        rerank=reranked,
-        timings={
-            "encode_queries_s": queries.seconds,
-            "encode_documents_s": documents.seconds,
-            "search_s": search_seconds,
-            "queries_cached": queries.cached,
-            "documents_cached": documents.cached,
-        },
+        model=encoder.name, model_fingerprint=encoder.fingerprint, dataset=_dataset_record(dataset),
+        settings=_settings_record(args, similarity, encoder), metrics=metrics, per_query=per_query, rerank=reranked,
+        timings={"encode_queries_s": queries.seconds, "encode_documents_s": documents.seconds,
+                 "search_s": search_seconds, "queries_cached": queries.cached, "documents_cached": documents.cached},
         throughput={"queries_per_s": queries.texts_per_second, "documents_per_s": documents.texts_per_second},
-        environment=_environment(encoder),
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        environment=_environment(encoder), created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     if args.output is not None:
         save_results(results, args.output)
@@ -290,6 +275,15 @@ def _first_stage(encoder: RetrievalEncoder, dataset: RetrievalDataset, queries: 
         search_backend=args.backend, measures=measures, relevance_level=args.relevance_level,
     )
     return documents, metrics, per_query, run, search_seconds
+
+
+def _settings_record(args: EvaluationArguments, similarity: str, encoder: RetrievalEncoder) -> dict:
+    """The ``settings`` entry of the results."""
+    return {
+        "k": args.k, "similarity": similarity, "search_backend": args.backend,
+        "relevance_level": args.relevance_level, **encoder.settings(),
+        "corpus_embeddings": str(args.corpus_embeddings) if args.corpus_embeddings is not None else None,
+    }
 
 
 def _dataset_record(dataset: RetrievalDataset) -> dict:
