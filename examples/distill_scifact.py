@@ -98,8 +98,8 @@ def main() -> None:
                         ("2-layer student, distilled", str(work / "student"))]:
         results = evaluate_retrieval(model, test, cache_dir=cache if "distilled" not in name else None,
                                      output=work / f"test-{len(rows)}.json")
-        throughput = results["throughput"]["documents_per_s"]
-        rows.append((name, results["metrics"]["ndcg@10"], results["metrics"]["recall@100"], throughput))
+        throughput = results.throughput["documents_per_s"]
+        rows.append((name, results.metrics["ndcg@10"], results.metrics["recall@100"], throughput))
     lines = ["| model | nDCG@10 | Recall@100 | documents/s |", "|:--|--:|--:|--:|"]
     lines += [f"| {n} | {ndcg:.4f} | {recall:.4f} | {tp:.1f} |" if tp else f"| {n} | {ndcg:.4f} | {recall:.4f} | cached |"
               for n, ndcg, recall, tp in rows]

@@ -58,7 +58,7 @@ def beir_folder(tmp_path) -> Path:
 
 
 def evaluate(model: Path, data: Path, cache: Path) -> dict:
-    return evaluate_retrieval(str(model), data, k=5, pooling="cls", cache_dir=cache, show_progress_bar=False)
+    return evaluate_retrieval(str(model), data, k=5, pooling="cls", cache_dir=cache, no_progress=True)
 
 
 def cache_entry(cache: Path, side: str) -> Path:
@@ -73,14 +73,14 @@ def test_a_truncated_cache_entry_is_discarded_and_recomputed(tiny_bert, beir_fol
     entry.write_bytes(entry.read_bytes()[:20])
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         healed = evaluate(tiny_bert, beir_folder, cache)
-    assert healed["metrics"] == clean["metrics"] and healed["per_query"] == clean["per_query"]
+    assert healed.metrics == clean.metrics and healed.per_query == clean.per_query
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == LOGGER]
     assert len(warnings) == 1 and str(entry) in warnings[0] and "cannot be read" in warnings[0]
     # the entry was rewritten whole (atomically) and is used as it is by the next run, without a warning
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         again = evaluate(tiny_bert, beir_folder, cache)
-    assert again["metrics"] == clean["metrics"] and not caplog.records
+    assert again.metrics == clean.metrics and not caplog.records
     assert sorted(p.name for p in cache.iterdir() if p.suffix != ".safetensors") == []  # no scratch files left
 
 

@@ -120,9 +120,12 @@ def test_dashed_and_underscored_flags_parse_to_the_same_values(command):
         setup, args = first
         assert (setup.documents_per_query, setup.query_max_length, args.overwrite_output_dir) == (4, 16, True)
     elif command == "evaluate":
-        assert (first.batch_size, first.query_max_length, first.no_progress, first.rerank_top_k) == (4, 8, True, 7)
+        args, positionals = first
+        assert (args.batch_size, args.query_max_length, args.no_progress, args.rerank_top_k) == (4, 8, True, 7)
+        assert (positionals.model, positionals.data) == ("model", "data")
     else:
-        assert (first.num_copied_layers, first.also_random, first.output_dir) == (2, True, "runs/x")
+        (args,) = first
+        assert (args.num_copied_layers, args.also_random, args.output_dir) == (2, True, "runs/x")
 
 
 @pytest.mark.parametrize("command", sorted(cli.COMMANDS))
@@ -195,7 +198,7 @@ def test_json_and_yaml_configs_read_the_same_as_flags(tmp_path, command):
     path = write_config(tmp_path / f"{command}-override.yaml", settings)
     parsed = parse(cli.PARSERS[command](), ["--config", str(path), "--batch_size" if command == "evaluate" else
                                             "--per_device_train_batch_size", "5"])
-    assert (parsed.batch_size if command == "evaluate" else parsed[1].per_device_train_batch_size) == 5
+    assert (parsed[0].batch_size if command == "evaluate" else parsed[1].per_device_train_batch_size) == 5
 
 
 def test_a_lone_config_file_is_the_config_of_a_command_without_positionals(tmp_path):

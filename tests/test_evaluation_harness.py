@@ -192,7 +192,7 @@ def test_evaluate_retrieval_end_to_end(minilm_path, toy_dataset, tmp_path):
     folder = write_beir(tmp_path / "toy", toy_dataset)
     results = evaluate_retrieval(
         str(minilm_path), folder, k=5, output=tmp_path / "out" / "results.json",
-        run_output=tmp_path / "out" / "run.trec", show_progress_bar=False,
+        run_output=tmp_path / "out" / "run.trec", no_progress=True,
     )
     # independent reference: all scores by hand, ranking by numpy, metrics from the same qrels
     documents = minilm_reference(minilm_path, DOCUMENTS)
@@ -207,24 +207,24 @@ def test_evaluate_retrieval_end_to_end(minilm_path, toy_dataset, tmp_path):
     for query_id in QUERIES:
         np.testing.assert_allclose(list(run[query_id].values()), list(reference_run[query_id].values()), atol=1e-5)
     expected_metrics, _ = compute_metrics(QRELS, reference_run)
-    assert results["metrics"] == pytest.approx(expected_metrics, abs=1e-6)
+    assert results.metrics == pytest.approx(expected_metrics, abs=1e-6)
     # the toy queries are easy: every answer is retrieved first
-    assert results["metrics"]["mrr@10"] == pytest.approx(1.0)
-    assert set(results["per_query"]["ndcg@10"]) == set(QUERIES)
-    assert results["dataset"] == {"name": "toy", "split": "test", "source": str(folder.resolve()),
+    assert results.metrics["mrr@10"] == pytest.approx(1.0)
+    assert set(results.per_query["ndcg@10"]) == set(QUERIES)
+    assert results.dataset == {"name": "toy", "split": "test", "source": str(folder.resolve()),
                                   "num_queries": 5, "num_documents": 8}
-    assert results["model"] == str(minilm_path) and results["model_fingerprint"] == RetrievalEncoder(
+    assert results.model == str(minilm_path) and results.model_fingerprint == RetrievalEncoder(
         str(minilm_path)).fingerprint
-    assert results["settings"]["similarity"] == "cosine" and results["throughput"]["documents_per_s"] > 0
-    assert load_results(tmp_path / "out" / "results.json")["metrics"] == results["metrics"]
+    assert results.settings["similarity"] == "cosine" and results.throughput["documents_per_s"] > 0
+    assert load_results(tmp_path / "out" / "results.json").metrics == results.metrics
 
 
 def test_faiss_backend_gives_the_exact_run(minilm_path, toy_dataset):
     pytest.importorskip("faiss")
     encoder = RetrievalEncoder(str(minilm_path), show_progress_bar=False)
     exact = evaluate_retrieval(encoder, toy_dataset, k=8)
-    approximate = evaluate_retrieval(encoder, toy_dataset, k=8, search_backend="faiss")
-    assert approximate["per_query"] == exact["per_query"]
+    approximate = evaluate_retrieval(encoder, toy_dataset, k=8, backend="faiss")
+    assert approximate.per_query == exact.per_query
 
 
 @pytest.fixture
@@ -243,11 +243,11 @@ def tiny_cross_encoder(tmp_path, tok):
 def test_rerank_rescores_the_top_k_with_the_cross_encoder(minilm_path, toy_dataset, tiny_cross_encoder, tok):
     folder, model = tiny_cross_encoder
     results = evaluate_retrieval(
-        str(minilm_path), toy_dataset, k=8, cross_encoder=str(folder), rerank_top_k=3, show_progress_bar=False
+        str(minilm_path), toy_dataset, k=8, cross_encoder=str(folder), rerank_top_k=3, no_progress=True
     )
-    first_stage = evaluate_retrieval(str(minilm_path), toy_dataset, k=8, show_progress_bar=False)
-    assert results["metrics"] == first_stage["metrics"]
-    rerank = results["rerank"]
+    first_stage = evaluate_retrieval(str(minilm_path), toy_dataset, k=8, no_progress=True)
+    assert results.metrics == first_stage.metrics
+    rerank = results.rerank
     assert rerank["top_k"] == 3 and rerank["model"] == str(folder)
 
     # reference: the cross-encoder's logits on each query's first-stage top 3, by hand
@@ -313,7 +313,7 @@ def test_cli_evaluate(minilm_path, toy_dataset, tmp_path, plain_bert, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "| retrieve | 1.0000 | 1.0000 |" in printed and "documents/s" in printed
-    assert load_results(output)["metrics"]["mrr@10"] == pytest.approx(1.0)
+    assert load_results(output).metrics["mrr@10"] == pytest.approx(1.0)
     assert main(["evaluate", str(plain_bert), str(folder), "--no-progress"]) == 2
     assert "pass pooling='cls' or pooling='mean'" in capsys.readouterr().err
     assert main(["evaluate", str(minilm_path), str(tmp_path / "missing"), "--no-progress"]) == 2
@@ -329,12 +329,12 @@ def test_all_minilm_l6_v2_reproduces_its_mteb_scifact_ndcg(minilm_path, tmp_path
     """MTEB reports nDCG@10 = 0.6451 for all-MiniLM-L6-v2 on SciFact test (mean pooling, normalised, 256 tokens)."""
     results = evaluate_retrieval(
         str(minilm_path), shared_data() / "beir-scifact", split="test", batch_size=64,
-        show_progress_bar=False, output=tmp_path / "scifact.json",
+        no_progress=True, output=tmp_path / "scifact.json",
     )
-    assert results["dataset"]["num_queries"] == 300 and results["dataset"]["num_documents"] == 5183
-    assert results["settings"]["similarity"] == "cosine"
-    assert results["settings"]["max_lengths"] == {"query": 256, "document": 256}
-    assert abs(results["metrics"]["ndcg@10"] - 0.6451) <= 0.005, results["metrics"]
+    assert results.dataset["num_queries"] == 300 and results.dataset["num_documents"] == 5183
+    assert results.settings["similarity"] == "cosine"
+    assert results.settings["max_lengths"] == {"query": 256, "document": 256}
+    assert abs(results.metrics["ndcg@10"] - 0.6451) <= 0.005, results.metrics
 
 
 @pytest.mark.numerics

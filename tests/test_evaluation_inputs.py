@@ -86,9 +86,9 @@ def test_blank_documents_are_an_error_unless_allowed(minilm_path, tmp_path, caps
 def test_allowed_blank_documents_are_evaluated(minilm_path, tmp_path, capsys):
     corpus = CORPUS + [{"_id": "d3", "title": "", "text": " "}]
     folder = write_beir(tmp_path / "beir", corpus, QUERIES, QRELS)
-    results = evaluate_retrieval(minilm_path, folder, k=4, allow_empty_documents=True, show_progress_bar=False)
-    assert results["dataset"]["num_documents"] == 4
-    assert results["metrics"]["mrr@10"] == pytest.approx(1.0)
+    results = evaluate_retrieval(minilm_path, folder, k=4, allow_empty_documents=True, no_progress=True)
+    assert results.dataset["num_documents"] == 4
+    assert results.metrics["mrr@10"] == pytest.approx(1.0)
     code, out, _ = run_cli(["evaluate", str(minilm_path), str(folder), "--k", "4", "--no-progress",
                             "--allow-empty-documents"], capsys)
     assert code == 0 and "| retrieve | 1.0000 | 1.0000 |" in out
@@ -158,9 +158,9 @@ def test_cli_relevance_level_is_printed_and_recorded(minilm_path, tmp_path, caps
                             "--relevance-level", "2", "--output", str(level_output)], capsys)
     assert code == 0 and "relevance level: 2" in out
     default, level2 = load_results(default_output), load_results(level_output)
-    assert default["settings"]["relevance_level"] == 1 and level2["settings"]["relevance_level"] == 2
-    assert set(default["per_query"]["mrr@10"]) == {"q0", "q1", "q2"}
-    assert set(level2["per_query"]["mrr@10"]) == {"q0", "q2"}
+    assert default.settings["relevance_level"] == 1 and level2.settings["relevance_level"] == 2
+    assert set(default.per_query["mrr@10"]) == {"q0", "q1", "q2"}
+    assert set(level2.per_query["mrr@10"]) == {"q0", "q2"}
     code, _, err = run_cli(["evaluate", str(minilm_path), str(folder), "--relevance-level", "0"], capsys)
     assert code == 2 and "--relevance-level 0" in err
 

@@ -45,7 +45,7 @@ def distilled_tite(tmp_path, tok):
     dataset = RetrievalDataset(name="toy", split="test", corpus={f"d{i}": {"title": "", "text": f"document {i}"}
                                                                  for i in range(6)},
                                queries={"q0": "document 1", "q1": "document 4"}, qrels={"q0": {"d1": 1}, "q1": {"d4": 1}})
-    results = evaluate_retrieval(str(output), dataset, show_progress_bar=False)
+    results = evaluate_retrieval(str(output), dataset, no_progress=True)
     save_results(results, tmp_path / "toy.json")
     return output, tmp_path / "toy.json", results
 
@@ -63,7 +63,7 @@ def test_tite_card_from_records_and_results(distilled_tite, tok):
     assert data.license == "apache-2.0" and data.datasets == ["toy"]
     assert data.base_model is None  # trained from a local folder: nothing on the Hub to point at
     by_metric = {r.metric_type: r.metric_value for r in data.eval_results}
-    assert by_metric["ndcg_at_10"] == pytest.approx(round(results["metrics"]["ndcg@10"], 4))
+    assert by_metric["ndcg_at_10"] == pytest.approx(round(results.metrics["ndcg@10"], 4))
     text = loaded.text
     assert "kernel sizes [None, 2, 2, 2, 2]" in text or "kernel sizes" in text
     assert "distillation losses: `margin_mse+kl`" in text and "optimizer steps: 2" in text

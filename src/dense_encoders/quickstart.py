@@ -201,8 +201,7 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | Non
     models = {f"{label} (teacher)": teacher, **{k: str(v) for k, v in students.items()}}
     rows = {}
     for name, path in models.items():
-        results = evaluate_retrieval(path, test, cache_dir=cache if path == teacher else None,
-                                     show_progress_bar=False)
+        results = evaluate_retrieval(path, test, cache_dir=cache if path == teacher else None, no_progress=True)
         rows[name] = results
         if path != teacher:
             save_results(results, Path(path) / "evaluation" / f"{test.name}-{test.split}.json")
@@ -214,8 +213,8 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | Non
         config = json.loads((Path(path) / "config.json").read_text())
         summary["models"][name] = {
             "path": path,
-            "ndcg@10": rows[name]["metrics"]["ndcg@10"],
-            "recall@100": rows[name]["metrics"]["recall@100"],
+            "ndcg@10": rows[name].metrics["ndcg@10"],
+            "recall@100": rows[name].metrics["recall@100"],
             "documents_per_s": speed[name],
             "speedup": speed[name] / speed[teacher_name],
             "parameters_m": _parameters(Path(path)) / 1e6,

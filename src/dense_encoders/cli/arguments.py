@@ -64,10 +64,39 @@ def make_parser(prog: str, description: str, examples: str, dataclasses: tuple =
     return one_line_errors(argparse.ArgumentParser(**settings))
 
 
+def _actions_by_dest(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {action.dest: action for action in parser._actions if action.option_strings}
+
+
+def set_types(parser: argparse.ArgumentParser, parse_value, *dests: str) -> argparse.ArgumentParser:
+    """Read the flags of the dataclass fields ``dests`` with ``parse_value`` (an argparse ``type`` such as
+    :func:`~dense_encoders.cli.checks.positive_int`) instead of the field's type, so that a bad value is an
+    argparse error naming the flag."""
+    actions = _actions_by_dest(parser)
+    for dest in dests:
+        actions[dest].type = parse_value
+    return parser
+
+
+def adopt_flags(parser: argparse.ArgumentParser, add_flags) -> argparse.ArgumentParser:
+    """Give the flags of ``parser`` that ``add_flags(argparse_parser)`` also defines that definition's type,
+    metavar, choices and help (e.g. :func:`~dense_encoders.cli.checks.add_graded_pair_flags` for the
+    ``pair_threshold`` / ``pair_scale`` fields of a dataclass)."""
+    reference = argparse.ArgumentParser(add_help=False)
+    add_flags(reference)
+    actions = _actions_by_dest(parser)
+    for dest, model in _actions_by_dest(reference).items():
+        for name in ("type", "metavar", "choices", "help"):
+            setattr(actions[dest], name, getattr(model, name))
+    return parser
+
+
 def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Flag errors as one line (``prog: error: argument --k: ... (see --help)``, exit code 2), not the usage."""
+    """Flag errors as one line (``prog: error: argument --k: ... (see --help)``, exit code 2), not the usage; a flag
+    with both spellings is named by the dashed one."""
 
     def error(message: str):
+        message = re.sub(r"^argument (--[\w-]+)(?:/--[\w-]+)+:", r"argument \1:", message)  # one spelling
         parser.exit(2, f"{parser.prog}: error: {message} (see --help)\n")
 
     parser.error = error
@@ -248,6 +277,7 @@ parse.last = None
 
 __all__ = [
     "DashedHelpFormatter",
+    "adopt_flags",
     "config_flags",
     "dashed_first",
     "expand_config_file",
@@ -257,4 +287,5 @@ __all__ = [
     "one_line_errors",
     "parse",
     "read_config",
+    "set_types",
 ]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..vectors import SIMILARITIES
-from .arguments import make_parser, parse
+from .arguments import adopt_flags, make_parser, parse, set_types
 from .checks import add_graded_pair_flags, check_device, check_model, positive_int
 
 # ------------------------------------------------------------------------------------------------ evaluate
@@ -26,6 +25,7 @@ examples:
 
 
 def build_evaluate_parser():
+    from ..evaluation.harness import POSITIVE_FIELDS, EvaluationArguments
     from ..evaluation.metrics import DEFAULT_MEASURES
 
     parser = make_parser(
@@ -33,88 +33,26 @@ def build_evaluate_parser():
         "Encode a corpus and its queries, search (exact or FAISS), and compute "
         f"{', '.join(DEFAULT_MEASURES)} with ir-measures; writes a results JSON.",
         EVALUATE_EXAMPLES,
+        (EvaluationArguments,),
     )
     parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel.")
     parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv), a (query, "
                         "positive) pairs file, or a graded pairs file (sentence1, sentence2, score).")
-    parser.add_argument("--split", default="test", help="qrels split of a BEIR folder, or the rows of a graded pairs "
-                        "tsv with a split column (default: %(default)s).")
-    add_graded_pair_flags(parser)
-    parser.add_argument("--pooling", choices=["cls", "mean"], help="Pooling of a plain transformers checkpoint.")
-    parser.add_argument("--similarity", choices=SIMILARITIES, help="Default: what the model declares.")
-    parser.add_argument("--query-prompt", help="Prefix of every query (default: the model's 'query' prompt).")
-    parser.add_argument("--document-prompt",
-                        help="Prefix of every document (default: the model's 'document' prompt).")
-    parser.add_argument("--query-max-length", type=positive_int, help="Token limit of queries (default: the model's).")
-    parser.add_argument("--document-max-length", type=positive_int,
-                        help="Token limit of documents (default: the model's).")
-    parser.add_argument("--batch-size", type=positive_int, default=32,
-                        help="Encoding batch size (default: %(default)s).")
-    parser.add_argument("--k", type=positive_int, default=1000,
-                        help="Documents retrieved per query (default: %(default)s).")
-    parser.add_argument("--backend", choices=["exact", "faiss"], default="exact", help="Search (default: %(default)s).")
-    parser.add_argument("--cache-dir", help="Cache embeddings here (safetensors), keyed by model, settings and texts.")
-    parser.add_argument("--corpus-embeddings", metavar="DIR",
-                        help="Embedding shards of this corpus (`dense-encoders encode`), searched shard by shard "
-                        "instead of encoding the documents; refused when model, prompt, length or ids differ.")
-    parser.add_argument("--rerank", metavar="CROSS_ENCODER",
-                        help="Re-score the top of the run with this cross-encoder.")
-    parser.add_argument("--rerank-top-k", type=positive_int, default=100,
-                        help="Documents re-scored per query (default: %(default)s).")
-    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: sentence-transformers' choice).")
-    parser.add_argument("--output", help="Write the results JSON here.")
-    parser.add_argument("--run-output", help="Write the first-stage run here (TREC format).")
-    parser.add_argument("--no-progress", action="store_true", help="No progress bars.")
-    parser.add_argument("--relevance-level", type=int, default=1, metavar="N",
-                        help="Grade from which RR, Recall and Hits count a document as relevant (TREC DL: 2); "
-                        "nDCG stays graded; evaluated queries have a document at or above it (default: %(default)s).")
-    parser.add_argument("--allow-empty-documents", action="store_true",
-                        help="Keep corpus documents without title or text (with a warning); refused by default.")
-    parser.add_argument("--allow-missing-weights", action="store_true",
-                        help="Evaluate a checkpoint whose weights miss (or add) tensors of its model; refused by "
-                        "default.")
-    return parser
+    set_types(parser, positive_int, *POSITIVE_FIELDS)
+    return adopt_flags(parser, add_graded_pair_flags)
 
 
 def evaluate(argv: list[str]) -> int:
     from ..evaluation import evaluate_retrieval, format_summary
 
-    options = parse(build_evaluate_parser(), argv)
-    check_device(options.device)
-    check_model(options.model)
-    check_model(options.rerank, "--rerank")
-    if options.relevance_level < 1:
-        raise ValueError(f"--relevance-level {options.relevance_level}: give a grade >= 1 (TREC DL convention: 2)")
-    results = evaluate_retrieval(
-        options.model,
-        options.data,
-        split=options.split,
-        k=options.k,
-        similarity=options.similarity,
-        search_backend=options.backend,
-        cross_encoder=options.rerank,
-        rerank_top_k=options.rerank_top_k,
-        output=options.output,
-        run_output=options.run_output,
-        pooling=options.pooling,
-        device=options.device,
-        batch_size=options.batch_size,
-        query_prompt=options.query_prompt,
-        document_prompt=options.document_prompt,
-        query_max_length=options.query_max_length,
-        document_max_length=options.document_max_length,
-        cache_dir=options.cache_dir,
-        show_progress_bar=not options.no_progress,
-        allow_missing_weights=options.allow_missing_weights,
-        relevance_level=options.relevance_level,
-        allow_empty_documents=options.allow_empty_documents,
-        pair_threshold=options.pair_threshold,
-        pair_scale=options.pair_scale,
-        corpus_embeddings=options.corpus_embeddings,
-    )
+    args, positionals = parse(build_evaluate_parser(), argv)
+    check_device(args.device)
+    check_model(positionals.model)
+    check_model(args.rerank, "--rerank")
+    results = evaluate_retrieval(positionals.model, positionals.data, args=args)
     print(format_summary(results))
-    if options.output:
-        print(f"results: {options.output}")
+    if args.output:
+        print(f"results: {args.output}")
     return 0
 
 

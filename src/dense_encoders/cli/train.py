@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from .arguments import make_parser, parse
-from ..recipes import RECIPE_HELP
+from .arguments import adopt_flags, make_parser, parse, set_types
 from .checks import add_graded_pair_flags, check_device, check_model, positive_int
 
 # ------------------------------------------------------------------------------------------------ pretrain
@@ -252,7 +250,7 @@ examples:
 
 
 def build_infuse_parser():
-    from ..trainer.infusion import METHODS
+    from ..trainer.infusion import POSITIVE_FIELDS, InfusionArguments
 
     parser = make_parser(
         "dense-encoders infuse",
@@ -260,99 +258,29 @@ def build_infuse_parser():
         "Can Cross Encoders Produce Useful Sentence Embeddings?), train it, and optionally report "
         "retrieve and retrieve+rerank quality and encode speed (Table 1).",
         INFUSE_EXAMPLES,
+        (InfusionArguments,),
     )
-    parser.add_argument("--recipe", help=RECIPE_HELP + " The paper's: --recipe ce-infusion.")
-    parser.add_argument("--cross-encoder", required=True, help="Sequence-classification cross-encoder.")
-    parser.add_argument("--train-data", required=True,
-                        help="BEIR folder with qrels/<split>.tsv, a (query, positive) pairs file or a graded pairs "
-                        "file (sentence1, sentence2, score) for training.")
-    parser.add_argument("--split", default="train")
-    add_graded_pair_flags(parser)
-    parser.add_argument("--output-dir", required=True,
-                        help="A new or empty folder (models, initial/, teacher scores, report.json); a non-empty "
-                        "one is refused.")
-    parser.add_argument("--overwrite-output-dir", action="store_true",
-                        help="Delete the contents of --output-dir (an earlier run) before training.")
-    parser.add_argument("--method", choices=METHODS, default="mnrl",
-                        help="mnrl: MultipleNegativesRankingLoss + BM25 negatives (as in the paper); distill: the "
-                        "CE's scores.")
-    parser.add_argument("--num-copied-layers", type=int, default=1, help="CE layers copied (default 1).")
-    parser.add_argument("--num-new-layers", type=int, default=1, help="Freshly initialised layers (default 1).")
-    parser.add_argument("--random-init", action="store_true", help="DE-2-Rand: same shape, nothing copied.")
-    parser.add_argument("--also-random", action="store_true", help="Also train the DE-Rand of the same shape.")
-    parser.add_argument("--epochs", type=float, default=1.0,
-                        help="Training epochs (default %(default)s; the paper's recipe: 10).")
-    parser.add_argument("--batch-size", type=positive_int, default=32,
-                        help="Queries per batch (default %(default)s; the paper's recipe: 64).")
-    parser.add_argument("--learning-rate", type=float, default=5e-5,
-                        help="Peak learning rate (default %(default)s; the paper's recipe: 2e-5).")
-    parser.add_argument("--warmup-steps", type=float, default=0.1,
-                        help="Warm-up: a fraction of training if < 1, else steps (default %(default)s; the paper's "
-                        "recipe: 1000).")
-    parser.add_argument("--max-length", type=positive_int, default=256,
-                        help="Token limit of queries and documents (default %(default)s; the paper's recipe: 300).")
-    parser.add_argument("--losses", default="margin_mse+infonce", help="Losses of --method distill.")
-    parser.add_argument("--candidates", type=int, default=30, help="BM25 candidates per query (negatives / teacher).")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval-data", help="BEIR folder, pairs or graded pairs file for the retrieve + rerank "
-                        "report.")
-    parser.add_argument("--eval-split", default="test")
-    parser.add_argument("--baseline", help="A baseline dual encoder for the report (its speed is the 1.00x).")
-    parser.add_argument("--rerank-top-k", type=int, default=50)
-    return parser
+    set_types(parser, positive_int, *POSITIVE_FIELDS)
+    return adopt_flags(parser, add_graded_pair_flags)
 
 
 def infuse(argv: list[str]) -> int:
-    from ..data.retrieval import is_graded_pairs_file
     from ..evaluation.infusion_report import format_report, retrieve_rerank_report
     from ..trainer.infusion import train_infused
-    from ..trainer.output_dir import DASHED_FLAGS, prepare_output_dir
 
-    options = parse(build_infuse_parser(), argv, command="infuse")
-    # --pair-threshold / --pair-scale go to whichever of --train-data and --eval-data is a graded pairs file
-    pair_options = {"pair_threshold": options.pair_threshold, "pair_scale": options.pair_scale}
-    train_pairs = pair_options if is_graded_pairs_file(options.train_data) else {}
-    eval_pairs = pair_options if options.eval_data and is_graded_pairs_file(options.eval_data) else {}
-    if (options.pair_threshold is not None or options.pair_scale is not None) and not (train_pairs or eval_pairs):
-        raise ValueError("--pair-threshold / --pair-scale apply to graded pair files (sentence1, sentence2, score); "
-                         "neither --train-data nor --eval-data is one: leave them out")
-    common = dict(method=options.method, split=options.split, num_copied_layers=options.num_copied_layers,
-                  num_new_layers=options.num_new_layers, epochs=options.epochs, batch_size=options.batch_size,
-                  learning_rate=options.learning_rate, warmup_steps=options.warmup_steps,
-                  max_length=options.max_length, losses=options.losses, candidates=options.candidates,
-                  seed=options.seed, **train_pairs)
-    output = Path(options.output_dir)
-    prepare_output_dir(output, overwrite=options.overwrite_output_dir, flags=DASHED_FLAGS,
-                       inputs=(options.cross_encoder, options.train_data, options.eval_data, options.baseline))
-    trained = {}
-    layers = options.num_copied_layers + options.num_new_layers
-    if options.random_init or options.also_random:
-        trained[f"DE-{layers}-Rand"] = train_infused(options.cross_encoder, options.train_data,
-                                                      output / "random" if options.also_random else output,
-                                                      random_init=True, **common)
-    if not options.random_init:
-        trained[f"DE-{layers}-CE"] = train_infused(options.cross_encoder, options.train_data, output, **common)
+    (args,) = parse(build_infuse_parser(), argv, command="infuse")
+    trained = train_infused(args)
     for name, folder in trained.items():
-        write_infusion_record(folder, name, options)
         print(f"{name}: {folder}")
-    if options.eval_data:
-        models = ({"baseline DE": options.baseline} if options.baseline else {}) | trained
-        report = retrieve_rerank_report(options.cross_encoder, models, options.eval_data, split=options.eval_split,
-                                        top_k=options.rerank_top_k, batch_size=options.batch_size, **eval_pairs)
-        (output / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    if args.eval_data:
+        models = ({"baseline DE": args.baseline} if args.baseline else {}) | trained
+        report = retrieve_rerank_report(args.cross_encoder, models, args.eval_data, split=args.eval_split,
+                                        top_k=args.rerank_top_k, batch_size=args.batch_size,
+                                        output=Path(args.output_dir) / "report.json",
+                                        **args.graded_pair_options(args.eval_data))
         print(format_report(report))
-    print(recipe_summary("infuse", options.recipe, vars(options)), file=sys.stderr)
+    print(recipe_summary("infuse", args.recipe, vars(args)), file=sys.stderr)
     return 0
-
-
-def write_infusion_record(folder: Path, name: str, options) -> None:
-    """``infusion_setup.json`` (what was trained how, the recipe included) and the model card from it."""
-    from ..hub import model_card
-
-    setup = {key: value for key, value in vars(options).items()
-             if key not in ("overwrite_output_dir", "eval_data", "eval_split", "baseline", "rerank_top_k")}
-    (Path(folder) / "infusion_setup.json").write_text(json.dumps({"model": name, **setup}, indent=2) + "\n")
-    model_card(folder).save(Path(folder) / "README.md")
 
 
 __all__ = [

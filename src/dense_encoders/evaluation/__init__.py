@@ -8,7 +8,14 @@ The data it reads (BEIR folders, pairs files, qrels, TREC runs) is read by :mod:
 """
 
 from .encoding import EncodedTexts, RetrievalEncoder, load_sentence_transformer
-from .harness import evaluate_retrieval, format_summary, load_results, save_results
+from .harness import (
+    EvaluationArguments,
+    RetrievalResults,
+    evaluate_retrieval,
+    format_summary,
+    load_results,
+    save_results,
+)
 from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
 from .search import exact_search, faiss_search, search, topk_to_run
@@ -16,7 +23,9 @@ from .search import exact_search, faiss_search, search, topk_to_run
 __all__ = [
     "DEFAULT_MEASURES",
     "EncodedTexts",
+    "EvaluationArguments",
     "RetrievalEncoder",
+    "RetrievalResults",
     "compute_metrics",
     "evaluate_retrieval",
     "exact_search",

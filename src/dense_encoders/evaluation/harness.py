@@ -1,17 +1,8 @@
 """One retrieval evaluation: encode, search, score (and optionally re-rank), write a results JSON.
 
-The results JSON is what model cards and reports read::
-
-    {"format": "dense-encoders/retrieval-results/1", "model": ..., "model_fingerprint": ...,
-     "dataset": {"name", "split", "source", "num_queries", "num_documents"},  # graded pairs add
-                "pair_threshold", "pair_scale"; their split names the threshold ("pairs@0.5")
-     "settings": {"k", "similarity", "search_backend", "batch_size", "prompts", "max_lengths", ...},
-     "metrics": {"ndcg@10": ..., "mrr@10": ..., "recall@100": ..., "recall@1000": ..., "hits@10": ...},
-     "per_query": {"ndcg@10": {query_id: value}, ...},
-     "rerank": null | {"model", "top_k", "metrics", "per_query", "seconds", "pairs_per_s"},
-     "timings": {"encode_queries_s", "encode_documents_s", "search_s", "queries_cached", "documents_cached"},
-     "throughput": {"queries_per_s", "documents_per_s"},   # null when read from the cache
-     "environment": {...}, "created": ISO time}
+:class:`EvaluationArguments` holds the settings (the flags of ``dense-encoders evaluate``),
+:func:`evaluate_retrieval` runs the evaluation, and :class:`RetrievalResults` is what it returns;
+``RetrievalResults.to_dict()`` is the results JSON that model cards and reports read.
 """
 
 from __future__ import annotations
@@ -19,6 +10,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,9 +27,127 @@ from .search import search, topk_to_run
 
 RESULTS_FORMAT = "dense-encoders/retrieval-results/1"
 
+# fields of EvaluationArguments that must be integers >= 1 when given
+POSITIVE_FIELDS = ("query_max_length", "document_max_length", "batch_size", "k", "rerank_top_k")
+# fields of EvaluationArguments that configure the RetrievalEncoder (besides no_progress)
+ENCODER_FIELDS = ("pooling", "device", "batch_size", "query_prompt", "document_prompt", "query_max_length",
+                  "document_max_length", "cache_dir", "allow_missing_weights")
+
+
+@dataclass
+class EvaluationArguments:
+    """The settings of one retrieval evaluation: each field is a flag of ``dense-encoders evaluate`` (whose
+    positional arguments are the model and the data)."""
+
+    split: str = field(default="test", metadata={
+        "help": "qrels split of a BEIR folder, or the rows of a graded pairs tsv with a split column "
+        "(default: %(default)s)."})
+    pair_threshold: float | None = field(default=None, metadata={
+        "help": "Graded pair files: a pair is relevant when its score >= this fraction of the scale (default 0.5)."})
+    pair_scale: float | None = field(default=None, metadata={
+        "help": "Largest possible score of a graded pair file: 1 or 5 (default: inferred from the scores)."})
+    pooling: str | None = field(default=None, metadata={
+        "choices": ["cls", "mean"], "help": "Pooling of a plain transformers checkpoint."})
+    similarity: str | None = field(default=None, metadata={
+        "choices": list(SIMILARITIES), "help": "Default: what the model declares."})
+    query_prompt: str | None = field(default=None, metadata={
+        "help": "Prefix of every query (default: the model's 'query' prompt)."})
+    document_prompt: str | None = field(default=None, metadata={
+        "help": "Prefix of every document (default: the model's 'document' prompt)."})
+    query_max_length: int | None = field(default=None, metadata={
+        "help": "Token limit of queries (default: the model's)."})
+    document_max_length: int | None = field(default=None, metadata={
+        "help": "Token limit of documents (default: the model's)."})
+    batch_size: int = field(default=32, metadata={"help": "Encoding batch size (default: %(default)s)."})
+    k: int = field(default=1000, metadata={"help": "Documents retrieved per query (default: %(default)s)."})
+    backend: str = field(default="exact", metadata={
+        "choices": ["exact", "faiss"], "help": "Search (default: %(default)s)."})
+    cache_dir: str | None = field(default=None, metadata={
+        "help": "Cache embeddings here (safetensors), keyed by model, settings and texts."})
+    corpus_embeddings: str | None = field(default=None, metadata={
+        "metavar": "DIR",
+        "help": "Embedding shards of this corpus (`dense-encoders encode`), searched shard by shard instead of "
+        "encoding the documents; refused when model, prompt, length or ids differ."})
+    rerank: str | None = field(default=None, metadata={
+        "metavar": "CROSS_ENCODER", "help": "Re-score the top of the run with this cross-encoder."})
+    rerank_top_k: int = field(default=100, metadata={
+        "help": "Documents re-scored per query (default: %(default)s)."})
+    device: str | None = field(default=None, metadata={
+        "help": "cpu, cuda, cuda:1, ... (default: sentence-transformers' choice)."})
+    output: str | None = field(default=None, metadata={"help": "Write the results JSON here."})
+    run_output: str | None = field(default=None, metadata={"help": "Write the first-stage run here (TREC format)."})
+    no_progress: bool = field(default=False, metadata={"help": "No progress bars."})
+    relevance_level: int = field(default=1, metadata={
+        "metavar": "N",
+        "help": "Grade from which RR, Recall and Hits count a document as relevant (TREC DL: 2); nDCG stays "
+        "graded; evaluated queries have a document at or above it (default: %(default)s)."})
+    allow_empty_documents: bool = field(default=False, metadata={
+        "help": "Keep corpus documents without title or text (with a warning); refused by default."})
+    allow_missing_weights: bool = field(default=False, metadata={
+        "help": "Evaluate a checkpoint whose weights miss (or add) tensors of its model; refused by default."})
+
+    def __post_init__(self):
+        level = self.relevance_level
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise ValueError(f"--relevance-level {level!r}: give an integer grade >= 1 (TREC DL convention: 2)")
+        if level < 1:
+            raise ValueError(f"--relevance-level {level}: give a grade >= 1 (TREC DL convention: 2)")
+        for name in POSITIVE_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"--{name.replace('_', '-')} {value!r}: must be a positive integer")
+
+    def encoder_options(self) -> dict:
+        """The keyword arguments of :class:`RetrievalEncoder` these settings give."""
+        return {**{name: getattr(self, name) for name in ENCODER_FIELDS}, "show_progress_bar": not self.no_progress}
+
+
+@dataclass
+class RetrievalResults:
+    """What :func:`evaluate_retrieval` measured; :meth:`to_dict` is the results JSON (``format``
+    :data:`RESULTS_FORMAT`), :meth:`from_dict` reads it back.
+
+    * ``dataset``: ``name``, ``split``, ``source``, ``num_queries``, ``num_documents``; a graded pairs file adds
+      ``pair_threshold`` and ``pair_scale`` (its split names the threshold, ``pairs@0.5``).
+    * ``settings``: ``k``, ``similarity``, ``search_backend``, ``relevance_level``, the encoder's settings
+      (``batch_size``, ``prompts``, ``max_lengths``, ...) and ``corpus_embeddings``.
+    * ``metrics``: measure -> value (``ndcg@10``, ``mrr@10``, ``recall@100``, ``recall@1000``, ``hits@10``);
+      ``per_query``: measure -> query id -> value.
+    * ``rerank``: ``None``, or ``model``, ``top_k``, ``metrics``, ``per_query``, ``seconds``, ``pairs_per_s``.
+    * ``timings``: ``encode_queries_s``, ``encode_documents_s``, ``search_s``, ``queries_cached``,
+      ``documents_cached``; ``throughput``: ``queries_per_s``, ``documents_per_s`` (``None`` when read from the
+      cache).
+    * ``environment``: device, threads and library versions; ``created``: ISO time.
+    """
+
+    model: str
+    model_fingerprint: str
+    dataset: dict
+    settings: dict
+    metrics: dict[str, float]
+    per_query: dict[str, dict[str, float]]
+    rerank: dict | None
+    timings: dict
+    throughput: dict
+    environment: dict
+    created: str
+    format: str = RESULTS_FORMAT
+
+    def to_dict(self) -> dict:
+        """The results JSON's mapping (``format`` first, then the fields in their order)."""
+        return {"format": self.format, **{item.name: getattr(self, item.name) for item in fields(self)
+                                          if item.name != "format"}}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str | Path = "the results") -> "RetrievalResults":
+        """The results of a results JSON's mapping (format checked)."""
+        if data.get("format") != RESULTS_FORMAT:
+            raise ValueError(f"{source} is not a dense-encoders results file (format {data.get('format')!r})")
+        return cls(**data)
+
 
 def _environment(encoder: RetrievalEncoder) -> dict:
-    import sentence_transformers
+    import sentence_transformers  # slow to import: only when results are recorded
     import transformers
 
     from .. import __version__
@@ -88,105 +198,105 @@ def search_and_score(
 def evaluate_retrieval(
     model,
     data: RetrievalDataset | str | Path,
+    args: EvaluationArguments | None = None,
     *,
-    split: str = "test",
-    k: int = 1000,
-    similarity: str | None = None,
-    search_backend: str = "exact",
-    measures: dict[str, str] | None = None,
     cross_encoder=None,
-    rerank_top_k: int = 100,
+    measures: dict[str, str] | None = None,
     rerank_batch_size: int = 32,
     rerank_cache: dict | None = None,
-    output: str | Path | None = None,
-    run_output: str | Path | None = None,
-    relevance_level: int = 1,
-    allow_empty_documents: bool = False,
-    pair_threshold: float | None = None,
-    pair_scale: float | None = None,
-    corpus_embeddings: str | Path | None = None,
-    **encoder_options,
-) -> dict:
-    """Evaluate ``model`` (anything :class:`RetrievalEncoder` accepts, or a RetrievalEncoder) on ``data``.
+    **settings,
+) -> RetrievalResults:
+    """Evaluate ``model`` (anything :class:`RetrievalEncoder` accepts, or a RetrievalEncoder) on ``data`` with the
+    settings ``args`` (:class:`EvaluationArguments`; keyword ``settings`` replace its fields, e.g. ``k=10``).
 
-    ``similarity`` defaults to the one the model declares (sentence-transformers
-    ``similarity_fn_name``); ``encoder_options`` go to :class:`RetrievalEncoder` (pooling, prompts,
-    max lengths, batch size, cache_dir, ...). Returns the results dict (module doc), also written to
-    ``output`` as JSON; ``run_output`` gets the first-stage run in TREC format.
+    ``similarity`` defaults to the one the model declares (sentence-transformers ``similarity_fn_name``); the
+    encoder settings (pooling, prompts, max lengths, batch size, cache_dir, ...) go to :class:`RetrievalEncoder`.
+    Returns the :class:`RetrievalResults`, also written to ``args.output`` as JSON; ``args.run_output`` gets the
+    first-stage run in TREC format.
 
-    ``relevance_level`` (default 1; TREC DL uses 2) is the grade from which binary measures (RR,
-    Recall, Hits) count a document as relevant; nDCG keeps the graded values; the evaluated queries
-    are those with at least one document at or above it. ``allow_empty_documents`` keeps corpus
-    documents without text (an error by default). ``pair_threshold`` / ``pair_scale`` turn a graded pairs
-    file into a task (:func:`~dense_encoders.data.retrieval.load_graded_pairs`); the results record them.
-    ``corpus_embeddings``: a folder of embedding shards of this corpus (``dense-encoders encode``) searched
-    instead of encoding the documents: the same model, document prompt, length and normalisation, and exactly
-    the corpus's document ids, or a one-line error.
+    ``relevance_level`` (default 1; TREC DL uses 2) is the grade from which binary measures (RR, Recall, Hits)
+    count a document as relevant; nDCG keeps the graded values; the evaluated queries are those with at least
+    one document at or above it. ``allow_empty_documents`` keeps corpus documents without text (an error by
+    default). ``pair_threshold`` / ``pair_scale`` turn a graded pairs file into a task
+    (:func:`~dense_encoders.data.retrieval.load_graded_pairs`); the results record them. ``corpus_embeddings``:
+    a folder of embedding shards of this corpus (``dense-encoders encode``) searched instead of encoding the
+    documents: the same model, document prompt, length and normalisation, and exactly the corpus's document
+    ids, or a one-line error.
+
+    The top ``rerank_top_k`` of each query are re-scored by ``cross_encoder`` (a loaded sentence-transformers
+    CrossEncoder, a folder or a Hub id) or by ``args.rerank``, ``rerank_batch_size`` pairs at a time;
+    ``rerank_cache`` maps (query, document) to scores shared between evaluations. ``measures``: name ->
+    ir-measures measure, default :data:`~dense_encoders.evaluation.metrics.DEFAULT_MEASURES`.
     """
-    if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
-        raise ValueError(f"relevance level must be an integer >= 1, got {relevance_level!r}")
-    dataset = _dataset(data, split, allow_empty_documents=allow_empty_documents, pair_threshold=pair_threshold,
-                       pair_scale=pair_scale)
-    encoder, similarity = _encoder(model, similarity, encoder_options)
-    query_ids, doc_ids = dataset.query_ids(), dataset.document_ids()
-    queries = encoder.encode_queries(dataset.query_texts(query_ids))
-    if corpus_embeddings is not None:
-        if search_backend != "exact":
-            raise ValueError("corpus embeddings are searched exactly, shard by shard; for a FAISS index use "
-                             "`dense-encoders index` and `dense-encoders search`")
-        documents, metrics, per_query, run, search_seconds = _search_stored_corpus(
-            encoder, dataset, queries, corpus_embeddings, k=k, similarity=similarity, measures=measures,
-            relevance_level=relevance_level)
-    else:
-        documents = encoder.encode_documents(dataset.document_texts(doc_ids))
-        metrics, per_query, run, search_seconds = search_and_score(
-            dataset, queries.embeddings, documents.embeddings, k=k, similarity=similarity,
-            search_backend=search_backend, measures=measures, relevance_level=relevance_level,
-        )
+    args = replace(args or EvaluationArguments(), **settings)
+    if cross_encoder is not None and args.rerank is not None:
+        raise ValueError(f"two cross-encoders to re-rank with: cross_encoder={cross_encoder!r} and "
+                         f"rerank={args.rerank!r}; give one")
+    dataset = _dataset(data, args)
+    encoder, similarity = _encoder(model, args)
+    queries = encoder.encode_queries(dataset.query_texts(dataset.query_ids()))
+    documents, metrics, per_query, run, search_seconds = _first_stage(encoder, dataset, queries, similarity, args,
+                                                                      measures)
+    cross_encoder = cross_encoder if cross_encoder is not None else args.rerank
     reranked = None
     if cross_encoder is not None:
         reranked = _rerank_stage(
-            cross_encoder, dataset, run, top_k=rerank_top_k, batch_size=rerank_batch_size, measures=measures,
-            relevance_level=relevance_level,
-            show_progress_bar=encoder.show_progress_bar, score_cache=rerank_cache,
-            allow_missing_weights=encoder_options.get("allow_missing_weights", False),
+            cross_encoder, dataset, run, top_k=args.rerank_top_k, batch_size=rerank_batch_size, measures=measures,
+            relevance_level=args.relevance_level, show_progress_bar=encoder.show_progress_bar,
+            score_cache=rerank_cache, allow_missing_weights=args.allow_missing_weights,
         )
-    results = {
-        "format": RESULTS_FORMAT,
-        "model": encoder.name,
-        "model_fingerprint": encoder.fingerprint,
-        "dataset": {
-            "name": dataset.name,
-            "split": dataset.split,
-            "source": dataset.source,
-            "num_queries": len(query_ids),
-            "num_documents": len(doc_ids),
-            **{key: dataset.extra[key] for key in ("pair_threshold", "pair_scale") if key in dataset.extra},
-        },
-        "settings": {
-            "k": k, "similarity": similarity, "search_backend": search_backend,
-            "relevance_level": relevance_level, **encoder.settings(),
-            "corpus_embeddings": str(corpus_embeddings) if corpus_embeddings is not None else None,
-        },
-        "metrics": metrics,
-        "per_query": per_query,
-        "rerank": reranked,
-        "timings": {
-            "encode_queries_s": queries.seconds,
-            "encode_documents_s": documents.seconds,
-            "search_s": search_seconds,
-            "queries_cached": queries.cached,
-            "documents_cached": documents.cached,
-        },
-        "throughput": {"queries_per_s": queries.texts_per_second, "documents_per_s": documents.texts_per_second},
-        "environment": _environment(encoder),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    if output is not None:
-        save_results(results, output)
-    if run_output is not None:
-        write_trec_run(run, run_output)
+    results = RetrievalResults(
+        model=encoder.name, model_fingerprint=encoder.fingerprint, dataset=_dataset_record(dataset),
+        settings=_settings_record(args, similarity, encoder), metrics=metrics, per_query=per_query, rerank=reranked,
+        timings={"encode_queries_s": queries.seconds, "encode_documents_s": documents.seconds,
+                 "search_s": search_seconds, "queries_cached": queries.cached, "documents_cached": documents.cached},
+        throughput={"queries_per_s": queries.texts_per_second, "documents_per_s": documents.texts_per_second},
+        environment=_environment(encoder), created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    if args.output is not None:
+        save_results(results, args.output)
+    if args.run_output is not None:
+        write_trec_run(run, args.run_output)
     return results
+
+
+def _first_stage(encoder: RetrievalEncoder, dataset: RetrievalDataset, queries: EncodedTexts, similarity: str,
+                 args: EvaluationArguments, measures: dict[str, str] | None = None):
+    """``(documents, metrics, per_query, run, search_seconds)`` of the first stage: the documents encoded and
+    searched, or the stored embedding shards of ``args.corpus_embeddings`` searched."""
+    if args.corpus_embeddings is not None:
+        if args.backend != "exact":
+            raise ValueError("corpus embeddings are searched exactly, shard by shard; for a FAISS index use "
+                             "`dense-encoders index` and `dense-encoders search`")
+        return _search_stored_corpus(encoder, dataset, queries, args.corpus_embeddings, k=args.k,
+                                     similarity=similarity, measures=measures, relevance_level=args.relevance_level)
+    documents = encoder.encode_documents(dataset.document_texts(dataset.document_ids()))
+    metrics, per_query, run, search_seconds = search_and_score(
+        dataset, queries.embeddings, documents.embeddings, k=args.k, similarity=similarity,
+        search_backend=args.backend, measures=measures, relevance_level=args.relevance_level,
+    )
+    return documents, metrics, per_query, run, search_seconds
+
+
+def _settings_record(args: EvaluationArguments, similarity: str, encoder: RetrievalEncoder) -> dict:
+    """The ``settings`` entry of the results."""
+    return {
+        "k": args.k, "similarity": similarity, "search_backend": args.backend,
+        "relevance_level": args.relevance_level, **encoder.settings(),
+        "corpus_embeddings": str(args.corpus_embeddings) if args.corpus_embeddings is not None else None,
+    }
+
+
+def _dataset_record(dataset: RetrievalDataset) -> dict:
+    """The ``dataset`` entry of the results."""
+    return {
+        "name": dataset.name,
+        "split": dataset.split,
+        "source": dataset.source,
+        "num_queries": len(dataset.query_ids()),
+        "num_documents": len(dataset.document_ids()),
+        **{key: dataset.extra[key] for key in ("pair_threshold", "pair_scale") if key in dataset.extra},
+    }
 
 
 def _search_stored_corpus(encoder: RetrievalEncoder, dataset: RetrievalDataset, queries: EncodedTexts, folder, *,
@@ -223,25 +333,30 @@ def _search_stored_corpus(encoder: RetrievalEncoder, dataset: RetrievalDataset, 
     return documents, metrics, per_query, run, seconds
 
 
-def _dataset(data: RetrievalDataset | str | Path, split: str, allow_empty_documents: bool = False,
-             pair_threshold: float | None = None, pair_scale: float | None = None) -> RetrievalDataset:
-    if isinstance(data, RetrievalDataset) and (pair_threshold is not None or pair_scale is not None):
+def _dataset(data: RetrievalDataset | str | Path, args: EvaluationArguments) -> RetrievalDataset:
+    """``data`` loaded as ``args`` say (split, graded pair threshold and scale, empty documents)."""
+    if isinstance(data, RetrievalDataset) and (args.pair_threshold is not None or args.pair_scale is not None):
         raise ValueError("pair_threshold / pair_scale apply when loading a graded pairs file; this dataset is "
                          "already loaded: pass the file's path, or load it with load_graded_pairs")
     dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(
-        data, split=split, allow_empty_documents=allow_empty_documents, pair_threshold=pair_threshold,
-        pair_scale=pair_scale)
+        data, split=args.split, allow_empty_documents=args.allow_empty_documents, pair_threshold=args.pair_threshold,
+        pair_scale=args.pair_scale)
     if not dataset.queries or not dataset.corpus:
         raise ValueError(f"dataset {dataset.name!r} ({dataset.split}) has no queries or no documents")
     return dataset
 
 
-def _encoder(model, similarity: str | None, encoder_options: dict) -> tuple[RetrievalEncoder, str]:
+def _encoder(model, args: EvaluationArguments) -> tuple[RetrievalEncoder, str]:
     """The :class:`RetrievalEncoder` of ``model`` and the similarity to search with (the model's own by default)."""
-    encoder = model if isinstance(model, RetrievalEncoder) else RetrievalEncoder(model, **encoder_options)
-    if isinstance(model, RetrievalEncoder) and encoder_options:
-        raise ValueError(f"encoder options {sorted(encoder_options)} given together with a ready RetrievalEncoder")
-    similarity = similarity or encoder.similarity
+    if isinstance(model, RetrievalEncoder):
+        defaults = EvaluationArguments()
+        given = [name for name in (*ENCODER_FIELDS, "no_progress") if getattr(args, name) != getattr(defaults, name)]
+        if given:
+            raise ValueError(f"encoder options {sorted(given)} given together with a ready RetrievalEncoder")
+        encoder = model
+    else:
+        encoder = RetrievalEncoder(model, **args.encoder_options())
+    similarity = args.similarity or encoder.similarity
     if similarity not in SIMILARITIES:
         raise ValueError(
             f"similarity {similarity!r} (declared by the model or given) is not supported for retrieval; "
@@ -271,16 +386,18 @@ def _rerank_stage(
 
 
 def compare_systems(
-    results_a: list[dict], results_b: list[dict], *, measure: str = "ndcg@10", alpha: float = 0.05
+    results_a: list[RetrievalResults | dict], results_b: list[RetrievalResults | dict], *, measure: str = "ndcg@10",
+    alpha: float = 0.05
 ) -> list[dict]:
     """System A vs B on several datasets: a paired t-test per dataset over the per-query values of
-    ``measure``, Holm-Bonferroni across the datasets (TITE paper, Sec. 5). ``results_a[i]`` and
-    ``results_b[i]`` must be results of the same dataset and split (a BEIR test and dev split, or two
+    ``measure``, Holm-Bonferroni across the datasets (Schlatt et al. 2025, TITE: Token-Independent Text Encoder
+    for Information Retrieval, Sec. 5). ``results_a[i]`` and ``results_b[i]`` (:class:`RetrievalResults` or
+    their JSON mappings) must be results of the same dataset and split (a BEIR test and dev split, or two
     graded-pair thresholds, are separate hypotheses). One row per dataset and split."""
     if len(results_a) != len(results_b) or not results_a:
         raise ValueError("give one results dict of system A and one of system B per dataset, in the same order")
     rows, seen = [], set()
-    for a, b in zip(results_a, results_b):
+    for a, b in zip(map(_as_mapping, results_a), map(_as_mapping, results_b)):
         task_a = (a["dataset"]["name"], a["dataset"].get("split"))
         task_b = (b["dataset"]["name"], b["dataset"].get("split"))
         if task_a != task_b:
@@ -306,53 +423,65 @@ def compare_systems(
     return rows
 
 
+def _as_mapping(results: RetrievalResults | dict) -> dict:
+    return results.to_dict() if isinstance(results, RetrievalResults) else results
+
+
 def _task_label(name: str, split: str | None) -> str:
     return name if split is None else f"{name} ({split})"
 
 
-def save_results(results: dict, path: str | Path) -> Path:
+def save_results(results: RetrievalResults | dict, path: str | Path) -> Path:
+    """Write ``results`` (or the JSON mapping of results) as the results JSON at ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(_as_mapping(results), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
 
-def load_results(path: str | Path) -> dict:
-    """A results JSON written by :func:`evaluate_retrieval` (format checked)."""
-    results = json.loads(Path(path).read_text(encoding="utf-8"))
-    if results.get("format") != RESULTS_FORMAT:
-        raise ValueError(f"{path} is not a dense-encoders results file (format {results.get('format')!r})")
-    return results
+def load_results(path: str | Path) -> RetrievalResults:
+    """The :class:`RetrievalResults` of a results JSON written by :func:`evaluate_retrieval` (format checked)."""
+    return RetrievalResults.from_dict(json.loads(Path(path).read_text(encoding="utf-8")), source=path)
 
 
-def format_summary(results: dict) -> str:
-    """A short human-readable table of a results dict."""
-    dataset = results["dataset"]
+def format_summary(results: RetrievalResults) -> str:
+    """A short human-readable table of ``results``."""
+    dataset, settings = results.dataset, results.settings
     lines = [
-        f"{results['model']} on {dataset['name']} ({dataset['split']}): "
-        f"{dataset['num_queries']} queries, {dataset['num_documents']} documents, {results['settings']['similarity']}",
+        f"{results.model} on {dataset['name']} ({dataset['split']}): "
+        f"{dataset['num_queries']} queries, {dataset['num_documents']} documents, {settings['similarity']}",
     ]
-    stages = [("retrieve", results["metrics"])]
-    if results.get("rerank"):
-        stages.append((f"+ rerank top {results['rerank']['top_k']}", results["rerank"]["metrics"]))
-    names = list(results["metrics"])
+    stages = [("retrieve", results.metrics)]
+    if results.rerank:
+        stages.append((f"+ rerank top {results.rerank['top_k']}", results.rerank["metrics"]))
+    names = list(results.metrics)
     lines.append("| stage | " + " | ".join(names) + " |")
     lines.append("|:--|" + "--:|" * len(names))
     for stage, metrics in stages:
         lines.append(f"| {stage} | " + " | ".join(f"{metrics[name]:.4f}" for name in names) + " |")
-    level = results["settings"].get("relevance_level", 1)
+    level = settings.get("relevance_level", 1)
     lines.append(f"relevance level: {level} (binary measures count grade >= {level} as relevant; nDCG is graded)")
-    throughput = results["throughput"]
+    throughput = results.throughput
     if throughput["documents_per_s"]:
         lines.append(
             f"encode: {throughput['documents_per_s']:.1f} documents/s, "
-            f"{throughput['queries_per_s']:.1f} queries/s on {results['environment']['device']}"
+            f"{throughput['queries_per_s']:.1f} queries/s on {results.environment['device']}"
         )
-    elif results["settings"].get("corpus_embeddings"):
-        lines.append(f"encode: documents read from the embedding shards {results['settings']['corpus_embeddings']}")
+    elif settings.get("corpus_embeddings"):
+        lines.append(f"encode: documents read from the embedding shards {settings['corpus_embeddings']}")
     else:
         lines.append("encode: embeddings read from the cache")
     return "\n".join(lines)
 
 
-__all__ = ["RESULTS_FORMAT", "compare_systems", "evaluate_retrieval", "search_and_score", "format_summary", "load_results", "save_results"]
+__all__ = [
+    "RESULTS_FORMAT",
+    "EvaluationArguments",
+    "RetrievalResults",
+    "compare_systems",
+    "evaluate_retrieval",
+    "format_summary",
+    "load_results",
+    "save_results",
+    "search_and_score",
+]

@@ -5,12 +5,13 @@ infused from re-ranks the top, and encode speeds are measured side by side in on
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..checkpoints.loading import load_cross_encoder
-from .harness import evaluate_retrieval
+from .harness import EvaluationArguments, evaluate_retrieval
 
 
 def retrieve_rerank_report(
@@ -24,37 +25,41 @@ def retrieve_rerank_report(
     baseline: str | None = None,
     pair_threshold: float | None = None,
     pair_scale: float | None = None,
+    output: str | Path | None = None,
 ) -> dict:
     """The paper's Table 1: Hits@10 / MRR@10 of each dual encoder for retrieve and retrieve + rerank by
     ``cross_encoder`` (top ``top_k``), and each encoder's corpus encode speed (documents/s) with the
     speed-up over ``baseline`` (default: the first entry), all measured in this one run. ``pair_threshold`` /
-    ``pair_scale``: for a graded pairs file (:func:`~dense_encoders.data.retrieval.load_graded_pairs`)."""
+    ``pair_scale``: for a graded pairs file (:func:`~dense_encoders.data.retrieval.load_graded_pairs`). The report
+    is also written to ``output`` as JSON."""
     dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(
         data, split=split, pair_threshold=pair_threshold, pair_scale=pair_scale)
     baseline = baseline or next(iter(dual_encoders))
     reranker = load_cross_encoder(cross_encoder)
     scores: dict = {}  # (query, document) -> CE score, shared: each pair is scored once for all encoders
+    settings = EvaluationArguments(k=max(top_k, 100), rerank_top_k=top_k, batch_size=batch_size, no_progress=True)
     rows = []
     for name, model in dual_encoders.items():
         start = time.perf_counter()
-        results = evaluate_retrieval(str(model), dataset, k=max(top_k, 100), cross_encoder=reranker,
-                                     rerank_top_k=top_k, batch_size=batch_size, show_progress_bar=False,
-                                     rerank_cache=scores)
+        results = evaluate_retrieval(str(model), dataset, settings, cross_encoder=reranker, rerank_cache=scores)
         rows.append({
             "model": name,
             "path": str(model),
-            "retrieve": {m: results["metrics"][m] for m in ("hits@10", "mrr@10")},
-            "rerank": {m: results["rerank"]["metrics"][m] for m in ("hits@10", "mrr@10")},
-            "documents_per_s": results["throughput"]["documents_per_s"],
+            "retrieve": {m: results.metrics[m] for m in ("hits@10", "mrr@10")},
+            "rerank": {m: results.rerank["metrics"][m] for m in ("hits@10", "mrr@10")},
+            "documents_per_s": results.throughput["documents_per_s"],
             "seconds": time.perf_counter() - start,
-            "per_query": {"retrieve": results["per_query"], "rerank": results["rerank"]["per_query"]},
+            "per_query": {"retrieve": results.per_query, "rerank": results.rerank["per_query"]},
         })
     reference = next(r for r in rows if r["model"] == baseline)
     for row in rows:
         row["speedup"] = row["documents_per_s"] / reference["documents_per_s"]
     graded = {key: dataset.extra[key] for key in ("pair_threshold", "pair_scale") if key in dataset.extra}
-    return {"dataset": dataset.name, "split": dataset.split, **graded, "top_k": top_k,
-            "cross_encoder": str(cross_encoder), "baseline": baseline, "rows": rows}
+    report = {"dataset": dataset.name, "split": dataset.split, **graded, "top_k": top_k,
+              "cross_encoder": str(cross_encoder), "baseline": baseline, "rows": rows}
+    if output is not None:
+        Path(output).write_text(json.dumps(report, indent=2) + "\n")
+    return report
 
 
 def format_report(report: dict) -> str:

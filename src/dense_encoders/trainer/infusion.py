@@ -10,24 +10,117 @@ layers, M new layers. Two ways to train a DE-2-CE (or DE-2-Rand):
 * ``distill``: our ``DistillationTrainer`` with the cross-encoder's own scores on the BM25
   candidates as teacher (``score_teacher``), losses configurable (default Margin-MSE + InfoNCE).
 
-The retrieve + rerank report of the trained encoders is :mod:`dense_encoders.evaluation.infusion_report`.
+:class:`InfusionArguments` (the flags of ``dense-encoders infuse``) says what to train how;
+:func:`train_infused` trains it and writes each model's ``infusion_setup.json`` and model card. The retrieve
++ rerank report of the trained encoders is :mod:`dense_encoders.evaluation.infusion_report`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from ..data.bm25 import bm25_run, mine_bm25_triplets
-from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..checkpoints.loading import cross_encoder_model_and_tokenizer
+from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
+from ..hub import model_card
 from ..models.infused import InfusedDualEncoderModel
+from ..recipes import RECIPE_HELP
+from .output_dir import DASHED_FLAGS, prepare_output_dir
 
 logger = logging.getLogger(__name__)
 
 METHODS = ("mnrl", "distill")
+# fields of InfusionArguments that must be integers >= 1
+POSITIVE_FIELDS = ("batch_size", "max_length")
+# fields of InfusionArguments that set up the retrieve + rerank report, not the training (not in the record)
+REPORT_FIELDS = ("eval_data", "eval_split", "baseline", "rerank_top_k")
+
+
+@dataclass(kw_only=True)
+class InfusionArguments:
+    """What ``dense-encoders infuse`` trains how: each field is one of its flags. The ``eval_*``, ``baseline``
+    and ``rerank_top_k`` fields set up the retrieve + rerank report run after training
+    (:func:`dense_encoders.evaluation.infusion_report.retrieve_rerank_report`)."""
+
+    recipe: str | None = field(default=None, metadata={"help": RECIPE_HELP + " The paper's: --recipe ce-infusion."})
+    cross_encoder: str = field(metadata={"help": "Sequence-classification cross-encoder."})
+    train_data: str = field(metadata={
+        "help": "BEIR folder with qrels/<split>.tsv, a (query, positive) pairs file or a graded pairs file "
+        "(sentence1, sentence2, score) for training."})
+    split: str = "train"
+    pair_threshold: float | None = field(default=None, metadata={
+        "help": "Graded pair files: a pair is relevant when its score >= this fraction of the scale (default 0.5)."})
+    pair_scale: float | None = field(default=None, metadata={
+        "help": "Largest possible score of a graded pair file: 1 or 5 (default: inferred from the scores)."})
+    output_dir: str = field(metadata={
+        "help": "A new or empty folder (models, initial/, teacher scores, report.json); a non-empty one is refused."})
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "Delete the contents of --output-dir (an earlier run) before training."})
+    method: str = field(default="mnrl", metadata={
+        "choices": METHODS,
+        "help": "mnrl: MultipleNegativesRankingLoss + BM25 negatives (as in the paper); distill: the CE's scores."})
+    num_copied_layers: int = field(default=1, metadata={"help": "CE layers copied (default 1)."})
+    num_new_layers: int = field(default=1, metadata={"help": "Freshly initialised layers (default 1)."})
+    random_init: bool = field(default=False, metadata={"help": "DE-2-Rand: same shape, nothing copied."})
+    also_random: bool = field(default=False, metadata={"help": "Also train the DE-Rand of the same shape."})
+    epochs: float = field(default=1.0, metadata={
+        "help": "Training epochs (default %(default)s; the paper's recipe: 10)."})
+    batch_size: int = field(default=32, metadata={
+        "help": "Queries per batch (default %(default)s; the paper's recipe: 64)."})
+    learning_rate: float = field(default=5e-5, metadata={
+        "help": "Peak learning rate (default %(default)s; the paper's recipe: 2e-5)."})
+    warmup_steps: float = field(default=0.1, metadata={
+        "help": "Warm-up: a fraction of training if < 1, else steps (default %(default)s; the paper's recipe: 1000)."})
+    max_length: int = field(default=256, metadata={
+        "help": "Token limit of queries and documents (default %(default)s; the paper's recipe: 300)."})
+    losses: str = field(default="margin_mse+infonce", metadata={"help": "Losses of --method distill."})
+    candidates: int = field(default=30, metadata={"help": "BM25 candidates per query (negatives / teacher)."})
+    seed: int = 0
+    eval_data: str | None = field(default=None, metadata={
+        "help": "BEIR folder, pairs or graded pairs file for the retrieve + rerank report."})
+    eval_split: str = "test"
+    baseline: str | None = field(default=None, metadata={
+        "help": "A baseline dual encoder for the report (its speed is the 1.00x)."})
+    rerank_top_k: int = 50
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"--method {self.method!r}: choose one of {METHODS}")
+        for name in POSITIVE_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} {value!r}: must be a positive integer")
+
+    def graded_pair_options(self, data: str | None) -> dict:
+        """``pair_threshold`` / ``pair_scale`` for ``data`` when it is a graded pairs file, else nothing: the two
+        flags go to whichever of ``train_data`` and ``eval_data`` is one."""
+        if data is None or not is_graded_pairs_file(data):
+            return {}
+        return {"pair_threshold": self.pair_threshold, "pair_scale": self.pair_scale}
+
+    def check_graded_pairs(self) -> None:
+        """Refuse ``pair_threshold`` / ``pair_scale`` when neither the training nor the evaluation data is a graded
+        pairs file (sentence1, sentence2, score)."""
+        if (self.pair_threshold is not None or self.pair_scale is not None) and not (
+                self.graded_pair_options(self.train_data) or self.graded_pair_options(self.eval_data)):
+            raise ValueError("--pair-threshold / --pair-scale apply to graded pair files (sentence1, sentence2, "
+                             "score); neither --train-data nor --eval-data is one: leave them out")
+
+    def models(self) -> dict[str, tuple[Path, bool]]:
+        """The dual encoders to train: name -> (folder, random_init). DE-N-Rand goes to ``output_dir/random``
+        when trained besides DE-N-CE."""
+        output, layers = Path(self.output_dir), self.num_copied_layers + self.num_new_layers
+        models = {}
+        if self.random_init or self.also_random:
+            models[f"DE-{layers}-Rand"] = (output / "random" if self.also_random else output, True)
+        if not self.random_init:
+            models[f"DE-{layers}-CE"] = (output, False)
+        return models
 
 
 def infuse(
@@ -105,70 +198,73 @@ def _no_gpu() -> bool:
     return not torch.cuda.is_available()
 
 
-def train_infused(
-    cross_encoder: str | Path,
-    train_data: str | Path | RetrievalDataset,
-    output_dir: str | Path,
-    *,
-    method: str = "mnrl",
-    split: str = "train",
-    random_init: bool = False,
-    num_copied_layers: int = 1,
-    num_new_layers: int = 1,
-    epochs: float = 1.0,
-    batch_size: int = 32,
-    learning_rate: float = 5e-5,
-    warmup_steps: float = 0.1,
-    max_length: int = 256,
-    losses: str = "margin_mse+infonce",
-    candidates: int = 30,
-    seed: int = 0,
-    pair_threshold: float | None = None,
-    pair_scale: float | None = None,
-) -> Path:
-    """Build DE-(N+M)-CE (or -Rand with ``random_init``) from ``cross_encoder`` and train it on the
-    ``split`` of a BEIR folder (or on a pairs file, or a graded pairs file thresholded by ``pair_threshold`` /
-    ``pair_scale``: :func:`~dense_encoders.data.retrieval.load_dataset_for_evaluation`) by ``method`` (module
-    doc). Returns the saved folder.
+def train_infused(args: InfusionArguments) -> dict[str, Path]:
+    """Train the dual encoders ``args`` asks for (:meth:`InfusionArguments.models`) into ``args.output_dir``,
+    which is checked (or cleared) once for all of them
+    (:func:`dense_encoders.trainer.output_dir.prepare_output_dir`). Each model's folder also gets its
+    ``infusion_setup.json`` and model card (:func:`write_infusion_record`). Returns name -> folder."""
+    args.check_graded_pairs()
+    prepare_output_dir(Path(args.output_dir), overwrite=args.overwrite_output_dir, flags=DASHED_FLAGS,
+                       inputs=(args.cross_encoder, args.train_data, args.eval_data, args.baseline))
+    dataset = load_dataset_for_evaluation(args.train_data, split=args.split,
+                                          **args.graded_pair_options(args.train_data))
+    trained = {}
+    for name, (folder, random_init) in args.models().items():
+        trained[name] = train_dual_encoder(args, dataset, folder, random_init=random_init)
+        write_infusion_record(folder, name, args)
+    return trained
 
-    ``output_dir`` is not checked here: ``dense-encoders infuse`` checks (or clears) its ``--output-dir``
-    once for all the models it trains into it (:func:`dense_encoders.trainer.output_dir.prepare_output_dir`)."""
-    if method not in METHODS:
-        raise ValueError(f"method={method!r}: choose one of {METHODS}")
-    dataset = train_data if isinstance(train_data, RetrievalDataset) else load_dataset_for_evaluation(
-        train_data, split=split, pair_threshold=pair_threshold, pair_scale=pair_scale)
+
+def train_dual_encoder(args: InfusionArguments, dataset: RetrievalDataset, output_dir: str | Path, *,
+                       random_init: bool = False) -> Path:
+    """Build DE-(N+M)-CE (or -Rand with ``random_init``) from ``args.cross_encoder`` and train it on ``dataset``
+    by ``args.method`` (module doc) into ``output_dir``, its initial weights in ``output_dir/initial``. Returns
+    ``output_dir``; the folder is not checked here (:func:`train_infused` checks it)."""
     output_dir = Path(output_dir)
     initial = output_dir / "initial"
-    model, tokenizer = infuse(cross_encoder, num_copied_layers=num_copied_layers, num_new_layers=num_new_layers,
-                              random_init=random_init, seed=seed)
+    model, tokenizer = infuse(args.cross_encoder, num_copied_layers=args.num_copied_layers,
+                              num_new_layers=args.num_new_layers, random_init=random_init, seed=args.seed)
     save_dual_encoder(model, tokenizer, initial)
-    run = bm25_run(dataset, candidates)
-    if method == "mnrl":
-        triplets = mine_bm25_triplets(dataset, negatives_from_top=candidates, seed=seed, run=run)
+    run = bm25_run(dataset, args.candidates)
+    if args.method == "mnrl":
+        triplets = mine_bm25_triplets(dataset, negatives_from_top=args.candidates, seed=args.seed, run=run)
         logger.info("training on %d BM25 triplets", len(triplets))
-        train_mnrl(initial, triplets, output_dir, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                   warmup_steps=warmup_steps, max_length=max_length, seed=seed)
+        train_mnrl(initial, triplets, output_dir, epochs=args.epochs, batch_size=args.batch_size,
+                   learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, max_length=args.max_length,
+                   seed=args.seed)
     else:
         from .distillation import DistillationArguments, DistillationSetup, distill
         from .teacher import score_teacher
 
         train_file = output_dir / "teacher-scores.jsonl"
-        score_teacher(cross_encoder, run, train_file, queries=dataset.queries, corpus=dataset.corpus,
-                      top_k=candidates, include_texts=True, batch_size=batch_size)
-        setup = DistillationSetup(student=str(initial), train_file=str(train_file), losses=losses,
-                                  documents_per_query=8, query_max_length=64, document_max_length=max_length)
-        args = DistillationArguments(output_dir=str(output_dir), num_train_epochs=epochs,
-                                     per_device_train_batch_size=batch_size,
-                                     learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed,
-                                     use_cpu=_no_gpu())
-        distill(setup, args, check_output_dir=False)  # the folder already holds initial/ and the teacher scores
+        score_teacher(args.cross_encoder, run, train_file, queries=dataset.queries, corpus=dataset.corpus,
+                      top_k=args.candidates, include_texts=True, batch_size=args.batch_size)
+        setup = DistillationSetup(student=str(initial), train_file=str(train_file), losses=args.losses,
+                                  documents_per_query=8, query_max_length=64, document_max_length=args.max_length)
+        training = DistillationArguments(output_dir=str(output_dir), num_train_epochs=args.epochs,
+                                         per_device_train_batch_size=args.batch_size,
+                                         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
+                                         seed=args.seed, use_cpu=_no_gpu())
+        distill(setup, training, check_output_dir=False)  # the folder already holds initial/ and the teacher scores
     return output_dir
+
+
+def write_infusion_record(folder: str | Path, name: str, args: InfusionArguments) -> None:
+    """``infusion_setup.json`` (what was trained how, the recipe included; not the report's settings nor
+    ``overwrite_output_dir``) and the model card made from it."""
+    setup = {key: value for key, value in asdict(args).items()
+             if key not in ("overwrite_output_dir", *REPORT_FIELDS)}
+    (Path(folder) / "infusion_setup.json").write_text(json.dumps({"model": name, **setup}, indent=2) + "\n")
+    model_card(folder).save(Path(folder) / "README.md")
 
 
 __all__ = [
     "METHODS",
+    "InfusionArguments",
     "infuse",
     "save_dual_encoder",
+    "train_dual_encoder",
     "train_infused",
     "train_mnrl",
+    "write_infusion_record",
 ]
