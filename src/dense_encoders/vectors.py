@@ -13,6 +13,9 @@ from __future__ import annotations
 # "cosine": the dot product of L2-normalised vectors; "dot": the plain dot product
 SIMILARITIES = ("cosine", "dot")
 
+# how token states become one vector: the first token's state or the mean over the real tokens
+POOLING_MODES = ("cls", "mean")
+
 
 def refuse_mean_pooling_of_tite(model_type: str | None, pooling: str | None, instead: str) -> None:
     """A ``ValueError`` for mean pooling of a TITE encoder, which pools its token states into one vector per
@@ -23,4 +26,4 @@ def refuse_mean_pooling_of_tite(model_type: str | None, pooling: str | None, ins
                          f"use {instead}")
 
 
-__all__ = ["SIMILARITIES", "refuse_mean_pooling_of_tite"]
+__all__ = ["POOLING_MODES", "SIMILARITIES", "refuse_mean_pooling_of_tite"]

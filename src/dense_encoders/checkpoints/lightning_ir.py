@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
+from ..vectors import SIMILARITIES
 from .folder import write_sentence_transformers_files
 from .source_format import ConversionError, SourceFormat
 from .tite_authors import (
@@ -87,7 +88,7 @@ def _refuse_unsupported(config: dict, where: str) -> None:
     for key in ("sparsification", "sparsification_strategy", "query_expansion", "doc_expansion", "use_adapter"):
         if config.get(key):
             raise ConversionError(f"{where}: {key}={config[key]!r} is not supported (only null / false convert).")
-    if config.get("similarity_function", "dot") not in ("dot", "cosine"):
+    if config.get("similarity_function", "dot") not in SIMILARITIES:
         raise ConversionError(f"{where}: similarity_function={config['similarity_function']!r} is not supported "
                               "(dot or cosine convert).")
     if config.get("projection", "linear") not in (None, "linear", "linear_no_bias"):

@@ -28,8 +28,7 @@ from sentence_transformers.base.modules.transformer import Transformer
 from sentence_transformers.sentence_transformer.modules.pooling import Pooling
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
-from ..models.condenser.sentence_transformers_condenser import POOLING_MODES
-from ..vectors import refuse_mean_pooling_of_tite
+from ..vectors import POOLING_MODES, refuse_mean_pooling_of_tite
 from .folder import has_sentence_transformers_files, is_ours, native_pipeline
 from .weights import (
     check_checkpoint_weights,

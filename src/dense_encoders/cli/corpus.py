@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..vectors import SIMILARITIES
+from ..vectors import POOLING_MODES, SIMILARITIES
 from .arguments import make_parser, parse
 from .checks import check_device, check_model, positive_int
 
@@ -49,7 +49,7 @@ def build_encode_parser():
     parser.add_argument("--batch-size", type=positive_int, default=32, help="Texts per forward (default: %(default)s).")
     parser.add_argument("--prompt", help="Prefix of every text (default: the model's query / document prompt).")
     parser.add_argument("--max-length", type=positive_int, help="Token limit (default: the model's for the side).")
-    parser.add_argument("--pooling", choices=["cls", "mean"], help="Pooling of a plain transformers checkpoint.")
+    parser.add_argument("--pooling", choices=POOLING_MODES, help="Pooling of a plain transformers checkpoint.")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise the stored embeddings.")
     parser.add_argument("--device", help="Device of a single process (default: sentence-transformers' choice; under "
                         "torchrun cuda:LOCAL_RANK or the CPU).")

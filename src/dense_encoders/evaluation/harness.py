@@ -19,7 +19,7 @@ import torch
 
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..data.runs import write_trec_run
-from ..vectors import SIMILARITIES
+from ..vectors import POOLING_MODES, SIMILARITIES
 from .encoding import EncodedTexts, RetrievalEncoder
 from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
@@ -47,7 +47,7 @@ class EvaluationArguments:
     pair_scale: float | None = field(default=None, metadata={
         "help": "Largest possible score of a graded pair file: 1 or 5 (default: inferred from the scores)."})
     pooling: str | None = field(default=None, metadata={
-        "choices": ["cls", "mean"], "help": "Pooling of a plain transformers checkpoint."})
+        "choices": list(POOLING_MODES), "help": "Pooling of a plain transformers checkpoint."})
     similarity: str | None = field(default=None, metadata={
         "choices": list(SIMILARITIES), "help": "Default: what the model declares."})
     query_prompt: str | None = field(default=None, metadata={

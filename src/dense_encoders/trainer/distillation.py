@@ -42,11 +42,11 @@ from .output_dir import (
 from .pretraining import CollatorEpochCallback
 from ..hub.trainer_push import HubPushMixin
 from ..recipes import RECIPE_HELP
-from ..vectors import SIMILARITIES, refuse_mean_pooling_of_tite
+from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
 
 logger = logging.getLogger(__name__)
 
-POOLINGS = ("cls", "mean", "pooler")
+POOLINGS = (*POOLING_MODES, "pooler")  # "pooler": the model's own pooler_output
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ def student_conventions(name_or_path: str, model_kwargs: dict | None = None) -> 
         model = SentenceTransformer(name_or_path, trust_remote_code=True, device="cpu", model_kwargs=model_kwargs)
         modes = [getattr(module, "pooling_mode", None) for module in model]
         pooling = next((mode for mode in modes if mode), None)
-        if pooling not in (None, "cls", "mean"):
+        if pooling is not None and pooling not in POOLING_MODES:
             raise ValueError(f"{name_or_path} pools with {pooling!r}; distillation supports cls and mean pooling")
         normalises = any(type(module).__name__ == "Normalize" for module in model)
         similarity = "cosine" if normalises or model.similarity_fn_name == "cosine" else "dot"
