@@ -149,7 +149,7 @@ def pooling_bandwidth(device: str | torch.device, dtype: torch.dtype = torch.bfl
         return {"available": False, "reason": "needs the triton package"}
     import triton.testing
 
-    from ..models.tite.pooling_tite import DeviceArrays, PoolPlan, _triton_backward, pool_planned
+    from ..models.tite.pooling_tite import DeviceArrays, PoolPlan, pool_planned, triton_pooling_backward
 
     host = _pooling_lengths(batch, mean_length, lengths, seed)
     arrays = DeviceArrays()
@@ -174,7 +174,7 @@ def pooling_bandwidth(device: str | torch.device, dtype: torch.dtype = torch.bfl
     if backward:
         grad_out = torch.randn(plan.total_out, dim, device=device, dtype=dtype)
 
-        backward_ms = triton.testing.do_bench(lambda: _triton_backward(grad_out, plan, hidden.shape),
+        backward_ms = triton.testing.do_bench(lambda: triton_pooling_backward(grad_out, plan, hidden.shape),
                                               return_mode="median")
         result.update(backward_ms=backward_ms, backward_gbps=_gbps(moved, backward_ms))
         result["backward_fraction_of_copy"] = result["backward_gbps"] / result["copy_gbps"]

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .configuration_tite import TiteConfig
-from .pooling_tite import DeviceArrays, PoolPlan, _segment_positions, plan_parts
+from .pooling_tite import DeviceArrays, PoolPlan, plan_parts, segment_positions
 from .rotary_tite import fused_rotary_available, rotary_table
 
 
@@ -42,7 +42,7 @@ class SequenceLayout:
         self.rows = int(lengths.sum())
         self.max_length = int(lengths.max()) if lengths.size else 0
         self.uniform = self.batch_size > 0 and int(lengths.min()) == self.max_length
-        self.positions_host = _segment_positions(lengths)
+        self.positions_host = segment_positions(lengths)
         self._arrays = arrays
         self._cu = arrays.add(np.concatenate(([0], np.cumsum(lengths))))
         if capacity is not None:

@@ -119,7 +119,7 @@ class DeviceArrays:
 PLAN_PARTS = ("windows", "tokens", "bags")
 
 
-def _segment_positions(lengths: np.ndarray) -> np.ndarray:
+def segment_positions(lengths: np.ndarray) -> np.ndarray:
     """Position of every packed row inside its own segment (0, 1, ..., n-1 per segment)."""
     total = int(lengths.sum())
     starts = np.cumsum(lengths) - lengths
@@ -156,7 +156,7 @@ class PoolPlan:
         self.max_out = int(self.out_lengths.max()) if lengths.size else 0
         self.max_windows = -(-kernel_size // stride)  # at most ceil(k / s) windows contain a token
         in_starts = np.cumsum(lengths) - lengths
-        window = _segment_positions(self.out_lengths)  # index of every window inside its sequence
+        window = segment_positions(self.out_lengths)  # index of every window inside its sequence
         window_seq = np.repeat(np.arange(lengths.size), self.out_lengths)
         first = window * stride
         count = np.clip(lengths[window_seq] - first, 0, kernel_size)
@@ -177,7 +177,7 @@ class PoolPlan:
                 token_window = np.repeat(np.arange(window.size), count)
                 token_windows = np.ones(int(lengths.sum()), dtype=np.int64)
             else:  # windows containing p: ceil((p - k + 1) / s) <= w <= min(floor(p / s), n_out - 1)
-                position = _segment_positions(lengths)
+                position = segment_positions(lengths)
                 token_seq = np.repeat(np.arange(lengths.size), lengths)
                 w_lo = (np.maximum(position - (kernel_size - 1), 0) + stride - 1) // stride
                 w_hi = np.minimum(position // stride, self.out_lengths[token_seq] - 1)
@@ -372,7 +372,7 @@ def _triton_forward(hidden: torch.Tensor, plan: PoolPlan) -> torch.Tensor:
     return out
 
 
-def _triton_backward(grad_out: torch.Tensor, plan: PoolPlan, input_shape) -> torch.Tensor:
+def triton_pooling_backward(grad_out: torch.Tensor, plan: PoolPlan, input_shape) -> torch.Tensor:
     _, bwd = _triton_kernels(_interpret_mode())
     if grad_out.stride(-1) != 1:
         grad_out = grad_out.contiguous()
@@ -399,7 +399,7 @@ class TritonPackedPool(torch.autograd.Function):
     def backward(ctx, grad_out):
         if not ctx.needs_input_grad[0]:
             return None, None
-        return _triton_backward(grad_out, ctx.plan, ctx.input_shape), None
+        return triton_pooling_backward(grad_out, ctx.plan, ctx.input_shape), None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -478,6 +478,8 @@ __all__ = [
     "plan_parts",
     "pool_planned",
     "pooled_lengths_host",
+    "segment_positions",
+    "triton_pooling_backward",
     "uses_triton",
     "TritonPackedPool",
     "triton_available",
