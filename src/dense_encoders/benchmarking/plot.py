@@ -8,9 +8,11 @@ from pathlib import Path
 def plot(results: dict, path: str | Path) -> Path:
     """Grouped horizontal bars: speed-up vs BERT per row on queries and documents (log scale), with the
     FLOP bound as markers (documents: also the bound vs padded BERT). Written as PNG (Agg backend)."""
+    # slow to import (matplotlib); only plotting needs it
     import matplotlib
 
     matplotlib.use("Agg")
+    # slow to import (matplotlib); only plotting needs it (after the Agg backend is chosen)
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import transformers
 from transformers import BertConfig
 
 from .flops import bert_macs
@@ -216,8 +217,6 @@ def _report_config(device: torch.device, dtype: str, weights_dtype: str, attn: s
                    seed: int, bert_config: BertConfig, rows: list[Row], lengths: Mapping | None, *,
                    timed: float, pressure: list) -> dict:
     """The ``config`` section of the results: the run's settings, machine and versions."""
-    import transformers
-
     return {
         "device": device_name(device),
         "dtype": dtype,

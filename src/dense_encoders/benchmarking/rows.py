@@ -34,8 +34,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
-from transformers import BertConfig
+from transformers import BertConfig, BertForSequenceClassification, BertModel
+from transformers.utils import is_flash_attn_2_available
 
+from ..models.condenser import CondenserConfig, CondenserModel
+from ..models.infused import InfusedDualEncoderModel, mean_pool
+from ..models.tite.configuration_tite import TiteConfig
+from ..models.tite.modeling_tite import TiteModel
+from ..models.tite.presets import TINY_PRESETS, TITE_PRESETS, tite_preset
 from .flops import bert_macs, infused_macs, tite_macs
 from .workloads import MAX_LENGTH, VOCAB_SIZE
 
@@ -55,8 +61,6 @@ def bert_base_config(max_length: int = MAX_LENGTH) -> BertConfig:
 
 def default_presets(max_length: int = MAX_LENGTH) -> list[str]:
     """Every preset of ``TITE_PRESETS`` whose pooling schedule reaches one vector at ``max_length``."""
-    from ..models.tite.presets import TITE_PRESETS
-
     return [name for name, settings in TITE_PRESETS.items() if _reaches(settings, max_length)]
 
 
@@ -92,8 +96,6 @@ def _pooler(model, batch):
 
 
 def _mean(model, batch):
-    from ..models.infused import mean_pool
-
     return mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
 
 
@@ -110,9 +112,6 @@ def _checked(model: torch.nn.Module, name: str, attn: str) -> torch.nn.Module:
 
 
 def tite_preset_configs(presets, max_length: int) -> dict:
-    from ..models.tite.configuration_tite import TiteConfig
-    from ..models.tite.presets import TINY_PRESETS, TITE_PRESETS, tite_preset
-
     if isinstance(presets, Mapping):
         configs = dict(presets)
     else:
@@ -135,12 +134,6 @@ def tite_preset_configs(presets, max_length: int) -> dict:
 
 
 def build_rows(bert_config: BertConfig, tite_configs: dict, attn: str, seed: int) -> list[Row]:
-    from transformers import BertForSequenceClassification, BertModel
-
-    from ..models.condenser import CondenserConfig, CondenserModel
-    from ..models.infused import InfusedDualEncoderModel
-    from ..models.tite.modeling_tite import TiteModel
-
     shape = shape_name(bert_config)
     layers = bert_config.num_hidden_layers
     settings = {key: getattr(bert_config, key) for key in (
@@ -194,8 +187,6 @@ def check_attention(attn: str, device: torch.device, dtype: str) -> None:
             "attn='flash_attention_2' needs the flash-attn package, which is not importable here "
             "(pip install 'dense-encoders[flash]', built for this torch and GPU); or use --attn sdpa"
         )
-    from transformers.utils import is_flash_attn_2_available
-
     if not is_flash_attn_2_available():
         raise ValueError(
             "flash-attn is installed but transformers cannot use it here (is_flash_attn_2_available() is False: "

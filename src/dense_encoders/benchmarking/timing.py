@@ -23,11 +23,14 @@ import os
 import platform
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from ..models.tite.pooling_tite import DeviceArrays, PoolPlan, pool_planned, triton_pooling_backward
 from .rows import Row
 from .workloads import MAX_LENGTH
 
@@ -113,8 +116,6 @@ def count_syncs(function: Callable[[], object], device: torch.device) -> int | N
     afterwards). None on other devices (the debug mode exists for CUDA only)."""
     if device.type != "cuda":
         return None
-    import warnings
-
     synchronize(device)
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
@@ -147,9 +148,7 @@ def pooling_bandwidth(device: str | torch.device, dtype: torch.dtype = torch.bfl
         return {"available": False, "reason": "needs CUDA"}
     if importlib.util.find_spec("triton") is None:
         return {"available": False, "reason": "needs the triton package"}
-    import triton.testing
-
-    from ..models.tite.pooling_tite import DeviceArrays, PoolPlan, pool_planned, triton_pooling_backward
+    import triton.testing  # optional: the triton extra
 
     host = _pooling_lengths(batch, mean_length, lengths, seed)
     arrays = DeviceArrays()
@@ -184,8 +183,6 @@ def pooling_bandwidth(device: str | torch.device, dtype: torch.dtype = torch.bfl
 def _pooling_lengths(batch: int, mean_length: float, lengths: Sequence[int] | None, seed: int):
     """:func:`pooling_bandwidth`'s ``batch`` text lengths (a NumPy int64 array): drawn with replacement
     from ``lengths`` when given, else log-normal with mean ``mean_length`` (sigma 0.5), clipped to [2, 512]."""
-    import numpy as np
-
     generator = torch.Generator().manual_seed(seed)
     if lengths:
         picks = torch.randint(len(lengths), (batch,), generator=generator)

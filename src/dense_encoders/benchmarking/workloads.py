@@ -18,12 +18,17 @@ Everything here is on the host: lengths, random token ids, padded batches, and t
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
+
+from ..data.format import document_text
+from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
+from ..tokenization.wordpiece import load_tokenizer
 
 VOCAB_SIZE = 30522  # bert-base-uncased
 PAD_ID, CLS_ID, SEP_ID = 0, 101, 102
@@ -144,11 +149,6 @@ def beir_lengths(folder: str | Path, tokenizer: str | Path | None = None,
     for name in ("corpus.jsonl", "queries.jsonl"):
         if not (folder / name).is_file():
             raise FileNotFoundError(f"lengths from {folder}: the folder has no {name}; {_LENGTHS_FIX}")
-    # imported here: only --lengths-from needs the BEIR reader and the tokenizer
-    from ..data.format import document_text
-    from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
-    from ..tokenization.wordpiece import load_tokenizer
-
     documents = [document_text(document) for document in read_corpus_jsonl(folder / "corpus.jsonl").values()]
     queries = list(read_queries_jsonl(folder / "queries.jsonl").values())
     for name, texts in (("corpus.jsonl", documents), ("queries.jsonl", queries)):
@@ -182,8 +182,6 @@ def load_lengths(path: str | Path, tokenizer: str | Path | None = None) -> dict:
         return beir_lengths(path, tokenizer)
     if not path.is_file():
         raise FileNotFoundError(f"lengths from {path}: no such folder or file; {_LENGTHS_FIX}")
-    import json
-
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -206,8 +204,6 @@ def load_lengths(path: str | Path, tokenizer: str | Path | None = None) -> dict:
 
 def save_lengths(lengths: Mapping, path: str | Path) -> Path:
     """Write :func:`beir_lengths`' result as JSON, for a machine without the data or the tokenizer."""
-    import json
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(lengths)) + "\n", encoding="utf-8")

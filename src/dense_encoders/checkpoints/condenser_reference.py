@@ -26,9 +26,16 @@ never writes).
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from pathlib import Path
 
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+from transformers.models.bert.modeling_bert import BertLayer
+
+from ..models.condenser import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
+from ..models.condenser.modeling_condenser import CONDENSER_ONLY_KEYS
 from .folder import TOKENIZER_FILES
 from .source_format import ConversionError, SourceFormat
 from .weights import CheckpointWeightsError, checkpoint_tensor_names, expected_loading_differences
@@ -80,9 +87,6 @@ def _listed(names) -> str:
 
 def _backbone_weights(folder: Path, bert_config) -> list[str]:
     """The weight files of a complete ``BertForMaskedLM`` in ``folder`` (header names checked), or an error."""
-    import torch
-    from transformers import BertForMaskedLM
-
     try:
         found = checkpoint_tensor_names(folder)
     except CheckpointWeightsError as error:
@@ -107,10 +111,6 @@ def _backbone_weights(folder: Path, bert_config) -> list[str]:
 
 def _load_head_file(path: Path) -> dict:
     """``model.pt`` read with ``weights_only=True``: a dict of tensors, or an error naming what else it holds."""
-    import pickle
-
-    import torch
-
     fix = (
         "Put back the model.pt the run's save_pretrained wrote, or re-save only the head's tensors: "
         "torch.save({name: tensor for the c_head.N.* tensors}, 'model.pt')."
@@ -136,9 +136,6 @@ def _read_head(path: Path, bert_config) -> tuple[dict, int, list[str]]:
 
     Every layer ``0..N-1`` must hold exactly the tensors of a ``BertLayer`` of the backbone's width.
     """
-    import torch
-    from transformers.models.bert.modeling_bert import BertLayer
-
     state = _load_head_file(path)
     layers: dict[int, dict] = {}
     dropped, foreign = [], []
@@ -208,11 +205,6 @@ def convert(source: Path, output: Path, *, skip_from: int | None = None) -> dict
     Backbone and MLM head are copied exactly, in the source's precision; ``late_mlm`` keeps the paper's
     setting (on). The source's tokenizer is saved alongside.
     """
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
-
-    from ..models.condenser import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
-    from ..models.condenser.modeling_condenser import CONDENSER_ONLY_KEYS
-
     if _bert_config(source) is None:
         raise ConversionError(f"{source}/config.json is missing or not a BERT config (model_type 'bert').")
     bert_config = BertConfig.from_pretrained(source)

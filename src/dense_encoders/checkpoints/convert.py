@@ -73,7 +73,7 @@ def convert_checkpoint(source: str | Path, output: str | Path, *, overwrite: boo
     """
     # imported here: hub's cards build on this package's folder contract (.folder), and importing hub
     # at the top would make the two packages' __init__ modules import each other
-    from ..hub.cards import model_card
+    from ..hub.cards import model_card  # import cycle: hub.cards imports checkpoints
 
     source, named = resolve_source(source)
     source_format = detect_format(source)

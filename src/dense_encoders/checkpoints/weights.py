@@ -189,7 +189,8 @@ def expected_loading_differences(model, checkpoint_keys) -> tuple[set[str], set[
     checkpoint without loading its weights; a caller that loads the model reads ``output_loading_info``
     instead (:func:`loaded_differences`).
     """
-    from transformers.utils.loading_report import LoadStateDictInfo  # private: see the docstring
+    # private transformers internals (see the docstring): a layout change fails this check, not the import
+    from transformers.utils.loading_report import LoadStateDictInfo
 
     state = model.state_dict()
     rename = _key_renamer(model, state)
@@ -220,6 +221,7 @@ def _key_renamer(model, state):
     transformers' ``rename_source_key`` with the model's conversion mapping and ``base_model_prefix``."""
     prefix = getattr(model, "base_model_prefix", "") or ""
     try:  # private transformers internals (see expected_loading_differences)
+        # optional: private transformers internals, absent from other layouts (except below)
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 

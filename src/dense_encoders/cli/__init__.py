@@ -39,6 +39,10 @@ import shlex
 import sys
 from pathlib import Path
 
+import huggingface_hub.utils as hub_utils
+import torch
+from transformers.utils import logging as transformers_logging
+
 from .arguments import expand_config_file, parse
 from .bench import bench, build_bench_parser
 from .convert import build_convert_parser, convert
@@ -107,8 +111,6 @@ MEMORY_FLAGS = {
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
-    import torch
-
     return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or (
         isinstance(error, RuntimeError) and "out of memory" in str(error).lower())
 
@@ -147,21 +149,18 @@ def _interrupted_message(command: str, argv: list[str]) -> str:
 def _model_loading_bars(shown: bool):
     """transformers' own progress bars ("Loading weights", once per command) hidden unless ``shown``; the
     Hub's download bars and every other bar stay as they are. Restored afterwards."""
-    import huggingface_hub.utils as hub
-    from transformers.utils import logging as transformers_logging
-
-    before, downloads = transformers_logging.is_progress_bar_enabled(), not hub.are_progress_bars_disabled()
+    before, downloads = transformers_logging.is_progress_bar_enabled(), not hub_utils.are_progress_bars_disabled()
     if not shown:
         transformers_logging.disable_progress_bar()  # turns the Hub's bars off too
         if downloads:
-            hub.enable_progress_bars()
+            hub_utils.enable_progress_bars()
     try:
         yield
     finally:
         if before and not shown:
             transformers_logging.enable_progress_bar()
             if not downloads:
-                hub.disable_progress_bars()
+                hub_utils.disable_progress_bars()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,9 +3,27 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
+import textwrap
 from pathlib import Path
 
+import torch
+import transformers
+
+from ..benchmarking import (
+    ATTENTION_CHOICES,
+    DEFAULT_SIZES,
+    DTYPE_CHOICES,
+    QUICK_SETTINGS,
+    default_presets,
+    efficiency_report,
+    format_report,
+    load_lengths,
+    save_lengths,
+    tiny_bert_config,
+)
+from ..models.tite.presets import TINY_PRESETS, TITE_PRESETS
 from .arguments import make_parser, parse
 from .checks import check_device
 
@@ -38,13 +56,6 @@ examples:
 
 
 def build_bench_parser():
-    import textwrap
-
-    import torch
-
-    from ..benchmarking import ATTENTION_CHOICES, DEFAULT_SIZES, DTYPE_CHOICES, QUICK_SETTINGS, default_presets
-    from ..models.tite.presets import TITE_PRESETS
-
     parser = make_parser(
         "dense-encoders bench",
         textwrap.fill("Efficiency report: encode texts/s of BertModel (BERT-base, sdpa: the baseline), the Condenser "
@@ -125,23 +136,6 @@ def _add_workload_sizes(parser, default_sizes: dict, quick_settings: dict) -> No
 
 
 def bench(argv: list[str]) -> int:
-    import shlex
-
-    import torch
-    import transformers
-
-    from ..benchmarking import (
-        DEFAULT_SIZES,
-        QUICK_SETTINGS,
-        default_presets,
-        efficiency_report,
-        format_report,
-        load_lengths,
-        save_lengths,
-        tiny_bert_config,
-    )
-    from ..models.tite.presets import TINY_PRESETS
-
     parser = build_bench_parser()
     options = parse(parser, argv)
     check_device(options.device)

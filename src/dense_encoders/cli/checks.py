@@ -11,6 +11,9 @@ import os
 import re
 from pathlib import Path
 
+import torch
+from huggingface_hub import constants
+
 from ..checkpoints import find_format
 
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps"
@@ -19,20 +22,13 @@ _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 
 
 def _offline() -> bool:
-    try:
-        from huggingface_hub import constants
-
-        if constants.HF_HUB_OFFLINE:
-            return True
-    except ImportError:  # pragma: no cover
-        pass
+    if constants.HF_HUB_OFFLINE:
+        return True
     return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or \
         os.environ.get("TRANSFORMERS_OFFLINE", "") not in ("", "0")
 
 
 def _in_hub_cache(repo_id: str) -> bool:
-    from huggingface_hub import constants
-
     cache = Path(constants.HF_HUB_CACHE)
     names = [repo_id] + ([f"sentence-transformers/{repo_id}", f"cross-encoder/{repo_id}"] if "/" not in repo_id else [])
     return any((cache / ("models--" + name.replace("/", "--"))).is_dir() for name in names)
@@ -67,8 +63,6 @@ def check_device(value: str | None, flag: str = "--device") -> None:
     """``cpu``, ``cuda``, ``cuda:N`` or ``mps``, and present on this machine."""
     if value is None:
         return
-    import torch
-
     try:
         device = torch.device(value)
     except (RuntimeError, ValueError, TypeError):

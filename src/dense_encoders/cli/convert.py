@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..checkpoints import SOURCE_FORMATS, convert_checkpoint
 from .arguments import make_parser, parse
 from .checks import positive_int
 
@@ -16,8 +17,6 @@ examples:
 
 
 def build_convert_parser():
-    from ..checkpoints import SOURCE_FORMATS
-
     formats = "; ".join(f"{f.name}: {f.description}" for f in SOURCE_FORMATS)
     parser = make_parser(
         "dense-encoders convert",
@@ -37,8 +36,6 @@ def build_convert_parser():
 
 
 def convert(argv: list[str]) -> int:
-    from ..checkpoints import convert_checkpoint
-
     options = parse(build_convert_parser(), argv)
     output = convert_checkpoint(options.source, options.output, overwrite=options.overwrite,
                                 skip_from=options.skip_from)

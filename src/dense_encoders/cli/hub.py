@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from ..hub import PushError, push_to_hub
 from .arguments import make_parser, parse
 
 PUSH_EXAMPLES = """\
@@ -38,8 +39,6 @@ def build_push_parser():
 
 
 def push(argv: list[str]) -> int:
-    from ..hub import PushError, push_to_hub
-
     options = parse(build_push_parser(), argv)
     try:
         commit = push_to_hub(

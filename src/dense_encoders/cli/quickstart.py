@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..quickstart import QuickstartSettings, run_quickstart
 from .arguments import make_parser, parse
 
 QUICKSTART_EXAMPLES = """\
@@ -13,8 +14,6 @@ examples:
 
 
 def build_quickstart_parser():
-    from ..quickstart import QuickstartSettings
-
     defaults = QuickstartSettings()
     parser = make_parser(
         "dense-encoders quickstart",
@@ -46,8 +45,6 @@ def build_quickstart_parser():
 
 
 def quickstart(argv: list[str]) -> int:
-    from ..quickstart import run_quickstart
-
     options = parse(build_quickstart_parser(), argv)
     run_quickstart(output_dir=options.output_dir, push=options.push, overwrite_output_dir=options.overwrite_output_dir,
                    data=options.data, teacher=options.teacher,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from ..recipes import load_recipe, load_recipes
 from .arguments import make_parser, parse
 
 RECIPES_EXAMPLES = """\
@@ -42,7 +43,7 @@ def _shown(value) -> str:
 def command_defaults(command: str) -> dict:
     """The value every flag of ``command`` (``pretrain tite``, ``distill``, ``infuse``) takes when not given:
     the parser's defaults, with pre-training's per-architecture ones resolved."""
-    from . import PARSERS
+    from . import PARSERS  # import cycle: dense_encoders.cli imports this module
 
     name, _, architecture = command.partition(" ")
     parser = PARSERS[name]()
@@ -50,6 +51,7 @@ def command_defaults(command: str) -> dict:
     if defaults.get("max_steps") == -1:
         defaults["max_steps"] = "- (epochs)"
     if name == "pretrain":
+        # slow to import (sentence_transformers via trainer); keeps `dense-encoders --help` fast
         from ..trainer.pretraining import DEFAULT_PRESETS, PreTrainingSetup
 
         setup = PreTrainingSetup(architecture=architecture)
@@ -62,8 +64,6 @@ def command_defaults(command: str) -> dict:
 
 def markdown_table() -> str:
     """The Recipes table of docs/recipes.md, generated from the recipe files."""
-    from ..recipes import load_recipes
-
     rows = ["| recipe | paper | setting | value | where it comes from | package default |",
             "| --- | --- | --- | --- | --- | --- |"]
     for recipe in load_recipes():
@@ -77,8 +77,6 @@ def markdown_table() -> str:
 
 
 def recipes(argv: list[str]) -> int:
-    from ..recipes import load_recipe, load_recipes
-
     options = parse(build_recipes_parser(), argv)
     if options.markdown:
         print(markdown_table())

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import random
 
+import bm25s
+
 from .retrieval import RetrievalDataset
 from .runs import Run
 
 
 def bm25_run(dataset: RetrievalDataset, k: int = 100) -> Run:
     """BM25 (``bm25s``, English stopwords) top-``k`` of every query of ``dataset``."""
-    import bm25s
-
     doc_ids = dataset.document_ids()
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(dataset.document_texts(doc_ids), stopwords="en", show_progress=False),

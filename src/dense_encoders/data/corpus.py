@@ -13,6 +13,7 @@ import pathlib
 from typing import Any, Optional, Union
 
 from .format import DOCUMENT_TEXT_FIELDS, document_record, document_text, json_lines, text_lines
+from .masking import EXAMPLE_INDEX
 
 __all__ = ["JSON_EXTENSIONS", "SUPPORTED_EXTENSIONS", "corpus_files", "default_corpus_path", "load_corpus",
            "tokenize_for_condenser"]
@@ -75,13 +76,13 @@ def _stream_json_files(files: list[str], text_field: Optional[str], title_field:
 
 
 def _text_features():
-    from datasets import Features, Value
+    from datasets import Features, Value  # slow to import (datasets); keeps `dense-encoders --help` fast
 
     return Features({"text": Value("string")})
 
 
 def _from_datasets_object(dataset, text_field: str, title_field: Optional[str], streaming: bool):
-    import datasets
+    import datasets  # slow to import (datasets); keeps `dense-encoders --help` fast
 
     columns = dataset.column_names  # None for an IterableDataset with unknown features
     if columns is not None and text_field not in columns:
@@ -104,7 +105,7 @@ def _from_datasets_object(dataset, text_field: str, title_field: Optional[str], 
 
 
 def _stream_files(files: list[pathlib.Path], text_field: Optional[str], title_field: Optional[str]):
-    import datasets
+    import datasets  # slow to import (datasets); keeps `dense-encoders --help` fast
 
     # one load_dataset call per run of same-kind files keeps the sorted file order
     runs: list[tuple[str, list[str]]] = []
@@ -153,7 +154,7 @@ def load_corpus(
     which returns a lazy ``datasets.IterableDataset`` built with ``datasets.load_dataset``. An
     ``IterableDataset`` source always stays iterable.
     """
-    import datasets
+    import datasets  # slow to import (datasets); keeps `dense-encoders --help` fast
 
     if isinstance(source, (datasets.Dataset, datasets.IterableDataset)):
         return _from_datasets_object(source, text_field or "text", title_field, streaming)
@@ -186,9 +187,7 @@ def tokenize_for_condenser(dataset, tokenizer, max_length: int = 128, text_colum
     document concatenate back to its tokens; empty documents yield no rows. Works on
     ``datasets.Dataset`` and ``datasets.IterableDataset``.
     """
-    import datasets
-
-    from .masking import EXAMPLE_INDEX
+    import datasets  # slow to import (datasets); keeps `dense-encoders --help` fast
 
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 3:
         raise ValueError(

@@ -37,6 +37,7 @@ import torch
 
 from .format import DataFormatError, document_text, is_json_number, json_lines
 from .masking import EXAMPLE_INDEX, example_generator
+from .retrieval import read_qrels
 from .runs import Run, read_trec_run, top_documents
 
 logger = logging.getLogger(__name__)
@@ -227,8 +228,6 @@ def read_training_file(
         raise FileNotFoundError(f"training file not found: {path}")
     source = "given"
     if isinstance(qrels, (str, Path)):
-        from .retrieval import read_qrels
-
         source = Path(qrels).name
         qrels = read_qrels(qrels)
     records: list[dict] = []
@@ -466,7 +465,7 @@ def uses_labelled_positives(record: Mapping[str, Any], documents_per_query: int,
 def training_records_to_dataset(records: list[dict]):
     """Records of :func:`read_training_file` as a ``datasets.Dataset`` with ``query``, ``documents``,
     ``scores``, ``query_id`` and ``example_index`` columns, and ``relevance`` when any record has grades."""
-    import datasets
+    import datasets  # slow to import (datasets); keeps `dense-encoders --help` fast
 
     if not records:
         raise ValueError("no training records")

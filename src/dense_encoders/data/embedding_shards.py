@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
 
 from .files import atomic_write, read_json, write_json
 from .format import DataFormatError, UniqueIds, document_text, has_whitespace, json_lines, text_lines
@@ -158,8 +160,6 @@ def _ids_digest(ids: list[str]) -> str:
 
 def write_shard(folder: Path, index: int, embeddings: np.ndarray, ids: list[str], dtype: str) -> None:
     """Shard ``index``: ids, then embeddings (the file whose presence marks the shard done), each atomic."""
-    from safetensors.numpy import save_file
-
     if len(ids) != len(embeddings):
         raise ValueError(f"shard {index}: {len(ids)} ids for {len(embeddings)} embeddings")
     if any(has_whitespace(identifier) or not identifier for identifier in ids):
@@ -190,8 +190,6 @@ def read_shard_ids(folder: Path, index: int) -> list[str]:
 def read_shard(folder: Path, index: int) -> tuple[np.ndarray, list[str]]:
     """``(embeddings as stored, ids)`` of a complete shard; a damaged one is a one-line error naming it
     (:meth:`EmbeddingShards.shards` verifies the shard against the manifest first)."""
-    from safetensors import safe_open
-
     path = shard_file(folder, index)
     try:
         with safe_open(str(path), framework="np") as handle:
@@ -214,8 +212,6 @@ def _ids_match(metadata: dict, ids: list[str], rows: int) -> bool:
 
 def _header(path: Path) -> dict | None:
     """The shard's metadata, None when its header cannot be read."""
-    from safetensors import safe_open
-
     try:
         with safe_open(str(path), framework="np") as handle:
             return _shard_metadata(handle)
@@ -307,8 +303,6 @@ def read_record(path: Path) -> dict | None:
 
 def write_manifest(folder: Path, settings: dict, num_shards: int) -> "EmbeddingShards":
     """``manifest.json`` of a folder whose ``num_shards`` shards are all complete (the last step of a run)."""
-    from safetensors import safe_open
-
     folder = Path(folder)
     shards, dimension = [], None
     for index in range(num_shards):

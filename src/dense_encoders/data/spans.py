@@ -92,7 +92,7 @@ def add_spans(
     drawn while iterating). With ``drop_short``, documents with fewer than 2 spans -- unusable for
     coCondenser's span pairs -- are filtered out.
     """
-    import datasets
+    import datasets  # slow to import (datasets); keeps `dense-encoders --help` fast
 
     _check_span_bounds(min_span_tokens, max_span_tokens)
     columns = _column_names(dataset)

@@ -20,6 +20,9 @@ import os
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from ..data.embedding_shards import (
     DTYPES,
@@ -57,9 +60,6 @@ def distributed_context() -> tuple[int, int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     if world > 1:
-        import torch
-        import torch.distributed as dist
-
         if not dist.is_initialized():
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return rank, world, local
@@ -67,8 +67,6 @@ def distributed_context() -> tuple[int, int, int]:
 
 def _barrier(world: int) -> None:
     if world > 1:
-        import torch.distributed as dist
-
         dist.barrier()
 
 
@@ -88,8 +86,6 @@ class _Failure:
 def _from_rank_zero(world: int, value):
     """Rank 0's ``value`` on every rank; a failure of rank 0 (:func:`_attempt`) is raised on every rank."""
     if world > 1:
-        import torch.distributed as dist
-
         box = [value if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(box, src=0)
         value = box[0] if dist.get_rank() != 0 else value
@@ -172,8 +168,6 @@ def encode_corpus(
     if world > 1 and devices:
         raise ValueError("--devices starts one process per device itself: do not combine it with torchrun")
     if device is None and world > 1:
-        import torch
-
         device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
     output = Path(output)
     texts = text_source(source, side)
@@ -222,8 +216,6 @@ def _attempt(action):
 
 def _encode_shards(encoder: RetrievalEncoder, texts, output: Path, todo: list[int], settings: dict, *,
                    devices: list[str] | None, allow_empty: bool, show_progress_bar: bool) -> None:
-    from tqdm.auto import tqdm
-
     side, shard_size, count = settings["side"], settings["shard_size"], settings["count"]
     wanted, last = set(todo), max(todo)
     model = encoder.model

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
+from safetensors.numpy import save_file
 
 from ..checkpoints.loading import load_sentence_transformer
 from ..data.files import atomic_write
@@ -201,8 +203,6 @@ class RetrievalEncoder:
         """The cached embeddings at ``path``, or ``None`` when there are none to use. An entry that cannot be
         read (truncated, corrupt) or does not match (rows, dimension, side, model fingerprint) is logged with
         its path and the reason, deleted (if it is still the same file) and recomputed by the caller."""
-        from safetensors import safe_open
-
         try:
             before = path.stat()
         except FileNotFoundError:  # removed by another process since is_file(): encode
@@ -250,8 +250,6 @@ class RetrievalEncoder:
 
 
 def _save_atomically(embeddings: np.ndarray, path: Path, metadata: dict[str, str]) -> None:
-    from safetensors.numpy import save_file
-
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda scratch: save_file({"embeddings": embeddings}, scratch, metadata=metadata))
 

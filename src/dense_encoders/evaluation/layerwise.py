@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy import stats
 from tqdm.auto import tqdm
 
 from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
@@ -165,8 +166,6 @@ def layerwise_analysis(
     Returns ``{"rows": [{dataset, encoder, layer, hits@10, mrr@10}], "t_tests": [{layer, measure,
     t, p, datasets}]}``; with ``output_dir``: ``layerwise.csv``, ``layerwise.json``, ``layerwise.png``.
     """
-    from scipy import stats
-
     if not datasets:
         raise ValueError("give at least one dataset")
     graded = [not isinstance(s, RetrievalDataset) and is_graded_pairs_file(s) for s in datasets]
@@ -218,9 +217,11 @@ def layerwise_analysis(
 
 
 def write_layerwise_outputs(results: dict, output_dir: str | Path) -> list[Path]:
+    # slow to import (matplotlib); only plotting needs it
     import matplotlib
 
     matplotlib.use("Agg")
+    # slow to import (matplotlib); only plotting needs it (after the Agg backend is chosen)
     import matplotlib.pyplot as plt
 
     output_dir = Path(output_dir)

@@ -16,6 +16,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from ..vectors import SIMILARITIES
 
@@ -185,8 +186,6 @@ def exact_search(
     num_queries, num_documents = q.shape[0], d.shape[0]
     query_starts = range(0, num_queries, query_chunk_size)
     if show_progress_bar:
-        from tqdm.auto import tqdm
-
         query_starts = tqdm(query_starts, desc="Exact search", unit="chunk")
 
     best = RunningTopK(k)
@@ -211,7 +210,7 @@ def faiss_search(
     tied at the k-th place is kept is faiss's choice.
     """
     try:
-        import faiss
+        import faiss  # optional: the faiss extra
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "faiss_search needs faiss; install it with: pip install 'dense-encoders[faiss]' "

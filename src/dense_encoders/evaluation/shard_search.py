@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from ..data.embedding_shards import EmbeddingShards, differing_settings, file_sha256, read_record
 from ..vectors import SIMILARITIES
@@ -70,8 +71,6 @@ def search_shards(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-k over the shards, one shard at a time: ``(scores, global row indices)`` ``[Q, min(k, D)]``,
     the same as :func:`dense_encoders.evaluation.search.exact_search` over the concatenated embeddings."""
-    from tqdm.auto import tqdm
-
     k = min(validate_k(k), documents.count)
     similarity = _similarity(documents, similarity)
     queries = torch.as_tensor(np.asarray(query_embeddings, dtype=np.float32), device=device)
@@ -107,7 +106,7 @@ def run_from_topk(query_ids: list[str], documents: EmbeddingShards, scores, indi
 
 def _faiss():
     try:
-        import faiss
+        import faiss  # optional: the faiss extra
     except ImportError:
         raise ImportError("FAISS indexes need faiss: pip install 'dense-encoders[faiss]' (or faiss-gpu), or search "
                           "the shards exactly") from None

@@ -19,6 +19,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..checkpoints.folder import OUR_MODEL_TYPES, missing_sentence_transformers_files, read_pipeline
 from ..data.files import read_json
+from ..recipes import load_recipe, recipe_differences
 from .condenser_card import condenser_description
 
 TITE_BIBTEX = """@inproceedings{schlatt-2025-tite,
@@ -90,8 +91,6 @@ def _describe(config: dict) -> tuple[str, list[str], list[str]]:
 
 def _recipe_facts(setup: dict, training_args: dict | None) -> list[str]:
     """The recipe a run was trained with and what its command line changed of it (or that it used none)."""
-    from ..recipes import load_recipe, recipe_differences
-
     name = setup.get("recipe")
     if not name:
         return ["- recipe: none (the package defaults, not a paper's settings; `dense-encoders recipes` lists "

@@ -65,7 +65,7 @@ def condenser_description(config: dict) -> tuple[str, list[str], list[str]]:
 
 def condenser_model_card(folder: str | Path, repo_id: str | None = None, license: str | None = None) -> ModelCard:
     """A card for a Condenser / coCondenser checkpoint folder (see :func:`dense_encoders.hub.model_card`)."""
-    from .cards import model_card
+    from .cards import model_card  # import cycle: hub.cards imports this module
 
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text())

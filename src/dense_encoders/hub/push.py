@@ -20,7 +20,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from huggingface_hub import CommitOperationAdd, HfApi, constants
+
 from ..checkpoints.folder import missing_sentence_transformers_files, publishing_problems
+from .cards import model_card
 
 logger = logging.getLogger(__name__)
 
@@ -111,10 +114,6 @@ def push_to_hub(
     ``revision`` is a branch (created from ``main`` when missing); ``create_pr`` opens a pull request
     instead of committing to it; ``results`` are evaluation-harness results JSONs for the card.
     """
-    from huggingface_hub import CommitOperationAdd, HfApi
-
-    from .cards import model_card
-
     with tempfile.TemporaryDirectory(prefix="dense-encoders-save-") as scratch:
         if isinstance(path_or_model, (str, os.PathLike)):
             folder = Path(path_or_model)
@@ -148,8 +147,6 @@ def push_to_hub(
                     403: "the token may not write to this repository",
                     409: "the repository or branch changed concurrently; pull the new state and push again",
                     }.get(status, "")
-            from huggingface_hub import constants
-
             url = f"{(endpoint or constants.ENDPOINT).rstrip('/')}/{repo_id}"
             message = (f"push of {folder} to {url} failed: {type(error).__name__}: {error}"
                        + (f" ({hint})" if hint else "") + f". Nothing local was changed; {retry}")

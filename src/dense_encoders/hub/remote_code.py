@@ -7,6 +7,11 @@ import logging
 import re
 from pathlib import Path
 
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError
+
+from .. import __version__
+
 logger = logging.getLogger(__name__)
 
 # the marker every modeling_*.py of ours carries: the dense-encoders release that wrote it
@@ -23,11 +28,6 @@ def check_remote_code(path_or_repo: str | Path, revision: str | None = None, tok
     Raises a ValueError when a file named by ``auto_map`` is missing; returns warnings (also logged)
     when the files were written by an older dense-encoders than the one installed.
     """
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
-
-    from .. import __version__
-
     def fetch(name: str) -> Path | None:
         if Path(path_or_repo).is_dir():
             path = Path(path_or_repo) / name

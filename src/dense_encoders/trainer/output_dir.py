@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+import torch.distributed as dist
+
 logger = logging.getLogger(__name__)
 
 TRAINING_ARGS_JSON = "training_args.json"
@@ -176,8 +178,6 @@ def clear_output_dir(output_dir: str | Path) -> list[str]:
 
 def _agree(value, args) -> object:
     """Rank 0's ``value`` on every process (identity without torch.distributed)."""
-    import torch.distributed as dist
-
     if args is None or getattr(args, "world_size", 1) <= 1 or not (dist.is_available() and dist.is_initialized()):
         return value
     box = [value]
@@ -186,8 +186,6 @@ def _agree(value, args) -> object:
 
 
 def _gathered_errors(error: str | None, args) -> list[str]:
-    import torch.distributed as dist
-
     if args is None or getattr(args, "world_size", 1) <= 1 or not (dist.is_available() and dist.is_initialized()):
         return [error] if error else []
     errors: list = [None] * dist.get_world_size()

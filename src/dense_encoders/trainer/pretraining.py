@@ -19,6 +19,18 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
+from ..data import (
+    CoCondenserCollator,
+    WholeWordMaskingCollator,
+    add_spans,
+    default_corpus_path,
+    load_corpus,
+    tokenize_for_condenser,
+)
+from ..data.corpus import JSON_EXTENSIONS, corpus_files
+from ..data.format import DataFormatError, document_record, document_text
+from ..hub import model_card
+from ..tokenization import load_tokenizer
 from .output_dir import (
     overwrite_output_dir_field,
     prepare_trainer_output_dir,
@@ -35,6 +47,7 @@ from ..models.condenser.modeling_condenser import (
 from ..models.condenser.presets import CONDENSER_PRESETS, condenser_preset
 from ..models.tite import TINY_PRESETS, TITE_PRESETS, TiteForPreTraining, tite_preset
 from ..recipes import RECIPE_HELP
+from .records import write_training_environment
 
 logger = logging.getLogger(__name__)
 ARCHITECTURES = {
@@ -324,15 +337,6 @@ def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer, seed: int | N
     With ``seed``, spans and masks are a function of (seed, epoch, example) only, so a resumed
     run sees exactly the batches of an uninterrupted one.
     """
-    from ..data import (
-        CoCondenserCollator,
-        WholeWordMaskingCollator,
-        add_spans,
-        default_corpus_path,
-        load_corpus,
-        tokenize_for_condenser,
-    )
-
     corpus = load_corpus(setup.corpus or default_corpus_path(), streaming=setup.streaming)
     if setup.architecture == "cocondenser":
         dataset = add_spans(
@@ -353,11 +357,6 @@ def check_corpus(source, *, streaming: bool = False) -> None:
     """A pre-training corpus file (or folder) has at least one document, and is UTF-8 text: errors name
     ``file:line`` (from 1) before any folder is made or model loaded. Non-streaming corpora are read in
     full (the loader reads them anyway); a streamed one only up to its first document."""
-    import json
-
-    from ..data.corpus import JSON_EXTENSIONS, corpus_files
-    from ..data.format import DataFormatError, document_record, document_text
-
     files = corpus_files(source)
     found = False
     for path in files:
@@ -399,10 +398,6 @@ def check_corpus(source, *, streaming: bool = False) -> None:
 def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state,
     sentence-transformers files (CLS pooling, dot product; written by ``save_pretrained``) and a model card to ``args.output_dir``."""
-    from ..hub import model_card
-    from .records import write_training_environment
-    from ..tokenization import load_tokenizer
-
     if setup.streaming and args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
     if setup.corpus:  # before any folder is made or model loaded (the bundled corpus is known good)

@@ -23,6 +23,7 @@ import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from ..data.distillation import training_line
@@ -292,8 +293,6 @@ def _score_pending(
     """Score the pending queries' pairs in batches of ``batch_size`` (filled across queries) and append each
     query's line to ``handle`` once all its pairs are scored; yields ``{"queries_written", "pairs_scored"}``
     per batch."""
-    import torch
-
     identity = torch.nn.Identity()
     remaining = {query_id: len(candidates[query_id]) for query_id in pending}
     scored: dict[str, list[tuple[str, float]]] = {query_id: [] for query_id in pending}

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from transformers import BertConfig, BertForMaskedLM
+from transformers import AutoConfig, BertConfig, BertForMaskedLM
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.models.bert.modeling_bert import BertLayer, BertModel, BertOnlyMLMHead, BertPreTrainedModel
@@ -457,8 +457,6 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
         initialised (logged). The Condenser head is always fresh (BERT init). ``skip_from``
         defaults to half the depth (6 for BERT-base, as in the paper).
         """
-        from transformers import AutoConfig
-
         source_config = AutoConfig.from_pretrained(name_or_path)
         if source_config.model_type not in BERT_LIKE_MODEL_TYPES:
             raise ValueError(

@@ -21,6 +21,9 @@ import json
 import os
 from importlib import metadata
 
+import torch
+import transformers
+
 # The sentence-transformers release whose folder layout these files follow; recorded as the writing
 # version when sentence-transformers itself is not installed where the folder is saved.
 SENTENCE_TRANSFORMERS_LAYOUT_VERSION = "6.0.0"
@@ -62,9 +65,6 @@ def sentence_transformers_files(
         raise ValueError(f"similarity={similarity!r}: choose one of {SIMILARITIES}")
     if normalize and similarity != "cosine":
         raise ValueError("normalize=True makes unit vectors: it goes with similarity='cosine', not dot product")
-    import torch
-    import transformers
-
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": TRANSFORMER_MODULE},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": POOLING_MODULE},

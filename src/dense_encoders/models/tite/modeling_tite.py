@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import AutoConfig, BertModel, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -457,8 +457,6 @@ class TiteModel(TitePreTrainedModel):
         which is exact. Without ``config``, one is derived from the backbone (no pooling, absolute
         positions) and ``config_overrides`` apply.
         """
-        from transformers import AutoConfig, BertModel
-
         source_config = AutoConfig.from_pretrained(name_or_path)
         if source_config.model_type != "bert":
             raise ValueError(
