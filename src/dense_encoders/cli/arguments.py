@@ -24,6 +24,11 @@ import json
 import re
 from pathlib import Path
 
+import yaml
+from transformers import HfArgumentParser
+
+from ..recipes import load_recipe
+
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -58,8 +63,6 @@ def make_parser(prog: str, description: str, examples: str, dataclasses: tuple =
     )
     settings = dict(prog=prog, description=description, epilog=epilog, formatter_class=DashedHelpFormatter)
     if dataclasses:
-        from transformers import HfArgumentParser
-
         return one_line_errors(dashed_first(HfArgumentParser(dataclasses, **settings)))
     return one_line_errors(argparse.ArgumentParser(**settings))
 
@@ -141,8 +144,6 @@ def read_config(path: str | Path) -> dict:
         raise ValueError(f"{path}:{line}: not UTF-8 (byte {error.object[error.start]:#04x}): save the file as "
                          "UTF-8") from None
     if path.suffix in (".yaml", ".yml"):
-        import yaml
-
         try:
             settings = yaml.safe_load(text)
         except yaml.YAMLError as error:
@@ -196,7 +197,7 @@ def expand_config_file(parser: argparse.ArgumentParser | str, argv: list[str], s
     positionals and before its flags (so flags given on the command line win). ``parser`` may be a
     subcommand's name; ``strict`` refuses keys that are no flags of it (:func:`config_flags`)."""
     if isinstance(parser, str):
-        from . import PARSERS
+        from . import PARSERS  # import cycle: cli/__init__ imports this module
 
         parser = PARSERS[parser]()
     if len(argv) == 1 and argv[0].endswith(CONFIG_SUFFIXES) and not _has_positionals(parser):
@@ -236,8 +237,6 @@ def expand_recipe(parser: argparse.ArgumentParser, argv: list[str], command: str
     name = _recipe_name(argv)
     if name is None:
         return argv, None
-    from ..recipes import load_recipe
-
     recipe = load_recipe(name)
     if recipe.command != command:
         raise ValueError(f"recipe {recipe.name} is written for `dense-encoders {recipe.command}`, not "

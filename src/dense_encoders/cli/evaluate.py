@@ -25,6 +25,7 @@ examples:
 
 
 def build_evaluate_parser():
+    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..evaluation.harness import POSITIVE_FIELDS, EvaluationArguments
     from ..evaluation.metrics import DEFAULT_MEASURES
 
@@ -43,6 +44,7 @@ def build_evaluate_parser():
 
 
 def evaluate(argv: list[str]) -> int:
+    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..evaluation import evaluate_retrieval, format_summary
 
     args, positionals = parse(build_evaluate_parser(), argv)
@@ -94,6 +96,7 @@ def build_layerwise_parser():
 
 
 def layerwise(argv: list[str]) -> int:
+    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..evaluation.layerwise import format_layerwise, layerwise_analysis
 
     options = parse(build_layerwise_parser(), argv)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import torch.distributed as dist
+
+from ..data.retrieval import load_beir, read_corpus_jsonl, read_queries_jsonl
+from ..recipes import load_recipe, recipe_differences
 from .arguments import adopt_flags, make_parser, parse, set_types
 from .checks import add_graded_pair_flags, check_device, check_model, positive_int
 
@@ -36,6 +40,7 @@ examples:
 
 
 def build_pretrain_parser():
+    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..trainer.pretraining import ARCHITECTURES, PreTrainingArguments, PreTrainingSetup
 
     return make_parser(
@@ -48,6 +53,7 @@ def build_pretrain_parser():
 
 
 def pretrain(argv: list[str]) -> int:
+    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..trainer.pretraining import ARCHITECTURES, pretrain as run_pretraining
 
     parser = build_pretrain_parser()
@@ -75,8 +81,6 @@ def pretrain(argv: list[str]) -> int:
 def recipe_summary(command: str, recipe: str | None, values: dict) -> str:
     """One line saying whose settings a run trained with: a paper's recipe (and what the command line changed
     of it), or the package defaults. Printed after the run, so that errors stay one or two lines."""
-    from ..recipes import load_recipe, recipe_differences
-
     if recipe is None:
         return (f"dense-encoders {command}: trained without --recipe, with the package defaults (a short run, not "
                 "a paper's settings); `dense-encoders recipes` lists the papers' recipes.")
@@ -89,8 +93,6 @@ def recipe_summary(command: str, recipe: str | None, values: dict) -> str:
 
 def end_distributed() -> None:
     """Under torchrun: shut the process group down together, not at interpreter exit."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -126,6 +128,7 @@ examples:
 
 
 def build_distill_parser():
+    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..trainer.distillation import DistillationArguments, DistillationSetup
 
     return make_parser(
@@ -139,6 +142,7 @@ def build_distill_parser():
 
 
 def distill(argv: list[str]) -> int:
+    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..trainer.distillation import distill as run_distillation
 
     setup, args = parse(build_distill_parser(), argv, command="distill")
@@ -198,7 +202,7 @@ def build_score_teacher_parser():
 
 def score_teacher(argv: list[str]) -> int:
     """``dense-encoders score-teacher``; errors are raised (ValueError / FileNotFoundError)."""
-    from ..data.retrieval import load_beir, read_corpus_jsonl, read_queries_jsonl
+    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..trainer.teacher import score_teacher as run_scoring
 
     parser = build_score_teacher_parser()
@@ -250,6 +254,7 @@ examples:
 
 
 def build_infuse_parser():
+    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..trainer.infusion import POSITIVE_FIELDS, InfusionArguments
 
     parser = make_parser(
@@ -265,6 +270,7 @@ def build_infuse_parser():
 
 
 def infuse(argv: list[str]) -> int:
+    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..evaluation.infusion_report import format_report, retrieve_rerank_report
     from ..trainer.infusion import train_infused
 

@@ -15,8 +15,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import sentence_transformers
 import torch
+import transformers
 
+from .. import __version__
+from ..data.embedding_shards import EmbeddingShards
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..data.runs import write_trec_run
 from ..vectors import POOLING_MODES, SIMILARITIES
@@ -24,6 +28,7 @@ from .encoding import EncodedTexts, RetrievalEncoder
 from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
 from .search import search, topk_to_run
+from .shard_search import search_shards
 
 RESULTS_FORMAT = "dense-encoders/retrieval-results/1"
 
@@ -147,11 +152,6 @@ class RetrievalResults:
 
 
 def _environment(encoder: RetrievalEncoder) -> dict:
-    import sentence_transformers  # slow to import: only when results are recorded
-    import transformers
-
-    from .. import __version__
-
     return {
         "device": str(encoder.model.device),
         "threads": torch.get_num_threads(),
@@ -303,9 +303,6 @@ def _search_stored_corpus(encoder: RetrievalEncoder, dataset: RetrievalDataset, 
                           k: int, similarity: str, measures, relevance_level: int):
     """Search the corpus's stored embedding shards instead of encoding it: ``(documents, metrics, per_query,
     run, seconds)``; shards of another model, prompt, length or corpus are refused."""
-    from ..data.embedding_shards import EmbeddingShards
-    from .shard_search import search_shards
-
     shards = EmbeddingShards.open(folder)
     wanted = {"side": "document", "fingerprint": encoder.fingerprint, "prompt": encoder.prompts["document"],
               "max_length": encoder.max_lengths["document"], "normalize": encoder.normalize}

@@ -23,14 +23,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+from sentence_transformers.sentence_transformer.training_args import BatchSamplers
 
-from ..data.bm25 import bm25_run, mine_bm25_triplets
+from ..checkpoints.folder import native_pooling, write_sentence_transformers_files
 from ..checkpoints.loading import cross_encoder_model_and_tokenizer
+from ..data.bm25 import bm25_run, mine_bm25_triplets
 from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
 from ..hub import model_card
 from ..models.infused import InfusedDualEncoderModel
 from ..recipes import RECIPE_HELP
-from .output_dir import DASHED_FLAGS, prepare_output_dir
+from .distillation import DistillationArguments, DistillationSetup, distill
+from .output_dir import DASHED_FLAGS, prepare_output_dir, write_training_args
+from .teacher import score_teacher
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +153,6 @@ def infuse(
 
 def save_dual_encoder(model, tokenizer, folder: str | Path, similarity: str = "cosine") -> Path:
     """Weights, remote code, tokenizer and sentence-transformers files (pooling from the config)."""
-    from ..checkpoints.folder import native_pooling, write_sentence_transformers_files
-
     folder = Path(folder)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -170,10 +174,7 @@ def train_mnrl(
 ) -> Path:
     """The paper's training: ``MultipleNegativesRankingLoss`` (in-batch + BM25 negatives), no duplicate
     texts in a batch, with ``SentenceTransformerTrainer`` (the recipe ``ce-infusion`` has the paper's values)."""
-    import datasets
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-    from sentence_transformers.sentence_transformer.training_args import BatchSamplers
+    import datasets  # slow to import; only this training method needs it
 
     model = SentenceTransformer(str(model_folder), trust_remote_code=True, device="cpu" if _no_gpu() else None)
     model.max_seq_length = max_length
@@ -188,8 +189,6 @@ def train_mnrl(
     )
     trainer.train()
     model.save(str(output_dir))
-    from .output_dir import write_training_args
-
     write_training_args(args, output_dir)  # JSON, never the Trainer's pickle
     return Path(output_dir)
 
@@ -233,9 +232,6 @@ def train_dual_encoder(args: InfusionArguments, dataset: RetrievalDataset, outpu
                    learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, max_length=args.max_length,
                    seed=args.seed)
     else:
-        from .distillation import DistillationArguments, DistillationSetup, distill
-        from .teacher import score_teacher
-
         train_file = output_dir / "teacher-scores.jsonl"
         score_teacher(args.cross_encoder, run, train_file, queries=dataset.queries, corpus=dataset.corpus,
                       top_k=args.candidates, include_texts=True, batch_size=args.batch_size)
