@@ -30,9 +30,11 @@ def parsed_values(command: str, argv: list[str]) -> dict:
     if architecture:
         parser.set_defaults(architecture=architecture)
     parsed = parse(parser, argv, command=command)
-    if isinstance(parsed, tuple):  # (setup, TrainingArguments)
+    if isinstance(parsed, tuple) and len(parsed) == 2:  # (setup, TrainingArguments)
         setup, args = parsed
         return {**args.to_dict(), **vars(setup)}
+    if isinstance(parsed, tuple):  # (InfusionArguments,)
+        (parsed,) = parsed
     return vars(parsed)
 
 
