@@ -63,9 +63,13 @@ class DistillationLoss(torch.nn.Module):
     spec such as ``"margin_mse+kl"``), ``display_name``, ``citation`` (the paper, by title and authors)
     and ``equation`` (for the model card); declares what it needs (``min_documents`` per query,
     ``uses_positives``: it reads the judged positive set P, ``needs_batch_scores``: it reads the scores
-    against the global batch); lists the options the command line sets in ``settings``; takes its
-    options as constructor keywords and implements :meth:`forward` on a :class:`ScoreBatch`, returning
-    the per-query loss ``[Q]``.
+    against the global batch); lists the options the command line sets in ``settings``. :meth:`forward`
+    maps a :class:`ScoreBatch` to the per-query loss ``[Q]``; a loss overrides it only when its function
+    reads more of the batch than the scores, the mask and P.
+
+    The constructor takes the options of ``settings`` (and of ``extra_options``, those only the Python
+    API sets) as keywords, each defaulting to its declared default; the default :meth:`forward` calls
+    ``function`` on the batch's scores with them (and with P, for a loss that reads it).
     """
 
     function: ClassVar[Callable[..., Tensor]]
@@ -77,13 +81,29 @@ class DistillationLoss(torch.nn.Module):
     uses_positives: ClassVar[bool] = False
     needs_batch_scores: ClassVar[bool] = False
     settings: ClassVar[tuple[LossSetting, ...]] = ()
+    extra_options: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        defaults = self.option_defaults()
+        for key in options:
+            if key not in defaults:
+                raise ValueError(f"{self.name!r} has no option {key!r}; options: {', '.join(defaults) or 'none'}")
+        for key, default in defaults.items():
+            setattr(self, key, options.get(key, default))
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, Any]:
+        """The constructor's keywords and their defaults: the options of ``settings``, then ``extra_options``."""
+        return {**{setting.option: setting.default for setting in cls.settings}, **cls.extra_options}
 
     def options(self) -> dict[str, Any]:
         """The constructor keywords this loss was built with."""
-        return {}
+        return {key: getattr(self, key) for key in self.option_defaults()}
 
-    def forward(self, batch: ScoreBatch) -> Tensor:  # pragma: no cover - every loss overrides it
-        raise NotImplementedError
+    def forward(self, batch: ScoreBatch) -> Tensor:
+        positives = {"positives": batch.positives} if self.uses_positives else {}
+        return self.function(batch.student, batch.teacher, batch.mask, **positives, **self.options())
 
     def describe(self) -> dict[str, Any]:
         """What the model card says about this loss."""

@@ -8,7 +8,6 @@ In-sample negatives are a query's own documents at least ``theta`` below its pos
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -182,17 +181,9 @@ class InfoNCELoss(DistillationLoss):
         LossSetting("infonce_theta", "theta", 3.0, "In-sample negatives: teacher score <= best - theta."),
         LossSetting("infonce_temperature", "temperature", 1.0, "Temperature of 'infonce'."),
     )
-
-    def __init__(self, theta: float = 3.0, temperature: float = 1.0, in_batch: bool = True) -> None:
-        super().__init__()
-        self.theta = theta
-        self.temperature = temperature
-        self.in_batch = in_batch
-
-    def options(self) -> dict[str, Any]:
-        return {"theta": self.theta, "temperature": self.temperature, "in_batch": self.in_batch}
+    # in-batch negatives on (TITE's recipe) or off (in-sample negatives only): the Python API's choice
+    extra_options = {"in_batch": True}
 
     def forward(self, batch: ScoreBatch) -> Tensor:
         return infonce_loss(batch.batch_scores, batch.teacher, batch.mask, query_offset=batch.query_offset,
-                            theta=self.theta, temperature=self.temperature, in_batch=self.in_batch,
-                            global_mask=batch.global_mask)
+                            global_mask=batch.global_mask, **self.options())

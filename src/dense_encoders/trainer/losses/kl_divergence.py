@@ -7,11 +7,10 @@ Hagen; SIGIR 2025), with the temperature scaling of "Distilling the Knowledge in
 
 from __future__ import annotations
 
-from typing import Any
 
 from torch import Tensor
 
-from .base import DistillationLoss, LossSetting, ScoreBatch, check_temperature, masked_log_softmax, validate
+from .base import DistillationLoss, LossSetting, check_temperature, masked_log_softmax, validate
 
 
 def kl_divergence_loss(
@@ -41,13 +40,3 @@ class KLDivergenceLoss(DistillationLoss):
                 "Sec. 3.4; Distilling the Knowledge in a Neural Network (Hinton et al., 2015)")
     equation = "tau^2 * KL(softmax(t / tau) || softmax(s / tau))"
     settings = (LossSetting("kl_temperature", "temperature", 1.0, "Temperature of 'kl'."),)
-
-    def __init__(self, temperature: float = 1.0) -> None:
-        super().__init__()
-        self.temperature = temperature
-
-    def options(self) -> dict[str, Any]:
-        return {"temperature": self.temperature}
-
-    def forward(self, batch: ScoreBatch) -> Tensor:
-        return kl_divergence_loss(batch.student, batch.teacher, batch.mask, temperature=self.temperature)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import DistillationLoss, ScoreBatch, neg_fill, positive_sets, validate
+from .base import DistillationLoss, neg_fill, positive_sets, validate
 
 
 def m3se_loss(
@@ -46,6 +46,3 @@ class M3SELoss(DistillationLoss):
     equation = "sum_{i in P} ((t_i - t_j*) - (s_i - s_j*))^2 + sum_{j in N} relu(s_j - s_j*)^2"
     min_documents = 2
     uses_positives = True
-
-    def forward(self, batch: ScoreBatch) -> Tensor:
-        return m3se_loss(batch.student, batch.teacher, batch.mask, positives=batch.positives)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import DistillationLoss, ScoreBatch, validate
+from .base import DistillationLoss, validate
 
 
 def margin_mse_loss(student: Tensor, teacher: Tensor, mask: Tensor) -> Tensor:
@@ -41,6 +41,3 @@ class MarginMSELoss(DistillationLoss):
                 "Eq. 3; TITE (Schlatt et al., SIGIR 2025), Sec. 3.4")
     equation = "mean_{i<j} ((t_i - t_j) - (s_i - s_j))^2"
     min_documents = 2
-
-    def forward(self, batch: ScoreBatch) -> Tensor:
-        return margin_mse_loss(batch.student, batch.teacher, batch.mask)

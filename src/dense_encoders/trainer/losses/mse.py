@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .base import DistillationLoss, ScoreBatch, validate
+from .base import DistillationLoss, validate
 
 
 def mse_loss(student: Tensor, teacher: Tensor, mask: Tensor) -> Tensor:
@@ -27,6 +27,3 @@ class MSELoss(DistillationLoss):
     citation = ("In Defense of Dual-Encoders for Neural Ranking (Menon et al., ICML 2022), Sec. 2; "
                 "Do Deep Nets Really Need to be Deep? (Ba & Caruana, NeurIPS 2014)")
     equation = "mean_k (s_k - t_k)^2"
-
-    def forward(self, batch: ScoreBatch) -> Tensor:
-        return mse_loss(batch.student, batch.teacher, batch.mask)

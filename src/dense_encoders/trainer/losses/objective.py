@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import re
 from collections.abc import Mapping
@@ -67,7 +66,7 @@ def _options(weights: Mapping[str, float], loss_kwargs: Mapping[str, Mapping[str
     for name, kwargs in dict(loss_kwargs or {}).items():
         if name not in weights:
             raise ValueError(f"loss_kwargs given for {name!r}, which is not in the spec ({', '.join(weights)})")
-        allowed = list(inspect.signature(LOSS_CLASSES[name]).parameters)
+        allowed = list(LOSS_CLASSES[name].option_defaults())
         for key in kwargs:
             if key not in allowed:
                 raise ValueError(f"{name!r} has no option {key!r}; options: {', '.join(allowed) or 'none'}")

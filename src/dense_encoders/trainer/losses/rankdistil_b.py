@@ -5,12 +5,11 @@ Menon, Rawat, Yu, Kim, Veit, Kumar; AISTATS 2021)."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from .base import DistillationLoss, LossSetting, ScoreBatch, positive_sets, validate
+from .base import DistillationLoss, LossSetting, positive_sets, validate
 
 
 def rankdistil_b_loss(
@@ -46,14 +45,3 @@ class RankDistilBLoss(DistillationLoss):
     equation = "sum_{i in P} (t_i - s_i)^2 + sum_{j in N} relu(s_j - gamma)^2"
     uses_positives = True
     settings = (LossSetting("rankdistil_gamma", "gamma", 0.0, "RankDistil-B threshold for negatives."),)
-
-    def __init__(self, gamma: float = 0.0) -> None:
-        super().__init__()
-        self.gamma = gamma
-
-    def options(self) -> dict[str, Any]:
-        return {"gamma": self.gamma}
-
-    def forward(self, batch: ScoreBatch) -> Tensor:
-        return rankdistil_b_loss(batch.student, batch.teacher, batch.mask, positives=batch.positives,
-                                 gamma=self.gamma)

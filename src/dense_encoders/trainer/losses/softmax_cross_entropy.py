@@ -3,11 +3,10 @@ Ranking" (Menon, Jayasumana, Rawat, Kim, Reddi, Kumar; ICML 2022)."""
 
 from __future__ import annotations
 
-from typing import Any
 
 from torch import Tensor
 
-from .base import DistillationLoss, LossSetting, ScoreBatch, check_temperature, masked_log_softmax, validate
+from .base import DistillationLoss, LossSetting, check_temperature, masked_log_softmax, validate
 
 
 def softmax_cross_entropy_loss(
@@ -35,13 +34,3 @@ class SoftmaxCrossEntropyLoss(DistillationLoss):
     settings = (LossSetting("sce_temperature", "temperature", 1.0,
                             "Temperature of 'sce' (Eq. 1 of Menon et al. 2022, In Defense of Dual-Encoders for "
                             "Neural Ranking)."),)
-
-    def __init__(self, temperature: float = 1.0) -> None:
-        super().__init__()
-        self.temperature = temperature
-
-    def options(self) -> dict[str, Any]:
-        return {"temperature": self.temperature}
-
-    def forward(self, batch: ScoreBatch) -> Tensor:
-        return softmax_cross_entropy_loss(batch.student, batch.teacher, batch.mask, temperature=self.temperature)
