@@ -7,7 +7,7 @@ The data it reads (BEIR folders, pairs files, qrels, TREC runs) is read by :mod:
 (``DataFormatError``); import them from there.
 """
 
-from .encoding import EncodedTexts, RetrievalEncoder, load_sentence_transformer
+from .encoding import EncodedTexts, RetrievalEncoder
 from .harness import (
     EvaluationArguments,
     RetrievalResults,
@@ -33,7 +33,6 @@ __all__ = [
     "format_summary",
     "holm_bonferroni",
     "load_results",
-    "load_sentence_transformer",
     "paired_t_test",
     "rerank",
     "save_results",

@@ -254,4 +254,4 @@ def _save_atomically(embeddings: np.ndarray, path: Path, metadata: dict[str, str
     atomic_write(path, lambda scratch: save_file({"embeddings": embeddings}, scratch, metadata=metadata))
 
 
-__all__ = ["EncodedTexts", "RetrievalEncoder", "load_sentence_transformer", "model_fingerprint"]
+__all__ = ["EncodedTexts", "RetrievalEncoder", "model_fingerprint"]
