@@ -151,3 +151,11 @@ def test_hub_and_checkpoints_import_in_either_order(first):
             "from dense_encoders.checkpoints import convert_checkpoint; print('both')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=600)
     assert result.returncode == 0 and result.stdout.strip() == "both", result.stderr[-2000:]
+
+
+def test_vectors_imports_nothing_of_the_package():
+    """``vectors`` (similarity names, pooling modes) is read by every layer and by the command line before
+    anything heavy is loaded: it imports nothing of the package."""
+    bad = [f"vectors.py:{line} imports {target}" for line, target, _ in imports_of(PACKAGE / "vectors.py")
+           if target.startswith("dense_encoders")]
+    assert not bad, "\n".join(bad)
