@@ -1,9 +1,9 @@
 """Training on ``transformers.Trainer``: Condenser / coCondenser / TITE pre-training and score distillation.
 
-The files it reads live in :mod:`dense_encoders.data` (``read_training_file`` is re-exported here).
+The files it reads are read by :mod:`dense_encoders.data`; the distillation losses are
+:mod:`dense_encoders.trainer.losses` (one file each).
 """
 
-from ..data.distillation import read_training_file
 from .distillation import (
     DistillationArguments,
     DistillationSetup,
@@ -12,22 +12,10 @@ from .distillation import (
     build_student,
     distill,
 )
-from .losses import (
-    LOSSES,
-    DistillationObjective,
-    infonce_loss,
-    kl_divergence_loss,
-    m3se_loss,
-    margin_mse_loss,
-    mse_loss,
-    parse_loss_spec,
-    rankdistil_b_loss,
-    softmax_cross_entropy_loss,
-)
 from .pretraining import (
-    PreTrainingTrainer,
     PreTrainingArguments,
     PreTrainingSetup,
+    PreTrainingTrainer,
     RandomState,
     build_dataset_and_collator,
     build_model,
@@ -37,30 +25,19 @@ from .pretraining import (
 from .teacher import score_teacher
 
 __all__ = [
-    "LOSSES",
-    "PreTrainingTrainer",
     "DistillationArguments",
-    "DistillationObjective",
     "DistillationSetup",
     "DistillationTrainer",
     "DualEncoder",
     "PreTrainingArguments",
     "PreTrainingSetup",
+    "PreTrainingTrainer",
     "RandomState",
     "build_dataset_and_collator",
     "build_model",
     "build_student",
     "distill",
-    "infonce_loss",
-    "kl_divergence_loss",
-    "m3se_loss",
-    "margin_mse_loss",
-    "mse_loss",
-    "parse_loss_spec",
     "pretrain",
-    "rankdistil_b_loss",
-    "read_training_file",
     "score_teacher",
-    "softmax_cross_entropy_loss",
     "split_batch",
 ]
