@@ -143,7 +143,7 @@ def test_relevance_level_changes_binary_measures_and_evaluated_queries():
     assert own["rr"] == pytest.approx((1 + 1) / 2)
     with pytest.raises(ValueError, match="grade >= 3"):
         compute_metrics(GRADED_QRELS, GRADED_RUN, relevance_level=3)
-    with pytest.raises(ValueError, match="relevance level must be an integer >= 1"):
+    with pytest.raises(ValueError, match="relevance_level=0: give a grade >= 1"):
         compute_metrics(GRADED_QRELS, GRADED_RUN, relevance_level=0)
 
 

@@ -37,7 +37,7 @@ import torch
 
 from .format import DataFormatError, document_text, is_json_number, json_lines
 from .masking import EXAMPLE_INDEX, example_generator
-from .retrieval import read_qrels
+from .retrieval import check_relevance_level, read_qrels
 from .runs import Run, read_trec_run, top_documents
 
 logger = logging.getLogger(__name__)
@@ -364,8 +364,7 @@ class DistillationCollator:
         for name, value in (("query_max_length", query_max_length), ("document_max_length", document_max_length)):
             if value < 2:
                 raise ValueError(f"{name}={value}: must leave room for at least one token besides the specials")
-        if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
-            raise ValueError(f"relevance_level={relevance_level!r}: give a grade >= 1 (TREC DL convention: 2)")
+        check_relevance_level(relevance_level)
         self.tokenizer = tokenizer
         self.relevance_level = relevance_level
         self.documents_per_query = documents_per_query

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .format import (
     DOCUMENT_ID_FIELDS, DataFormatError, UniqueIds, document_record, document_text, is_json_number, json_lines,
@@ -179,6 +180,14 @@ def read_trec_qrels(path: str | Path) -> Qrels:
         query_id, _, doc_id, grade = columns
         qrels.setdefault(query_id, {})[doc_id] = _grade(path, line_number, grade)
     return qrels
+
+
+def check_relevance_level(level: Any, name: str = "relevance_level=") -> int:
+    """``level``, the qrels grade from which a document counts as relevant, if it is an integer >= 1; else a
+    ValueError naming it as ``name`` (``"--relevance-level "`` on the command line)."""
+    if isinstance(level, bool) or not isinstance(level, int) or level < 1:
+        raise ValueError(f"{name}{level!r}: give a grade >= 1, an integer (TREC DL convention: 2)")
+    return level
 
 
 def read_qrels(path: str | Path) -> Qrels:
@@ -488,6 +497,7 @@ def load_dataset_for_evaluation(
 
 
 __all__ = [
+    "check_relevance_level",
     "QUERY_ID_FIELDS",
     "Qrels",
     "RetrievalDataset",

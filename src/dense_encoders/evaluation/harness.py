@@ -21,7 +21,7 @@ import transformers
 
 from .. import __version__
 from ..data.embedding_shards import EmbeddingShards
-from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
+from ..data.retrieval import RetrievalDataset, check_relevance_level, load_dataset_for_evaluation
 from ..data.runs import write_trec_run
 from ..vectors import POOLING_MODES, SIMILARITIES
 from .encoding import EncodedTexts, RetrievalEncoder
@@ -92,11 +92,7 @@ class EvaluationArguments:
         "help": "Evaluate a checkpoint whose weights miss (or add) tensors of its model; refused by default."})
 
     def __post_init__(self):
-        level = self.relevance_level
-        if isinstance(level, bool) or not isinstance(level, int):
-            raise ValueError(f"--relevance-level {level!r}: give an integer grade >= 1 (TREC DL convention: 2)")
-        if level < 1:
-            raise ValueError(f"--relevance-level {level}: give a grade >= 1 (TREC DL convention: 2)")
+        check_relevance_level(self.relevance_level, "--relevance-level ")
         for name in POSITIVE_FIELDS:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

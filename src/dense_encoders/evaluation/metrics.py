@@ -31,6 +31,8 @@ import ir_measures
 import numpy as np
 from scipy import stats
 
+from ..data.retrieval import check_relevance_level
+
 __all__ = ["DEFAULT_MEASURES", "compute_metrics", "holm_bonferroni", "paired_t_test"]
 
 #: Our result names -> ir-measures measure strings.  ``RR``, ``R`` and ``Success`` use
@@ -124,8 +126,7 @@ def compute_metrics(
     different orders; give distinct scores if that matters.
     """
     measure_strs = DEFAULT_MEASURES if measures is None else measures
-    if isinstance(relevance_level, bool) or not isinstance(relevance_level, int) or relevance_level < 1:
-        raise ValueError(f"relevance level must be an integer >= 1, got {relevance_level!r}")
+    check_relevance_level(relevance_level)
     parsed = _parse_measures(measure_strs)
     if relevance_level != 1:
         parsed = {

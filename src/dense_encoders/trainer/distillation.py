@@ -45,7 +45,7 @@ from ..data.distillation import (
     training_records_to_dataset,
     uses_labelled_positives,
 )
-from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
+from ..data.retrieval import check_relevance_level, read_corpus_jsonl, read_queries_jsonl
 from ..hub import model_card
 from ..models.condenser.modeling_condenser import gather_with_local_grad
 from ..models.infused.modeling_infused import mean_pool
@@ -295,8 +295,7 @@ class DistillationSetup(LossSettings, _DistillationData):
             raise ValueError(f"--pooling {self.pooling!r}: choose one of {POOLINGS}")
         if self.similarity is not None and self.similarity not in SIMILARITIES:
             raise ValueError(f"--similarity {self.similarity!r}: choose one of {SIMILARITIES}")
-        if self.relevance_level < 1:
-            raise ValueError(f"--relevance-level {self.relevance_level}: give a grade >= 1 (TREC DL convention: 2)")
+        check_relevance_level(self.relevance_level, "--relevance-level ")
         self.build_objective()  # unknown losses and options fail here, before any model is loaded
 
     def build_objective(self) -> DistillationObjective:
