@@ -197,16 +197,15 @@ def load_sentence_transformer(
             name_or_path, device=device, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs
         )
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    ours = is_ours(config)
-    similarity = native_pipeline(config)[1] if ours else None
+    native_pooling, similarity = native_pipeline(config) if is_ours(config) else (None, None)
     refuse_mean_pooling_of_tite(config.model_type, pooling, "pooling='cls' (or leave it unset)")
     if pooling is None:
-        if not ours:
+        if native_pooling is None:
             raise ValueError(
                 f"{name_or_path} has no sentence-transformers configuration (modules.json), so its pooling is "
                 "unknown: pass pooling='cls' or pooling='mean' (CLI: --pooling)."
             )
-        pooling = native_pipeline(config)[0]
+        pooling = native_pooling
     remote = {"trust_remote_code": trust_remote_code}
     transformer = Transformer(name_or_path, model_kwargs=model_kwargs, config_kwargs=remote, processor_kwargs=remote)
     modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]

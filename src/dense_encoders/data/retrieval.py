@@ -2,8 +2,8 @@
 sentence pairs (STSB-style, thresholded into a retrieval task).
 
 A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``; ``id`` / ``docid`` and ``contents``
-are read too, :func:`corpus_record`), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score`` with a header). Every malformed
-line raises :class:`~dense_encoders.data.format.DataFormatError` naming the file and the line number.
+are read too, :func:`corpus_record`), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv``
+(``query-id  corpus-id  score`` with a header). Every malformed line raises :class:`~dense_encoders.data.format.DataFormatError` naming the file and the line number.
 """
 
 from __future__ import annotations
