@@ -11,6 +11,9 @@ PUSH_EXAMPLES = """\
 example:
   dense-encoders push runs/tite-msmarco --repo-id me/tite-2-late-msmarco --results eval/trec-dl-19.json \\
       --license apache-2.0
+
+  # the run's records go up too only when named (they hold local paths; the card says what they record)
+  dense-encoders push runs/distilled --repo-id me/distilled --include 'distillation_*.json'
 """
 
 
