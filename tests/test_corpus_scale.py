@@ -38,12 +38,12 @@ from dense_encoders.evaluation.shard_search import (
 WORDS = "dense passage query encoder retrieval ranking river mountain protein enzyme music bridge".split()
 
 
-def tiny_model(folder: Path, tok, seed: int = 0) -> Path:
+def tiny_model(folder: Path, tok, seed: int = 0, max_position_embeddings: int = 32) -> Path:
     from dense_encoders.checkpoints.folder import write_sentence_transformers_files
 
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32)
+                        intermediate_size=32, max_position_embeddings=max_position_embeddings)
     BertModel(config).save_pretrained(folder)
     tok.save_pretrained(folder)
     write_sentence_transformers_files(folder, pooling="mean", similarity="cosine")
@@ -232,6 +232,107 @@ def test_manifest_mismatches_are_refused(model, corpus, tok, tmp_path, capsys):
     assert "were encoded differently (fingerprint" in capsys.readouterr().err
     assert main(["search", str(output), str(output), "--output", str(tmp_path / "run.trec")]) == 2
     assert "holds document embeddings: encode the queries" in capsys.readouterr().err
+
+
+# ---- lengths past the model's positions; a run that wrote no shard (issue 35, item 10) ------------------
+
+POSITIONS = 16
+
+
+def long_texts(path: Path, count: int = 6) -> Path:
+    """BEIR corpus and queries whose texts are all longer than POSITIONS tokens."""
+    (path / "qrels").mkdir(parents=True)
+    rng = random.Random(3)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(30 + 5 * i)) for i in range(count)]
+    (path / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": text}) + "\n"
+                                               for i, text in enumerate(texts)))
+    (path / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": texts[i][:150]}) + "\n"
+                                                for i in range(3)))
+    (path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n"
+                                                                                      for i in range(3)))
+    return path
+
+
+def truncated_mean_pooling(model: Path, texts: list[str], max_length: int) -> np.ndarray:
+    """The folder's pipeline (mean pooling, unit vectors) by hand, on texts cut to ``max_length`` tokens."""
+    from transformers import AutoTokenizer
+
+    tokenizer, encoder = AutoTokenizer.from_pretrained(model), BertModel.from_pretrained(model).eval()
+    batch = tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = encoder(**batch).last_hidden_state
+    mask = batch["attention_mask"][..., None].float()
+    pooled = (states * mask).sum(1) / mask.sum(1)
+    return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+
+def test_a_max_length_past_the_positions_is_brought_down_to_them(tok, tmp_path, capsys, caplog):
+    short = tiny_model(tmp_path / "short", tok, max_position_embeddings=POSITIONS)
+    beir = long_texts(tmp_path / "beir")
+    texts = [json.loads(line)["text"] for line in (beir / "corpus.jsonl").read_text().splitlines()]
+    assert min(len(tok(text)["input_ids"]) for text in texts) > POSITIONS
+    capsys.readouterr()
+    assert main(["encode", str(short), str(beir), "--output", str(tmp_path / "emb"), "--max-length", "100000",
+                 "--dtype", "float32", "--no-progress"]) == 0
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"the document length 100000 exceeds the model's {POSITIONS} positions (max_position_embeddings): "
+        f"using {POSITIONS}"]
+    caplog.clear()
+    shards = EmbeddingShards.open(tmp_path / "emb")
+    assert shards.settings["max_length"] == POSITIONS
+    embeddings, ids = all_embeddings(shards)
+    assert ids == [f"d{i}" for i in range(len(texts))]
+    np.testing.assert_allclose(embeddings, truncated_mean_pooling(short, texts, POSITIONS), atol=1e-5)
+    # evaluate: the same clamp on both sides, so the same results as with the model's own length
+    results = {}
+    for name, length in (("past", "100000"), ("own", str(POSITIONS))):
+        output = tmp_path / f"{name}.json"
+        assert main(["evaluate", str(short), str(beir), "--document-max-length", length, "--query-max-length", length,
+                     "--output", str(output), "--no-progress"]) == 0
+        results[name] = json.loads(output.read_text())
+    warnings = [r.getMessage() for r in caplog.records if "exceeds the model's" in r.getMessage()]
+    assert sorted(warning.split(" 100000")[0] for warning in warnings) == ["the document length", "the query length"]
+    assert results["past"]["metrics"] == results["own"]["metrics"]
+    assert results["past"]["settings"]["max_lengths"] == {"query": POSITIONS, "document": POSITIONS}
+
+
+def test_a_run_that_wrote_no_shard_does_not_block_its_retry(model, corpus, tmp_path, capsys, monkeypatch):
+    from dense_encoders.evaluation import corpus_encoding
+
+    encode_shards = corpus_encoding._encode_sorted
+
+    def fail(*args, **kwargs):
+        raise ValueError("the device failed before the first shard")
+
+    output = tmp_path / "emb"
+    argv = ["encode", str(model), str(corpus), "--output", str(output), "--shard-size", "100", "--no-progress"]
+    monkeypatch.setattr(corpus_encoding, "_encode_sorted", fail)
+    assert main([*argv, "--max-length", "8"]) == 2
+    assert (output / "encoding.json").is_file() and not list(output.glob("shard-*"))
+    monkeypatch.setattr(corpus_encoding, "_encode_sorted", encode_shards)
+    capsys.readouterr()
+    assert main([*argv, "--max-length", "12"]) == 0  # the corrected command: not "holds a run with other settings"
+    assert "other settings" not in capsys.readouterr().err
+    assert main(["encode", str(model), str(corpus), "--output", str(tmp_path / "fresh"), "--shard-size", "100",
+                 "--no-progress", "--max-length", "12"]) == 0
+    assert stored(output) == stored(tmp_path / "fresh")
+    # once a shard is written, another setting is still refused
+    shards_written = []
+
+    def fail_after_one(*args, **kwargs):
+        if shards_written:
+            raise ValueError("the device failed after the first shard")
+        shards_written.append(True)
+        return encode_shards(*args, **kwargs)
+
+    partial = tmp_path / "partial"
+    monkeypatch.setattr(corpus_encoding, "_encode_sorted", fail_after_one)
+    assert main([*argv[:4], str(partial), *argv[5:], "--max-length", "8"]) == 2
+    assert [p.name for p in partial.glob("shard-*.safetensors")] == ["shard-00000.safetensors"]
+    monkeypatch.setattr(corpus_encoding, "_encode_sorted", encode_shards)
+    capsys.readouterr()
+    assert main([*argv[:4], str(partial), *argv[5:], "--max-length", "12"]) == 2
+    assert "holds a run with other settings (max_length: 8 -> 12)" in capsys.readouterr().err
 
 
 # ---- search ------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -243,3 +244,160 @@ def test_trainer_pushes_our_card_and_no_pickles(hub, tmp_path, tok):
     assert "dense-encoders" in readme and "## Usage" in readme and "generated automatically by the Trainer" not in readme
     commits = [r for r in hub.requests if r.method == "POST" and "/commit/" in r.path and r.status == 200]
     assert len(commits) >= 2  # checkpoint pushes during training, then the final push
+
+
+# ---- what goes up: the model's files, nothing else (issue 35, item 3) ------------------------------------
+
+
+def push_command(hub, folder, repo, *extra) -> int:
+    """``dense-encoders push FOLDER --repo-id REPO`` against the loopback Hub, in this process."""
+    from dense_encoders.cli import main
+
+    with hub.in_process():
+        return main(["push", str(folder), "--repo-id", repo, "--token", hub.token, "--endpoint", hub.endpoint, *extra])
+
+
+def commits_to(hub, repo) -> int:
+    return sum(1 for r in hub.requests if r.method == "POST" and f"/{repo}/commit/" in r.path and r.status == 200)
+
+
+def folder_files(folder) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_links_are_followed_only_inside_the_folder(hub, tmp_path, tok, capsys):
+    folder = tite_folder(tmp_path, tok)
+    model_files = folder_files(folder)
+    # the weights live in a checkpoint of the run and the folder links to them: inside, so their content goes up
+    (folder / "checkpoint-6").mkdir()
+    (folder / "model.safetensors").rename(folder / "checkpoint-6" / "model.safetensors")
+    (folder / "model.safetensors").symlink_to("checkpoint-6/model.safetensors")
+    # a link to a file outside the folder, under a name of the model's
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "tokenizer_config.json").write_text('{"api_key": "outside-secret"}')
+    (folder / "tokenizer_config.json").unlink()
+    (folder / "tokenizer_config.json").symlink_to(private / "tokenizer_config.json")
+    capsys.readouterr()
+    assert push_command(hub, folder, "loopback-user/linked") == 2
+    err = capsys.readouterr().err
+    assert f"tokenizer_config.json -> {private / 'tokenizer_config.json'}" in err and "(1 in all)" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert commits_to(hub, "loopback-user/linked") == 0
+    # the link replaced by the file itself: the whole model goes up, the weights through the inside link
+    (folder / "tokenizer_config.json").unlink()
+    (folder / "tokenizer_config.json").write_bytes(model_files["tokenizer_config.json"])
+    assert push_command(hub, folder, "loopback-user/linked") == 0
+    files = hub.repo_files("loopback-user/linked")
+    assert set(files) == set(model_files) | {"README.md", ".gitattributes"}
+    assert all(files[name] == content for name, content in model_files.items() if name != "README.md")
+    assert b"outside-secret" not in b"".join(files.values())
+
+
+def test_a_cache_snapshot_uploads_the_whole_model(hub, tmp_path, tok, capsys):
+    from huggingface_hub import snapshot_download
+
+    folder = tite_folder(tmp_path, tok)
+    with hub.in_process():
+        push_to_hub(folder, "loopback-user/original", token=hub.token, endpoint=hub.endpoint)
+        snapshot = Path(snapshot_download("loopback-user/original", cache_dir=tmp_path / "cache",
+                                          endpoint=hub.endpoint, token=hub.token))
+    # what the cache holds: models--org--name/snapshots/<revision>/<file> -> ../../blobs/<hash>
+    assert snapshot.parent.name == "snapshots" and snapshot.parent.parent.name == "models--loopback-user--original"
+    assert (snapshot / "model.safetensors").is_symlink()
+    assert (snapshot / "model.safetensors").resolve().parent == snapshot.parent.parent / "blobs"
+    capsys.readouterr()
+    assert push_command(hub, snapshot, "loopback-user/copy") == 0
+    original, copy = hub.repo_files("loopback-user/original"), hub.repo_files("loopback-user/copy")
+    assert set(copy) == set(original)
+    assert {name for name in copy if copy[name] != original[name]} == {"README.md"}  # the card names its repo
+    assert "loopback-user/copy" in copy["README.md"].decode()
+    # a link in the snapshot to anything but its repository's blobs is refused
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("{}")
+    (snapshot / "generation_config.json").symlink_to(elsewhere)
+    assert push_command(hub, snapshot, "loopback-user/copy-2") == 2
+    assert f"generation_config.json -> {elsewhere}" in capsys.readouterr().err
+    assert commits_to(hub, "loopback-user/copy-2") == 0
+
+
+def test_files_that_are_not_the_model_are_refused_unless_included(hub, tmp_path, tok, capsys):
+    folder = tite_folder(tmp_path, tok)
+    model_files = folder_files(folder)
+    # what a run of ours leaves beside the model: records the card summarises, a checkpoint, evaluation results
+    records = {"distillation_setup.json": {"train_file": "/home/someone/data/train.jsonl", "losses": "kl"},
+               "trainer_state.json": {"global_step": 2, "epoch": 1.0, "log_history": []},
+               "training_environment.json": {"device": "cpu"}, "training_args.json": {"output_dir": "/home/someone"}}
+    for name, record in records.items():
+        (folder / name).write_text(json.dumps(record))
+    (folder / "checkpoint-2").mkdir()
+    torch.save({"step": 2}, folder / "checkpoint-2" / "optimizer.pt")
+    (folder / "evaluation").mkdir()
+    (folder / "evaluation" / "notes.json").write_text("{}")
+    # and what is no part of any model
+    (folder / ".env").write_text("HF_TOKEN=hf_abcdefghijklmnop\n")
+    (folder / "teacher_scores.jsonl").write_text('{"query_id": "q1", "scores": [1.0]}\n')
+    capsys.readouterr()
+    assert push_command(hub, folder, "loopback-user/strays") == 2
+    err = capsys.readouterr().err
+    assert "not part of a model" in err and ".env, teacher_scores.jsonl (2 in all)" in err and "--include" in err
+    assert err.count("\n") == 1 and "hf_abcdefghijklmnop" not in err
+    assert commits_to(hub, "loopback-user/strays") == 0
+    assert push_command(hub, folder, "loopback-user/strays", "--include", "*.jsonl") == 2  # .env still refused
+    assert ".env (1 in all)" in capsys.readouterr().err
+    (folder / ".env").unlink()
+    assert push_command(hub, folder, "loopback-user/strays", "--include", "no-such-*.txt") == 2
+    assert "--include no-such-*.txt: matches no file" in capsys.readouterr().err
+    assert push_command(hub, folder, "loopback-user/strays", "--include", "teacher_*.jsonl") == 0
+    files = hub.repo_files("loopback-user/strays")
+    assert set(files) == set(model_files) | {"README.md", ".gitattributes", "teacher_scores.jsonl"}
+    assert "distillation losses: `kl`" in files["README.md"].decode()  # the records speak through the card
+    # many strays: a few named, all counted
+    for index in range(7):
+        (folder / f"note-{index}.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"note-0.txt, note-1.txt, note-2.txt, note-3.txt, note-4.txt and 3 more "
+                                         r"\(8 in all\)"):
+        upload_files(folder)
+
+
+def test_sentence_transformers_module_folders_go_up_and_nothing_else_in_them(hub, tmp_path, tok, capsys):
+    from sentence_transformers.base.modules.dense import Dense
+    from transformers import BertConfig, BertModel
+
+    from dense_encoders.checkpoints.folder import write_sentence_transformers_files
+
+    torch.manual_seed(0)
+    folder = tmp_path / "bert"
+    BertModel(BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=32)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    write_sentence_transformers_files(folder, pooling="mean", similarity="cosine")
+    (folder / "2_Dense").mkdir()
+    Dense(16, 8).save(str(folder / "2_Dense"))
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": len(modules), "name": str(len(modules)), "path": "2_Dense",
+                    "type": "sentence_transformers.base.modules.dense.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    model_files = folder_files(folder)
+    assert {"1_Pooling/config.json", "2_Dense/config.json", "2_Dense/model.safetensors"} <= set(model_files)
+    (folder / "2_Dense" / "train.tsv").write_text("q1\td1\n")
+    capsys.readouterr()
+    assert push_command(hub, folder, "loopback-user/dense") == 2
+    assert "2_Dense/train.tsv (1 in all)" in capsys.readouterr().err
+    (folder / "2_Dense" / "train.tsv").unlink()
+    assert push_command(hub, folder, "loopback-user/dense") == 0
+    files = hub.repo_files("loopback-user/dense")
+    assert set(files) == set(model_files) | {"README.md", ".gitattributes"}
+    assert all(files[name] == content for name, content in model_files.items() if name != "README.md")
+
+
+def test_remote_code_of_a_custom_sentence_transformers_module_goes_up(tmp_path, tok):
+    folder = tite_folder(tmp_path, tok)
+    (folder / "custom_st.py").write_text("class Shout:\n    pass\n")
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": len(modules), "name": str(len(modules)), "path": "", "type": "custom_st.Shout"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    assert "custom_st.py" in {p.as_posix() for p in upload_files(folder)}
+    (folder / "leftover_st.py").write_text("class Other:\n    pass\n")  # reached by nothing: refused
+    with pytest.raises(ValueError, match="auto_map does not use: leftover_st.py"):
+        upload_files(folder)

@@ -14,7 +14,11 @@ the package asks this module, and the model classes themselves declare their pip
   (our models write them in ``save_pretrained`` already; other students need them written);
 * :func:`read_pipeline` reads a folder's declared pooling, similarity and prompts;
 * :func:`publishing_problems` lists what makes a folder unfit to upload: remote-code files that
-  ``auto_map`` does not reach, config and code that disagree, missing weights or tokenizer.
+  ``auto_map`` does not reach, config and code that disagree, missing weights or tokenizer;
+* :func:`model_file_kind` says which part of a model a file of the folder is (weights, configuration,
+  tokenizer, remote code, sentence-transformers module, card), or that it is none;
+* :func:`position_limit` / :func:`clamp_to_positions`: the longest input a model's positions take, and a
+  token limit brought down to it.
 
 Users of the reference Condenser checkpoints loaded them with ``SentenceTransformer`` and silently got
 mean pooling; every folder we write declares its pooling explicitly.
@@ -22,9 +26,11 @@ mean pooling; every folder we write declares its pooling explicitly.
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import logging
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from transformers import AutoConfig
 from transformers.dynamic_module_utils import get_relative_import_files
@@ -47,6 +53,17 @@ OUR_ENCODERS = {
 }
 OUR_MODEL_TYPES = tuple(OUR_ENCODERS)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "spiece.model", "vocab.json")
+
+# What a model folder is made of, by kind (docs/hub.md states the same rule): `dense-encoders push` uploads
+# these and nothing else unless asked. Inside a sentence-transformers module folder (a `path` of modules.json)
+# any JSON file is the module's configuration.
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
+CONFIGURATION_FILES = ("config.json", "generation_config.json", *SENTENCE_TRANSFORMERS_FILES)
+TOKENIZER_PATTERNS = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                      "vocab.txt", "vocab.json", "merges.txt", "*.model", "chat_template.jinja", "chat_template.json")
+CARD_FILE = "README.md"
+
+logger = logging.getLogger(__name__)
 
 
 def is_ours(config_or_model_type) -> bool:
@@ -163,12 +180,22 @@ def _module_file(target: str) -> tuple[str, str]:
     return module + ".py", name
 
 
+def _sentence_transformers_modules(folder: Path) -> list[dict]:
+    modules = _read_json(folder / "modules.json")
+    return [module for module in modules if isinstance(module, dict)] if isinstance(modules, list) else []
+
+
 def remote_code_files(folder: str | Path) -> set[str]:
-    """The ``.py`` files ``auto_map`` reaches: the named modules and, transitively, their relative imports."""
+    """The ``.py`` files ``auto_map`` reaches, and those of the custom sentence-transformers modules
+    ``modules.json`` names (``"type": "custom_module.Class"``): the named modules and, transitively, their
+    relative imports."""
     folder = Path(folder)
     config = _read_json(folder / "config.json") or {}
     reached = set()
-    for target in (config.get("auto_map") or {}).values():
+    references = [*(config.get("auto_map") or {}).values()]
+    references += [module["type"] for module in _sentence_transformers_modules(folder)
+                   if isinstance(module.get("type"), str) and not module["type"].startswith("sentence_transformers.")]
+    for target in references:
         targets = target if isinstance(target, (list, tuple)) else [target]
         for one in targets:
             if one is None:
@@ -226,6 +253,70 @@ def publishing_problems(folder: str | Path) -> list[str]:
     return problems
 
 
+def sentence_transformers_module_folders(folder: str | Path) -> set[PurePosixPath]:
+    """The folders of the sentence-transformers modules ``modules.json`` names (``1_Pooling``, ``2_Dense``, ...;
+    not the root, where the Transformer module usually lives)."""
+    folders = set()
+    for module in _sentence_transformers_modules(Path(folder)):
+        path = PurePosixPath(str(module.get("path") or ""))
+        if path.parts and not path.is_absolute() and ".." not in path.parts:
+            folders.add(path)
+    return folders
+
+
+def _matches(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def model_file_kind(folder: str | Path, relative: str | PurePosixPath, *, module_folders=None) -> str | None:
+    """Which part of a model the file ``relative`` (a POSIX path inside ``folder``) is: ``"weights"``
+    (safetensors, their index), ``"configuration"`` (config.json, generation_config.json, the
+    sentence-transformers files), ``"tokenizer"``, ``"remote code"`` (a ``.py`` file in the root: the ones
+    :func:`remote_code_files` does not reach are :func:`publishing_problems`), ``"card"`` (README.md), or
+    ``"sentence-transformers module"`` (weights, JSON configuration or tokenizer files inside a folder
+    ``modules.json`` names); None for anything else (data, notes, secrets, records of a run).
+    ``module_folders`` may pass :func:`sentence_transformers_module_folders`, computed once for many files."""
+    relative = PurePosixPath(relative)
+    name = relative.name
+    if len(relative.parts) == 1:
+        if _matches(name, WEIGHT_PATTERNS):
+            return "weights"
+        if name in CONFIGURATION_FILES:
+            return "configuration"
+        if _matches(name, TOKENIZER_PATTERNS):
+            return "tokenizer"
+        if name == CARD_FILE:
+            return "card"
+        if name.endswith(".py"):
+            return "remote code"
+        return None
+    if module_folders is None:
+        module_folders = sentence_transformers_module_folders(folder)
+    if any(relative.is_relative_to(module) for module in module_folders):
+        if _matches(name, WEIGHT_PATTERNS) or name.endswith(".json") or _matches(name, TOKENIZER_PATTERNS):
+            return "sentence-transformers module"
+    return None
+
+
+def position_limit(config) -> int | None:
+    """The most tokens a model takes: its config's ``max_position_embeddings`` (a longer input indexes past
+    the position embeddings, or past the length a TITE's pooling schedule reduces to one vector); None when
+    the config names no limit."""
+    limit = getattr(config, "max_position_embeddings", None)
+    return int(limit) if isinstance(limit, int) and limit > 0 else None
+
+
+def clamp_to_positions(length: int, config, name: str, model: str = "the model") -> int:
+    """``length`` (the token limit ``name``), or the model's :func:`position_limit` when it asks for more,
+    with a warning line that names both."""
+    limit = position_limit(config)
+    if limit is not None and length > limit:
+        logger.warning("%s %d exceeds %s's %d positions (max_position_embeddings): using %d",
+                       name, length, model, limit, limit)
+        return limit
+    return length
+
+
 def missing_sentence_transformers_files(folder: str | Path) -> dict[str, str]:
     """``{relative path: text}`` of the sentence-transformers files one of our models' folder lacks (its
     native pipeline; prompts and similarity kept from ``config_sentence_transformers.json`` if present);
@@ -240,16 +331,23 @@ def missing_sentence_transformers_files(folder: str | Path) -> dict[str, str]:
 
 
 __all__ = [
+    "CONFIGURATION_FILES",
     "OUR_ENCODERS",
     "OUR_MODEL_TYPES",
     "SENTENCE_TRANSFORMERS_FILES",
+    "TOKENIZER_PATTERNS",
+    "WEIGHT_PATTERNS",
+    "clamp_to_positions",
     "has_sentence_transformers_files",
     "is_ours",
     "missing_sentence_transformers_files",
+    "model_file_kind",
     "native_pipeline",
     "native_pooling",
+    "position_limit",
     "publishing_problems",
     "read_pipeline",
     "remote_code_files",
+    "sentence_transformers_module_folders",
     "write_sentence_transformers_files",
 ]

@@ -11,6 +11,9 @@ PUSH_EXAMPLES = """\
 example:
   dense-encoders push runs/tite-msmarco --repo-id me/tite-2-late-msmarco --results eval/trec-dl-19.json \\
       --license apache-2.0
+
+  # the run's records go up too only when named (they hold local paths; the card says what they record)
+  dense-encoders push runs/distilled --repo-id me/distilled --include 'distillation_*.json'
 """
 
 
@@ -18,8 +21,10 @@ def build_push_parser():
     parser = make_parser(
         "dense-encoders push",
         "Upload a checkpoint folder (safetensors weights, config with auto_map, remote code, tokenizer, "
-        "sentence-transformers files) plus a model card generated from its records, in one commit. The local "
-        "folder is never modified. The token comes from --token, HF_TOKEN or `hf auth login`.",
+        "sentence-transformers files and module folders) plus a model card generated from its records, in one "
+        "commit. Any other file is refused by name unless --include names it; links are followed only inside the "
+        "folder (or to a Hugging Face cache snapshot's blobs). The local folder is never modified. The token comes "
+        "from --token, HF_TOKEN or `hf auth login`.",
         PUSH_EXAMPLES,
     )
     parser.add_argument("folder", help="Checkpoint folder written by save_pretrained / our trainers.")
@@ -33,6 +38,9 @@ def build_push_parser():
     parser.add_argument("--results", nargs="+", help="Results JSONs of `dense-encoders evaluate` for the card.")
     parser.add_argument("--license", help="License id for the card metadata, e.g. apache-2.0.")
     parser.add_argument("--no-card", action="store_true", help="Upload the folder's own README.md instead.")
+    parser.add_argument("--include", action="append", metavar="PATTERN", default=[],
+                        help="Also upload the folder's files this glob names (path inside the folder, e.g. "
+                        "'distillation_*.json'); repeatable. Training state and pickles are never uploaded.")
     parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the stored login).")
     parser.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or https://huggingface.co).")
     return parser
@@ -45,6 +53,7 @@ def push(argv: list[str]) -> int:
             options.folder, options.repo_id, private=options.private, revision=options.revision,
             create_pr=options.create_pr, commit_message=options.commit_message, token=options.token,
             results=options.results, license=options.license, card=not options.no_card, endpoint=options.endpoint,
+            include=options.include,
         )
     except PushError as error:
         print(f"dense-encoders push: error: {error}", file=sys.stderr)

@@ -2,7 +2,8 @@
 
 Layout of an output folder::
 
-    encoding.json                  what is being encoded how (written first; a resume must match it)
+    encoding.json                  what is being encoded how (written first; a resume must match it once
+                                   a shard is written)
     shard-00000.safetensors        ``embeddings`` [rows, dim] (float16 or float32), metadata: rows, ids sha256
     shard-00000.ids                the rows' ids, one per line
     ...
@@ -144,6 +145,12 @@ def shard_file(folder: Path, index: int) -> Path:
 
 def ids_file(folder: Path, index: int) -> Path:
     return Path(folder) / f"shard-{index:05d}.ids"
+
+
+def written_shards(folder: Path) -> list[Path]:
+    """The shard files (embeddings, complete or not) in ``folder``: what a run has written that another must
+    not mix with."""
+    return sorted(Path(folder).glob("shard-*.safetensors"))
 
 
 def shard_count(count: int, shard_size: int) -> int:
@@ -454,4 +461,5 @@ __all__ = [
     "text_source",
     "write_manifest",
     "write_shard",
+    "written_shards",
 ]

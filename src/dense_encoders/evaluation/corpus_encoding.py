@@ -43,6 +43,7 @@ from ..data.embedding_shards import (
     text_source,
     write_manifest,
     write_shard,
+    written_shards,
 )
 from ..data.files import write_json
 from .encoding import RetrievalEncoder
@@ -104,7 +105,9 @@ def my_shards(num_shards: int, rank: int, world: int) -> range:
 
 def _prepare_folder(output: Path, settings: dict) -> list[str]:
     """Rank 0: a new folder gets ``encoding.json``; an existing run must have the same identity, and a finished
-    one is verified (:func:`_reopen_damaged`). Returns the shards that this run must encode again."""
+    one is verified (:func:`_reopen_damaged`). A run that wrote no shard (it failed before its first one) holds
+    nothing to continue: its ``encoding.json`` is replaced by this run's. Returns the shards that this run must
+    encode again."""
     recorded = read_record(output / SETTINGS_FILE)
     if recorded is None:
         if output.exists() and any(output.iterdir()):
@@ -115,6 +118,11 @@ def _prepare_folder(output: Path, settings: dict) -> list[str]:
         return []
     differences = differing_settings({key: recorded.get(key) for key in IDENTITY},
                                      {key: settings.get(key) for key in IDENTITY})
+    if differences and not written_shards(output):
+        logger.info("%s holds no shard of its earlier run (%s): starting it again with these settings", output,
+                    "; ".join(differences[:4]))
+        write_json(output / SETTINGS_FILE, settings)
+        return []
     if differences:
         raise ValueError(f"{output} holds a run with other settings ({'; '.join(differences[:4])}): give the same "
                          "model, texts and flags to continue it, or a new --output")

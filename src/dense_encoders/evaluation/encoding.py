@@ -32,6 +32,7 @@ import torch
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from ..checkpoints.folder import clamp_to_positions
 from ..checkpoints.loading import load_sentence_transformer
 from ..data.files import atomic_write
 
@@ -70,7 +71,8 @@ class RetrievalEncoder:
 
     ``query_prompt`` / ``document_prompt`` default to the model's own ``"query"`` / ``"document"``
     prompts (``config_sentence_transformers.json``); pass ``""`` for none. ``query_max_length`` /
-    ``document_max_length`` default to the model's ``max_seq_length``.
+    ``document_max_length`` default to the model's ``max_seq_length``; either is brought down to the model's
+    positions (:func:`~dense_encoders.checkpoints.folder.clamp_to_positions`, with a warning line).
     """
 
     def __init__(
@@ -106,9 +108,11 @@ class RetrievalEncoder:
             "query": query_prompt if query_prompt is not None else self.model.prompts.get("query", ""),
             "document": document_prompt if document_prompt is not None else self.model.prompts.get("document", ""),
         }
+        # never past the model's positions (a longer input fails inside the embeddings): brought down, with a line
+        config = getattr(self.model.transformers_model, "config", None)
         self.max_lengths = {
-            "query": query_max_length or self.model.max_seq_length,
-            "document": document_max_length or self.model.max_seq_length,
+            side: clamp_to_positions(length or self.model.max_seq_length, config, f"the {side} length")
+            for side, length in (("query", query_max_length), ("document", document_max_length))
         }
         self.normalize = normalize
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None

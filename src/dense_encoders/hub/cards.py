@@ -41,6 +41,11 @@ DISTILLATION_BIBTEX = """@inproceedings{menon-2022-defense,
   year = {2022}
 }"""
 
+# the records of a run the card is generated from (the trainers and `convert` write them next to the model)
+RECORD_FILES = ("conversion.json", "trainer_state.json", "training_args.json", "training_environment.json",
+                "pretraining_setup.json", "distillation_setup.json", "distillation_losses.json",
+                "distillation_positives.json", "infusion_setup.json")
+
 RESULT_METRICS = {"ndcg@10": ("ndcg_at_10", "nDCG@10"), "mrr@10": ("mrr_at_10", "MRR@10"),
                   "recall@100": ("recall_at_100", "Recall@100"), "recall@1000": ("recall_at_1000", "Recall@1000"),
                   "hits@10": ("accuracy_at_10", "Hits@10")}
@@ -327,4 +332,4 @@ def model_card(
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
 
 
-__all__ = ["CE_EMBEDDINGS_BIBTEX", "DISTILLATION_BIBTEX", "TITE_BIBTEX", "model_card"]
+__all__ = ["CE_EMBEDDINGS_BIBTEX", "DISTILLATION_BIBTEX", "RECORD_FILES", "TITE_BIBTEX", "model_card"]

@@ -1,11 +1,16 @@
 """Publishing checkpoints on the Hugging Face Hub.
 
-:func:`push_to_hub` uploads a checkpoint folder (or a model) in ONE commit: safetensors weights,
-``config.json`` with ``auto_map``, the remote-code files, tokenizer, sentence-transformers files and
-a model card generated from the folder's records (:func:`dense_encoders.hub.cards.model_card`).
-The upload is staged in a temporary folder: the local folder is never modified, whatever happens.
-Pickled weights are refused; training state (optimizer, scheduler, RNG states, pickled training
-arguments) is never uploaded. Incomplete or mixed folders are refused
+:func:`push_to_hub` uploads a checkpoint folder (or a model) in ONE commit: the files a model is made of
+(:func:`dense_encoders.checkpoints.folder.model_file_kind`: safetensors weights, ``config.json`` with
+``auto_map``, the remote-code files, tokenizer, sentence-transformers files and module folders) and a model
+card generated from the folder's records (:func:`dense_encoders.hub.cards.model_card`). Any other file is
+refused by name unless ``include`` names it; the run's records the card summarises (``RECORD_FILES``),
+training state (optimizer, scheduler, RNG states, pickled training arguments) and the folders of a run
+(``checkpoint-N``, ``runs``, ``evaluation``, hidden ones) stay local. A symbolic link is followed only when it
+resolves inside the folder, or when the folder is a snapshot of the Hugging Face cache and the link leads to
+that repository's blob; any other link is refused by name. The upload is staged in a temporary folder (hard
+links to, or copies of, the files' contents): the local folder is never modified, whatever happens. Pickled
+weights are refused. Incomplete or mixed folders are refused
 (:func:`dense_encoders.checkpoints.folder.publishing_problems`); one of our models' folders without
 sentence-transformers files gets its native ones in the upload. Errors name the repository, say that
 nothing local changed and how to retry, and never contain the token.
@@ -13,17 +18,24 @@ nothing local changed and how to retry, and never contain the token.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import re
+import shlex
 import shutil
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from huggingface_hub import CommitOperationAdd, HfApi, constants
 
-from ..checkpoints.folder import missing_sentence_transformers_files, publishing_problems
-from .cards import model_card
+from ..checkpoints.folder import (
+    missing_sentence_transformers_files,
+    model_file_kind,
+    publishing_problems,
+    sentence_transformers_module_folders,
+)
+from .cards import RECORD_FILES, model_card
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +43,9 @@ logger = logging.getLogger(__name__)
 TRAINING_STATE = re.compile(r"^(optimizer\.pt|scheduler\.pt|rng_state.*\.pth|training_args\.bin|scaler\.pt)$")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 SKIPPED_DIRECTORIES = re.compile(r"^(checkpoint-\d+|runs|\..*|__pycache__|evaluation)$")
+# the repository's own file: the Hub writes one when it creates the repository
+REPOSITORY_FILES = (".gitattributes",)
+NAMED_IN_MESSAGES = 5  # a refusal names this many files, then counts the rest
 
 
 class PushError(RuntimeError):
@@ -42,27 +57,112 @@ def _scrub(text: str, token: str | None) -> str:
     return text.replace(token, "***") if token else text
 
 
-def upload_files(folder: str | Path) -> list[Path]:
-    """The files of ``folder`` that make up the model, relative to it; ValueErrors for what cannot go up."""
-    folder = Path(folder)
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:NAMED_IN_MESSAGES])
+    return shown + (f" and {len(names) - NAMED_IN_MESSAGES} more" if len(names) > NAMED_IN_MESSAGES else "")
+
+
+def _cache_blobs_folder(folder: Path) -> Path | None:
+    """The ``blobs`` folder of the Hugging Face cache repository whose snapshot (``models--org--name/
+    snapshots/<revision>/``) holds ``folder`` (resolved), None when ``folder`` is not in a snapshot."""
+    for path in (folder, *folder.parents):
+        if path.parent.name == "snapshots" and path.parent.parent.name.startswith(f"models{constants.REPO_ID_SEPARATOR}"):
+            return path.parent.parent / "blobs"
+    return None
+
+
+def _folder_files(folder: Path) -> tuple[dict[PurePosixPath, Path], list[str]]:
+    """``({path in the folder: the file holding its content}, refused links)`` of every file below ``folder``
+    outside the skipped folders. Links are followed when they resolve inside the folder, or to the blob of
+    the cache repository whose snapshot the folder is; any other link (also one that leads nowhere) is refused."""
+    root = folder.resolve()
+    blobs = _cache_blobs_folder(root)
+    files, refused, visited = {}, [], set()
+
+    def visit(directory: Path, relative: PurePosixPath) -> None:
+        if directory.resolve() in visited:  # a link back up the tree
+            return
+        visited.add(directory.resolve())
+        for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+            path, inside = Path(entry.path), relative / entry.name
+            if entry.is_dir() and SKIPPED_DIRECTORIES.match(entry.name):
+                continue
+            if entry.is_symlink():
+                target = path.resolve()
+                if not target.exists():
+                    refused.append(f"{inside} -> {os.readlink(path)} (missing)")
+                    continue
+                if not (target.is_relative_to(root) or (blobs is not None and target.parent == blobs)):
+                    refused.append(f"{inside} -> {target}")
+                    continue
+                if target.is_dir():
+                    visit(path, inside)
+                elif target.is_file():
+                    files[inside] = target
+            elif entry.is_dir():
+                visit(path, inside)
+            elif entry.is_file():
+                files[inside] = path
+
+    visit(folder, PurePosixPath())
+    return files, refused
+
+
+def upload_files(folder: str | Path, include=()) -> list[Path]:
+    """The files of ``folder`` that make up the model, relative to it; ValueErrors for what cannot go up.
+
+    Uploaded: what :func:`~dense_encoders.checkpoints.folder.model_file_kind` calls part of a model, and the
+    other files a glob of ``include`` names (matched against the path inside the folder). Kept local: training
+    state, pickles (refused when they are not training state), the run's records (``RECORD_FILES``: the card
+    says what they record), ``.gitattributes`` and the skipped folders. Refused: links that lead outside the
+    folder, and every other file."""
+    return list(_upload_sources(Path(folder), include))
+
+
+def _upload_sources(folder: Path, include=()) -> dict[Path, Path]:
+    """``{path in the folder: the file holding its content}`` of the files to upload (:func:`upload_files`)."""
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} has no config.json: save the model with save_pretrained(folder) first")
-    files, pickled = [], []
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        if not path.is_file() or any(SKIPPED_DIRECTORIES.match(part) for part in relative.parts[:-1]):
+    found, refused_links = _folder_files(folder)
+    module_folders = sentence_transformers_module_folders(folder)
+    include = list(include or ())
+    unused = set(include)
+    files, pickled, others = {}, [], []
+    for relative, source in found.items():
+        name = relative.as_posix()
+        if TRAINING_STATE.match(relative.name) or name in REPOSITORY_FILES:
+            logger.info("not uploading %s (training state or the repository's own file)", name)
             continue
-        if TRAINING_STATE.match(path.name):
-            logger.info("not uploading training state %s", relative)
+        if relative.suffix in PICKLE_SUFFIXES:
+            pickled.append(name)
             continue
-        if path.suffix in PICKLE_SUFFIXES:
-            pickled.append(str(relative))
+        included = [pattern for pattern in include if fnmatch.fnmatchcase(name, pattern)]
+        unused.difference_update(included)
+        if model_file_kind(folder, relative, module_folders=module_folders) is None and not included:
+            if name in RECORD_FILES:
+                logger.info("not uploading %s (a record of the run: the model card says what it records)", name)
+            else:
+                others.append(name)
             continue
-        files.append(relative)
+        files[Path(relative)] = source
+    if refused_links:
+        raise ValueError(
+            f"{folder} holds links that lead outside it, which are not followed: {_listed(refused_links)} "
+            f"({len(refused_links)} in all). Copy what belongs to the model into the folder, or remove the links."
+        )
     if pickled:
         raise ValueError(
             f"{folder} holds pickled files {pickled}: they are not uploaded (loading a pickle runs arbitrary code). "
             "Save the weights as safetensors (model.save_pretrained(folder)) and remove the pickles."
+        )
+    if unused:
+        raise ValueError(f"--include {' '.join(sorted(unused))}: matches no file of {folder} that could be "
+                         "uploaded (training state, pickles and the skipped folders never are)")
+    if others:
+        raise ValueError(
+            f"{folder} holds files that are not part of a model (weights, configs, tokenizer, remote code, "
+            f"sentence-transformers modules, card): {_listed(others)} ({len(others)} in all); nothing was uploaded. "
+            "Move them out of the folder, or name the ones that belong to the model with --include PATTERN."
         )
     if not any(f.suffix == ".safetensors" for f in files):
         raise ValueError(f"{folder} has no .safetensors weights: save the model with save_pretrained(folder)")
@@ -72,22 +172,23 @@ def upload_files(folder: str | Path) -> list[Path]:
     return files
 
 
-def _stage(folder: Path, files: list[Path], card_text: str | None) -> Path:
-    """A scratch copy (hard links where possible) of ``files``, plus the card and the sentence-transformers
-    files one of our models' folder lacks; new files only, so the local folder is never written through a link."""
+def _stage(folder: Path, files: dict[Path, Path], card_text: str | None) -> Path:
+    """A scratch copy of ``files`` (``{path in the upload: the file holding its content}``; hard links to that
+    file where possible, so a link's target, never the link), plus the card and the sentence-transformers files
+    one of our models' folder lacks; new files only, so the local folder is never written through a link."""
     staging = Path(tempfile.mkdtemp(prefix="dense-encoders-push-"))
     for relative, text in missing_sentence_transformers_files(folder).items():
         logger.info("adding %s (the model's native sentence-transformers pipeline) to the upload", relative)
         target = staging / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
-    for relative in files:
+    for relative, source in files.items():
         target = staging / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.link(folder / relative, target)  # no copy of large weights where the filesystem allows
+            os.link(source, target, follow_symlinks=False)  # no copy of large weights where the filesystem allows
         except OSError:
-            shutil.copy2(folder / relative, target)
+            shutil.copyfile(source, target)
     if card_text is not None:
         (staging / "README.md").write_text(card_text, encoding="utf-8")
     return staging
@@ -107,12 +208,14 @@ def push_to_hub(
     license: str | None = None,
     card: bool = True,
     endpoint: str | None = None,
+    include=(),
 ):
     """Upload a checkpoint folder (or a model, saved first with its ``tokenizer``) to ``repo_id`` in
     one commit, with a generated model card. Returns huggingface_hub's ``CommitInfo``.
 
     ``revision`` is a branch (created from ``main`` when missing); ``create_pr`` opens a pull request
-    instead of committing to it; ``results`` are evaluation-harness results JSONs for the card.
+    instead of committing to it; ``results`` are evaluation-harness results JSONs for the card; ``include``:
+    globs of further files of the folder to upload (:func:`upload_files` says what goes up without them).
     """
     with tempfile.TemporaryDirectory(prefix="dense-encoders-save-") as scratch:
         if isinstance(path_or_model, (str, os.PathLike)):
@@ -122,12 +225,14 @@ def push_to_hub(
             path_or_model.save_pretrained(folder)
             if tokenizer is not None:
                 tokenizer.save_pretrained(folder)
-        files = upload_files(folder)
+        files = _upload_sources(folder, include)
         card_text = str(model_card(folder, repo_id=repo_id, results=results, license=license)) if card else None
-        files = [f for f in files if not (card and f.as_posix() == "README.md")]
+        files = {path: source for path, source in files.items() if not (card and path.as_posix() == "README.md")}
         staging = _stage(folder, files, card_text)
-        retry = f"retry with: dense-encoders push {folder} --repo-id {repo_id}" + (f" --revision {revision}"
-                                                                                    if revision else "")
+        retry = shlex.join(["dense-encoders", "push", str(folder), "--repo-id", repo_id,
+                            *(["--revision", revision] if revision else []),
+                            *[part for pattern in include or () for part in ("--include", pattern)]])
+        retry = f"retry with: {retry}"
         try:
             api = HfApi(endpoint=endpoint, token=token)
             api.create_repo(repo_id, private=private, exist_ok=True)

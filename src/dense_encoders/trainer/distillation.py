@@ -31,6 +31,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, Training
 
 from ..checkpoints.folder import (
     OUR_MODEL_TYPES,
+    clamp_to_positions,
     has_sentence_transformers_files,
     is_ours,
     native_pipeline,
@@ -443,12 +444,8 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
         )
     dual, folder = _build_student(setup)
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    limit = getattr(dual.config, "max_position_embeddings", None)
-    lengths = {"query": setup.query_max_length, "document": setup.document_max_length}
-    for side, length in lengths.items():
-        if limit is not None and length > limit:
-            logger.warning("%s_max_length %d exceeds the student's %d positions: using %d", side, length, limit, limit)
-            lengths[side] = limit
+    lengths = {side: clamp_to_positions(length, dual.config, f"{side}_max_length", "the student")
+               for side, length in (("query", setup.query_max_length), ("document", setup.document_max_length))}
     collator = DistillationCollator(
         tokenizer,
         documents_per_query=setup.documents_per_query,
