@@ -194,7 +194,8 @@ def test_loading_the_lightning_ir_folder_directly_is_refused(tmp_path):
         TiteModel.from_pretrained(source)
     from transformers import AutoModel
 
-    with pytest.raises(ValueError):  # not registered: transformers refuses it instead of guessing
+    with pytest.raises(ValueError, match=rf"^{source} is a Lightning IR bi-encoder \(model_type 'lir-dpr'\).*"
+                                         rf"`dense-encoders convert {source} OUT`"):  # ours, in one line
         AutoModel.from_pretrained(source)
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"_id": "d1", "text": "a text"}) + "\n")

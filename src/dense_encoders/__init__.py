@@ -6,11 +6,12 @@ Importing the package registers every model family with the Auto classes, so
 ``trust_remote_code=True`` where the package is not installed.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForPreTraining
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModel, AutoModelForPreTraining
 
 from .models import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
 from .models.infused import InfusedDualEncoderConfig, InfusedDualEncoderModel
 from .models.tite import TiteConfig, TiteForPreTraining, TiteModel
+from .models.unconverted import UNCONVERTED_CONFIGS
 
 __version__ = "0.1.0"
 
@@ -22,6 +23,11 @@ AutoModel.register(TiteConfig, TiteModel, exist_ok=True)
 AutoModelForPreTraining.register(TiteConfig, TiteForPreTraining, exist_ok=True)
 AutoConfig.register(InfusedDualEncoderConfig.model_type, InfusedDualEncoderConfig, exist_ok=True)
 AutoModel.register(InfusedDualEncoderConfig, InfusedDualEncoderModel, exist_ok=True)
+# folders that load only once converted (Lightning IR's model types): one line naming `dense-encoders convert`;
+# a class already registered for the type (Lightning IR's own, where it is installed) is left in place
+for _config in UNCONVERTED_CONFIGS:
+    if _config.model_type not in CONFIG_MAPPING:
+        AutoConfig.register(_config.model_type, _config)
 
 __all__ = [
     "__version__",

@@ -18,7 +18,7 @@ from pathlib import Path
 from huggingface_hub import snapshot_download
 
 from .condenser_reference import CONDENSER_REFERENCE
-from .lightning_ir import LIGHTNING_IR
+from .lightning_ir import LIGHTNING_IR, trainer_output_hint
 from .source_format import ConversionError, SourceFormat
 from .tite_authors import TITE_AUTHORS
 
@@ -39,6 +39,8 @@ def detect_format(source: str | Path) -> SourceFormat:
     found = find_format(source)
     if found is not None:
         return found
+    if hint := trainer_output_hint(source):
+        raise ConversionError(hint)
     known = "; ".join(f"{f.name} ({f.description})" for f in SOURCE_FORMATS)
     raise ConversionError(f"{source} is in none of the formats `dense-encoders convert` reads: {known}.")
 
@@ -48,6 +50,8 @@ def resolve_source(source: str | Path) -> tuple[Path, str]:
     found in its cache when offline). A folder inside the Hub cache is named by its repository and revision."""
     folder = Path(source).expanduser()
     if not folder.is_dir():
+        if hint := trainer_output_hint(folder):
+            raise ConversionError(hint)
         if folder.exists() or str(source).count("/") != 1:
             raise ConversionError(f"{source} is not a folder: give the checkpoint folder (or a Hub id org/name).")
         try:

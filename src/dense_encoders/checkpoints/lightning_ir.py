@@ -3,26 +3,32 @@ fine-tuned them on MS MARCO.
 
 What a Lightning IR DPR folder is (read from Lightning IR's source; facts, not code):
 
-* ``config.json``: ``model_type`` ``"lir-dpr"`` (``"bi-encoder"`` in older releases) with
-  ``backbone_model_type: "tite"``; the backbone's own keys (the TITE authors') sit at the top level beside
-  the bi-encoder's: ``query_length``, ``doc_length``, ``similarity_function`` (``dot`` / ``cosine``),
-  ``normalize`` (newer releases: ``normalization_strategy: "l2"``), ``query_pooling_strategy`` /
-  ``doc_pooling_strategy`` (newer: one ``pooling_strategy``), ``add_marker_tokens``, ``embedding_dim``,
-  ``projection`` (``linear``, ``linear_no_bias`` or null), ``sparsification``.
+* ``config.json`` (every key, ``PretrainedConfig.to_dict``): ``model_type`` ``"lir-dpr"`` (``"bi-encoder"`` in
+  older releases) with ``backbone_model_type: "tite"``; the backbone's own keys (the TITE authors') sit at the
+  top level beside the bi-encoder's: ``query_length``, ``doc_length``, ``similarity_function`` (``dot`` /
+  ``cosine``), ``normalize``, ``query_pooling_strategy`` / ``doc_pooling_strategy``, ``add_marker_tokens``,
+  ``embedding_dim``, ``projection`` (``linear``, ``linear_no_bias`` or null), ``sparsification``; from 0.0.6 on
+  also ``pooling_strategy``, ``sparsification_strategy``, ``normalization_strategy`` and ``use_adapter``. Which
+  of these the DPR model reads depends on the release (:func:`read_keys`).
 * Weights: the model is a subclass of the backbone, so the TITE tensors keep the authors' names with no
   prefix; ``projection.weight`` ``(embedding_dim, hidden)`` (+ ``projection.bias`` for ``linear``).
 * Encoding: backbone -> pooling (``first`` takes position 0: for a TITE, its one vector) -> projection ->
-  L2 normalisation when asked; scores are dot products (or cosine similarity).
+  L2 normalisation when asked; scores are dot products (or cosine similarity). A text without tokens gets the
+  backbone's zeros (the TITE authors' code), so ``first`` gives the projection's bias and ``mean`` NaN.
+* Training output: the trainer writes the model to ``lightning_logs/version_N/huggingface_checkpoint/``
+  (:func:`trainer_output_hint` names it for the other paths of a run).
 * Tokenizer: the backbone's (TITE's adds no [CLS]/[SEP] to a single text); with ``add_marker_tokens`` the
   special tokens ``[QUE]`` / ``[DOC]`` are added to the vocabulary and put in front of every query /
   document (``[QUE] text``), inside the length limit (``query_length`` counts the marker); the model's
   vocabulary is then resized to a multiple of 8. Texts are truncated to ``query_length`` / ``doc_length``.
 
-Our folder: a :class:`~dense_encoders.models.tite.TiteModel` whose ``projection`` is Lightning IR's, so
-``AutoModel`` gives the bi-encoder's vectors; sentence-transformers files that encode as Lightning IR
-does: the markers as the ``query`` / ``document`` prompts (``encode_query`` / ``encode_document``), the two
-lengths as ``query_length`` / ``document_length``, CLS pooling of the one vector, ``Normalize`` and the
-similarity; and the tokenizer as a plain fast tokenizer (Lightning IR's ``BiEncoderTokenizer`` class needs
+Our folder: a :class:`~dense_encoders.models.tite.TiteModel` whose ``projection`` is Lightning IR's and whose
+``output_pooling`` is its pooling, so ``AutoModel``'s ``pooler_output`` is the bi-encoder's vector (with
+``empty_texts="zeros"`` under first pooling: an empty text's vector is Lightning IR's); sentence-transformers
+files that encode as Lightning IR does: the markers as the ``query`` / ``document`` prompts
+(``encode_query`` / ``encode_document``), the two lengths as ``query_length`` / ``document_length``, CLS
+pooling of the one vector (mean pooling of a TITE without pooling layers where Lightning IR averages),
+``Normalize`` and the similarity; and the tokenizer as a plain fast tokenizer (Lightning IR's ``BiEncoderTokenizer`` class needs
 Lightning IR installed). Refused by name: sparsification, query / document expansion, adapters, ``l2``
 similarity, ``sum`` pooling and, for a TITE without pooling, pooling other than first / mean.
 """
@@ -51,6 +57,35 @@ BI_ENCODER_MODEL_TYPES = ("lir-dpr", "bi-encoder")
 MARKERS = {"query": "[QUE]", "document": "[DOC]"}
 
 
+TRAINER_FOLDER = "huggingface_checkpoint"
+
+
+def trainer_output_hint(path: str | Path) -> str | None:
+    """For a path into what Lightning IR's trainer writes, the sentence naming the folder to convert; else None.
+
+    The trainer (``LightningIRModule.on_save_checkpoint``) saves the model with ``save_pretrained`` into
+    ``trainer.log_dir / "huggingface_checkpoint"``, i.e. ``lightning_logs/version_N/huggingface_checkpoint/``,
+    beside Lightning's own ``checkpoints/*.ckpt`` (a pickled training state, never read here). ``path`` may be
+    ``version_N/``, its ``checkpoints/`` folder, a ``.ckpt`` file in it, or ``lightning_logs/``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        nearby = [path / TRAINER_FOLDER, path.parent / TRAINER_FOLDER]
+        nearby += sorted(path.glob(f"version_*/{TRAINER_FOLDER}"))
+        found = [folder for folder in nearby if (folder / "config.json").is_file()]
+        if found:
+            named = " or ".join(str(folder) for folder in found[-3:])
+            return (f"{path} is Lightning IR's training output; the model is in {named} (Lightning IR's trainer "
+                    f"writes it to lightning_logs/version_N/{TRAINER_FOLDER}/): convert that folder.")
+        return None
+    if path.suffix == ".ckpt":
+        folder = path.parent.parent / TRAINER_FOLDER
+        where = f"{folder}" + ("" if (folder / "config.json").is_file() else " (not found next to this file)")
+        return (f"{path} is a Lightning checkpoint (a pickled training state, never loaded here); Lightning IR's trainer "
+                f"writes the model to lightning_logs/version_N/{TRAINER_FOLDER}/, here {where}: convert that folder.")
+    return None
+
+
 def detect(folder: Path) -> bool:
     if not (folder / "config.json").is_file():
         return False
@@ -58,24 +93,56 @@ def detect(folder: Path) -> bool:
     return "backbone_model_type" in config or str(config.get("model_type", "")).startswith("lir-")
 
 
-def _pooling(config: dict, pools: bool, where: str) -> str:
-    """Our sentence-transformers pooling for the bi-encoder's pooling strategies."""
-    default = "mean" if config.get("model_type") == "bi-encoder" else "first"
-    if "pooling_strategy" in config:
-        strategies = {"query": config["pooling_strategy"], "document": config["pooling_strategy"]}
+def read_keys(config: dict) -> dict[str, str]:
+    """The keys whose values the DPR model of the Lightning IR release that saved ``config`` reads.
+
+    Every release writes the whole config. Releases up to 0.0.5 write ``sparsification`` and per-side
+    ``query_pooling_strategy`` / ``doc_pooling_strategy`` and their model reads those. From 0.0.6 on the
+    single-vector config also writes ``pooling_strategy`` (default ``mean``) and ``sparsification_strategy``,
+    and the DPR model reads only those two, while ``DprConfig`` still stores the older keys it was given
+    (``sparsification: "relu"``, ``query_pooling_strategy: "first"``), which then change nothing. Both read
+    ``normalize`` (a config without it: ``normalization_strategy``)."""
+    newer = "pooling_strategy" in config or "sparsification_strategy" in config
+    return {"sparsification": "sparsification_strategy" if newer else "sparsification",
+            "pooling": "pooling_strategy" if newer else "query_pooling_strategy / doc_pooling_strategy",
+            "normalize": "normalize" if "normalize" in config else "normalization_strategy",
+            "release": "0.0.6 or later" if newer else "0.0.5 or earlier"}
+
+
+def _strategy(config: dict, where: str) -> str:
+    """The bi-encoder's one pooling strategy (first, mean or max), as the saving release reads it."""
+    if "pooling_strategy" in config or "sparsification_strategy" in config:
+        strategies = {"query": config.get("pooling_strategy", "mean")}  # the 0.0.6 single-vector default
+        strategies["document"] = strategies["query"]
     else:
+        default = "mean" if config.get("model_type") == "bi-encoder" else "first"
         strategies = {"query": config.get("query_pooling_strategy", default),
                       "document": config.get("doc_pooling_strategy", default)}
     for side, strategy in strategies.items():
         if strategy not in ("first", "mean", "max"):
             raise ConversionError(f"{where}: {side} pooling strategy {strategy!r} is not supported (first, mean "
                                   "or max convert; for a TITE with pooling all three are its one vector).")
+    if strategies["query"] != strategies["document"]:
+        raise ConversionError(f"{where}: pooling {strategies} differs between queries and documents; one strategy "
+                              "for both sides converts.")
+    return strategies["query"]
+
+
+def _pooling(strategy: str, pools: bool, where: str) -> str:
+    """Our sentence-transformers pooling (and ``output_pooling``) for the bi-encoder's pooling strategy."""
     if pools:  # one vector per text: first = mean = max
         return "cls"
-    if strategies["query"] != strategies["document"] or strategies["query"] == "max":
-        raise ConversionError(f"{where}: pooling {strategies} over token states is not supported (one strategy, "
-                              "first or mean, for both sides).")
-    return {"first": "cls", "mean": "mean"}[strategies["query"]]
+    if strategy == "max":
+        raise ConversionError(f"{where}: max pooling over token states is not supported (first or mean convert).")
+    return {"first": "cls", "mean": "mean"}[strategy]
+
+
+def _unread(config: dict, keys: dict[str, str]) -> dict:
+    """Keys the saving release's DPR model does not read, with a value that would otherwise mean something."""
+    candidates = ("sparsification", "sparsification_strategy", "query_pooling_strategy", "doc_pooling_strategy",
+                  "normalization_strategy")
+    read = {name.strip() for value in keys.values() for name in value.split("/")}
+    return {key: config[key] for key in candidates if key in config and key not in read and config[key] is not None}
 
 
 def _refuse_unsupported(config: dict, where: str) -> None:
@@ -85,7 +152,7 @@ def _refuse_unsupported(config: dict, where: str) -> None:
     if config.get("backbone_model_type") != "tite":
         raise ConversionError(f"{where}: backbone_model_type={config.get('backbone_model_type')!r}: only TITE "
                               "backbones convert.")
-    for key in ("sparsification", "sparsification_strategy", "query_expansion", "doc_expansion", "use_adapter"):
+    for key in (read_keys(config)["sparsification"], "query_expansion", "doc_expansion", "use_adapter"):
         if config.get(key):
             raise ConversionError(f"{where}: {key}={config[key]!r} is not supported (only null / false convert).")
     if config.get("similarity_function", "dot") not in SIMILARITIES:
@@ -150,13 +217,19 @@ def convert(source: Path, output: Path) -> dict:
     if projection:
         tite_config.projection_size = int(projection["projection.weight"].shape[0])
         tite_config.projection_bias = "projection.bias" in projection
+    strategy = _strategy(config, where)
+    pooling = _pooling(strategy, tite_config.pools_to_one_vector, where)
+    # pooler_output is the bi-encoder's vector: the mean where Lightning IR averages token states; an empty text
+    # gets what Lightning IR gives it where that is a vector (first pooling: the backbone's zeros, projected)
+    tite_config.output_pooling = "mean" if pooling == "mean" else "first"
+    tite_config.empty_texts = "zeros" if strategy == "first" else "error"
     ours, dropped = tite_state_dict_from_authors(state, tite_config, interleaved, str(source))
     ours.update(projection)
-    pooling = _pooling(config, any(k is not None for k in tite_config.kernel_sizes), where)
     build_encoder(tite_config, ours, str(source)).save_pretrained(output)
     markers = bool(config.get("add_marker_tokens", False))
     prompts, tokenizer_files = _write_tokenizer(source, output, markers)
-    normalize = bool(config.get("normalize")) or config.get("normalization_strategy") == "l2"
+    keys = read_keys(config)
+    normalize = bool(config["normalize"]) if "normalize" in config else config.get("normalization_strategy") == "l2"
     # unit vectors make dot product and cosine similarity the same score: sentence-transformers pairs Normalize with cosine
     similarity = "cosine" if normalize else config.get("similarity_function", "dot")
     lengths = {"query_length": config.get("query_length", 32), "document_length": config.get("doc_length", 512)}
@@ -166,6 +239,11 @@ def convert(source: Path, output: Path) -> dict:
         "lightning_ir_model_type": config.get("model_type"),
         "projection": config.get("projection", "linear") if projection else None,
         "pooling": pooling,
+        "lightning_ir_pooling_strategy": strategy,
+        "empty_texts": "the projection's bias (Lightning IR's vector)" if strategy == "first" else
+        f"refused (Lightning IR's {strategy} over no tokens is not a number)",
+        "keys_read": f"{keys['pooling']}, {keys['sparsification']}, {keys['normalize']} (Lightning IR {keys['release']})",
+        "keys_not_read": _unread(config, keys) or None,
         "similarity": similarity,
         "normalize": normalize,
         "markers": prompts or None,

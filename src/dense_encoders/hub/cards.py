@@ -63,6 +63,11 @@ def _st_settings(folder: Path) -> tuple[str | None, str | None, bool]:
     return declared.get("pooling"), declared.get("similarity"), declared.get("normalize", False)
 
 
+# the vector of a TITE whose layers do not pool (configuration_tite.OUTPUT_POOLINGS)
+_UNPOOLED_VECTOR = {"first": "no layer pools here: the first token's state", "mean": "no layer pools here: the mean "
+                    "over the text's token states"}
+
+
 def _describe(config: dict) -> tuple[str, list[str], list[str]]:
     """(architecture paragraph, tags, citations) for a config."""
     model_type = config.get("model_type")
@@ -76,7 +81,8 @@ def _describe(config: dict) -> tuple[str, list[str], list[str]]:
                 f"{config.get('strides')}, {config.get('pooling_location')} pooling) until one vector per text remains "
                 f"at {config.get('max_position_embeddings')} tokens; widths {widths[0] if widths else '?'}"
                 f"{' -> ' + str(widths[-1]) if widths and widths[-1] != widths[0] else ''}, "
-                f"{config.get('position_embedding_type')} positions. `pooler_output` is the text's vector.")
+                f"{config.get('position_embedding_type')} positions. `pooler_output` is the text's vector"
+                + ("." if pooled else f" ({_UNPOOLED_VECTOR[config.get('output_pooling', 'first')]})."))
         return text, ["tite"], [TITE_BIBTEX]
     if model_type == "condenser":
         return condenser_description(config)
@@ -224,8 +230,75 @@ def _results(folder: Path, results: list) -> list[dict]:
     return loaded
 
 
-def _usage(repo: str, model_type: str | None, pooling: str | None, similarity: str | None, normalised: bool) -> str:
+def _sides(folder: Path) -> tuple[dict[str, str], dict[str, int]]:
+    """(prompts, lengths) that ``encode_query`` / ``encode_document`` apply: the non-empty ``query`` / ``document``
+    prompts and the ``query_length`` / ``document_length`` token limits of the sentence-transformers files."""
+    prompts = {side: text for side, text in (read_pipeline(folder).get("prompts") or {}).items()
+               if side in ("query", "document") and text}
+    settings = read_json(folder / "sentence_bert_config.json") or {}
+    lengths = {side: int(settings[f"{side}_length"]) for side in ("query", "document") if settings.get(f"{side}_length")}
+    return prompts, lengths
+
+
+def _usage_by_side(repo: str, similarity: str, normalised: bool, prompts: dict[str, str],
+                   lengths: dict[str, int]) -> str:
+    """Usage for a model whose queries and documents are encoded differently (a prompt in front, a token limit
+    per side, as a converted Lightning IR bi-encoder): the tokenizer call with the prompt and the length, and
+    ``encode_query`` / ``encode_document``, which apply both."""
+    normalise = "\n    return torch.nn.functional.normalize(vectors, dim=-1)" if normalised else "\n    return vectors"
+    if similarity == "cosine" and not normalised:
+        scores = ("torch.nn.functional.normalize(query_embeddings, dim=-1) @ "
+                  "torch.nn.functional.normalize(document_embeddings, dim=-1).T  # cosine similarity")
+    else:
+        scores = f"query_embeddings @ document_embeddings.T  # {similarity} similarity"
+    texts = ('queries = ["what is dense retrieval?"]\n'
+             'documents = ["Dense retrieval encodes queries and documents as vectors."]\n')
+
+    def call(side: str, texts_name: str) -> str:
+        limit = f", {lengths[side]}" if side in lengths else ", None"
+        return f"encode({texts_name}, {json.dumps(prompts.get(side, ''))}{limit})"
+
+    plural = {"query": "queries", "document": "documents"}
+    said = [f"{plural[side]} start with `{prompts[side]}`" for side in plural if side in prompts]
+    said += [f"{plural[side]} are cut at {lengths[side]} tokens" for side in plural if side in lengths]
+    return f"""Queries and documents are encoded differently ({"; ".join(said)}, prompt included): use
+`encode_query` / `encode_document`, or give the tokenizer the prompt and the length.
+
+```python
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+{texts}tokenizer = AutoTokenizer.from_pretrained("{repo}", trust_remote_code=True)
+model = AutoModel.from_pretrained("{repo}", trust_remote_code=True)
+
+
+def encode(texts, prompt, max_length):
+    batch = tokenizer([prompt + text for text in texts], padding=True, truncation=max_length is not None,
+                      max_length=max_length, return_tensors="pt")
+    with torch.no_grad():
+        vectors = model(**batch).pooler_output{normalise}
+
+
+query_embeddings = {call("query", "queries")}
+document_embeddings = {call("document", "documents")}
+scores = {scores}
+```
+
+```python
+from sentence_transformers import SentenceTransformer
+
+{texts}model = SentenceTransformer("{repo}", trust_remote_code=True)
+query_embeddings = model.encode_query(queries)
+document_embeddings = model.encode_document(documents)
+scores = model.similarity(query_embeddings, document_embeddings)  # {similarity} similarity
+```"""
+
+
+def _usage(repo: str, model_type: str | None, pooling: str | None, similarity: str | None, normalised: bool,
+           prompts: dict[str, str] | None = None, lengths: dict[str, int] | None = None) -> str:
     similarity = similarity or "cosine"
+    if prompts or lengths:
+        return _usage_by_side(repo, similarity, normalised, prompts or {}, lengths or {})
     ours = model_type in OUR_MODEL_TYPES
     if ours:
         vector = "model(**batch).pooler_output"
@@ -314,7 +387,8 @@ def model_card(
         lines += ["", "Measured with `dense-encoders evaluate` (exact search, ir-measures); relevance level "
                   f"{', '.join(map(str, levels))}: MRR, Recall and Hits count a judgement of at least that grade "
                   "as relevant, nDCG uses the graded judgements.", ""]
-    lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity, normalised), ""]
+    lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity, normalised,
+                                     *_sides(folder)), ""]
     limitations = []
     if config.get("model_type") == "tite":
         limitations.append(f"Texts longer than {config.get('max_position_embeddings')} tokens must be truncated: "

@@ -14,6 +14,12 @@ POOLING_IMPLEMENTATIONS = ("auto", "triton", "torch")
 # "absolute+rotary": a learned table added to the embeddings AND rotary queries / keys in every layer
 # (the TITE authors' released configuration)
 POSITION_EMBEDDING_TYPES = ("rotary", "absolute", "absolute+rotary")
+# how ``pooler_output`` reduces the token states of a TITE whose layers do not pool to one vector
+OUTPUT_POOLINGS = ("first", "mean")
+# what a text without tokens (an all-zero attention_mask row) gets: a refusal, or zero states (the TITE
+# authors' code fills the output of an empty input with zeros; a converted Lightning IR bi-encoder with first
+# pooling then gives the projection's bias, as Lightning IR does)
+EMPTY_TEXTS = ("error", "zeros")
 # Keys that only the TITE authors' code (github.com/webis-de/tite) writes into a config.json of model_type
 # "tite": such a folder has other weight names and layouts, so it is refused here and converted by
 # ``dense-encoders convert`` instead of being loaded with its weights silently initialised at random.
@@ -92,6 +98,14 @@ class TiteConfig(PretrainedConfig):
             applied to the output (``pooler_output`` and ``last_hidden_state``), as bi-encoders fine-tuned
             with Lightning IR carry it (``projection: linear``); None (the default) = no projection.
         projection_bias (`bool`, defaults to True): whether that layer has a bias (``linear_no_bias``: False).
+        output_pooling (`str`, defaults to "first"): for a TITE whose layers do not pool to one vector, how
+            ``pooler_output`` reduces the last layer's token states: "first" (the first token's state) or
+            "mean" (the mean over the text's tokens, as a Lightning IR bi-encoder with mean pooling computes
+            it). A TITE that pools to one vector ignores it.
+        empty_texts (`str`, defaults to "error"): a text without tokens (an all-zero ``attention_mask`` row)
+            is refused ("error"), or gets zero states before the projection ("zeros"), as the TITE authors'
+            code gives them: its ``pooler_output`` is then the projection's bias (zeros without projection).
+            "zeros" needs ``output_pooling="first"`` or a TITE that pools to one vector.
         cuda_graphs (`bool`, defaults to False): inference on CUDA (fp16/bf16, Triton installed) replays
             CUDA graphs captured per bucket of (texts, tokens, longest text), so that the host launches
             one graph instead of every kernel; helps most for small batches. Capturing a new bucket
@@ -125,6 +139,8 @@ class TiteConfig(PretrainedConfig):
         cuda_graphs: bool = False,
         projection_size: int | None = None,
         projection_bias: bool = True,
+        output_pooling: str = "first",
+        empty_texts: str = "error",
         **kwargs: Any,
     ):
         refuse_foreign_config(kwargs)
@@ -152,6 +168,8 @@ class TiteConfig(PretrainedConfig):
         self.cuda_graphs = bool(cuda_graphs)
         self.projection_size = projection_size
         self.projection_bias = bool(projection_bias)
+        self.output_pooling = output_pooling
+        self.empty_texts = empty_texts
         super().__init__(pad_token_id=pad_token_id, **kwargs)
         self.auto_map = {**TITE_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
         self.validate_tite()
@@ -165,6 +183,11 @@ class TiteConfig(PretrainedConfig):
     def sentence_embedding_dimension(self) -> int:
         """Width of the text's vector: the projection's when there is one, else the last layer's."""
         return self.projection_size or self.hidden_size
+
+    @property
+    def pools_to_one_vector(self) -> bool:
+        """Whether the layers pool every text to one vector (any pooling layer; the schedule is checked)."""
+        return any(kernel is not None for kernel in self.kernel_sizes)
 
     @property
     def embedding_size(self) -> int:
@@ -219,6 +242,13 @@ class TiteConfig(PretrainedConfig):
         if self.projection_size is not None and (isinstance(self.projection_size, bool)
                                                  or not isinstance(self.projection_size, int) or self.projection_size < 1):
             raise ValueError(f"projection_size={self.projection_size!r}: give a positive width, or None for no projection.")
+        if self.output_pooling not in OUTPUT_POOLINGS:
+            raise ValueError(f"output_pooling={self.output_pooling!r}: choose one of {OUTPUT_POOLINGS}.")
+        if self.empty_texts not in EMPTY_TEXTS:
+            raise ValueError(f"empty_texts={self.empty_texts!r}: choose one of {EMPTY_TEXTS}.")
+        if self.empty_texts == "zeros" and self.output_pooling == "mean" and not self.pools_to_one_vector:
+            raise ValueError("empty_texts='zeros' with output_pooling='mean': the mean over no tokens is undefined; "
+                             "use empty_texts='error'.")
         if self.pooling_location not in POOLING_LOCATIONS:
             raise ValueError(f"pooling_location={self.pooling_location!r}: choose one of {POOLING_LOCATIONS}.")
         if self.pooling_implementation not in POOLING_IMPLEMENTATIONS:

@@ -316,7 +316,10 @@ class TitePreTrainedModel(StrictLoadingMixin, SentenceTransformersFilesMixin, Pr
 
     @classmethod
     def native_sentence_transformers_pipeline(cls, config) -> tuple[str, str]:
-        """The text's single vector (position 0 of ``last_hidden_state``), compared by dot product."""
+        """The text's single vector (position 0 of ``last_hidden_state``), compared by dot product; the mean
+        over the token states for a TITE without pooling layers whose ``output_pooling`` is "mean"."""
+        if not config.pools_to_one_vector and getattr(config, "output_pooling", "first") == "mean":
+            return "mean", "dot"
         return "cls", "dot"
 
     @torch.no_grad()
@@ -341,9 +344,11 @@ class TiteModel(TitePreTrainedModel):
 
     ``pooler_output`` ``(batch, hidden)`` is the text's vector and ``last_hidden_state``
     ``(batch, 1, hidden)`` the same vector as a length-1 sequence. A configuration without pooling
-    returns the padded token states instead and its first token as ``pooler_output``. With
-    ``config.projection_size`` both pass through one linear layer (``projection``), as a Lightning IR
-    bi-encoder's output does.
+    returns the padded token states instead and, as ``pooler_output``, its first token's state or, with
+    ``config.output_pooling="mean"``, the mean over the text's tokens. With ``config.projection_size`` both
+    pass through one linear layer (``projection``), as a Lightning IR bi-encoder's output does (the mean of
+    projected states is the projection of the mean: the layer is affine). With ``config.empty_texts="zeros"``
+    a text without tokens gets zero states before the projection, as the TITE authors' code gives them.
     """
 
     # a pre-training checkpoint (TiteForPreTraining) loaded as the encoder: its decoder and heads are dropped
@@ -374,6 +379,9 @@ class TiteModel(TitePreTrainedModel):
 
     def plan(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> TitePlan:
         """The batch's :class:`TitePlan`: reads the mask on the host once (not at all for a CPU mask)."""
+        if input_ids.dim() == 2 and input_ids.shape[1] == 0 and input_ids.shape[0]:
+            raise ValueError(f"Every text of the batch is empty (input_ids of shape {tuple(input_ids.shape)}): this model "
+                             "gives no vector for an empty text; drop empty texts first (each needs at least one token).")
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(
                 f"input_ids must be (batch, length) with at least one token, got shape {tuple(input_ids.shape)}."
@@ -395,6 +403,10 @@ class TiteModel(TitePreTrainedModel):
     ) -> BaseModelOutputWithPooling | tuple:
         """``attention_mask`` may be a CPU tensor while ``input_ids`` is on the GPU: then the forward
         reads nothing from the device; otherwise it reads the mask once (the plan)."""
+        if getattr(self.config, "empty_texts", "error") == "zeros" and attention_mask is not None:
+            empty = ~attention_mask.bool().any(-1)
+            if bool(empty.any()):
+                return self._forward_with_empty_texts(input_ids, attention_mask, token_type_ids, empty, return_dict)
         if self._graphs_apply(input_ids):
             vectors = self._graphed_forward(input_ids, attention_mask, token_type_ids)
             if self.projection is not None:
@@ -419,7 +431,36 @@ class TiteModel(TitePreTrainedModel):
             output = BaseModelOutputWithPooling(last_hidden_state=vectors[:, None], pooler_output=vectors)
         else:
             padded = plan.output.pad(states)
-            output = BaseModelOutputWithPooling(last_hidden_state=padded, pooler_output=padded[:, 0])
+            if getattr(self.config, "output_pooling", "first") == "mean":  # padded positions are zeros
+                lengths = torch.as_tensor(plan.output.lengths, device=padded.device, dtype=padded.dtype)
+                vectors = padded.sum(1) / lengths[:, None]
+            else:
+                vectors = padded[:, 0]
+            output = BaseModelOutputWithPooling(last_hidden_state=padded, pooler_output=vectors)
+        return output.to_tuple() if return_dict is False else output
+
+    def _forward_with_empty_texts(self, input_ids, attention_mask, token_type_ids, empty, return_dict):
+        """``config.empty_texts="zeros"``: the texts with tokens through the layers, each empty text one zero
+        state (through the projection) at position 0, as the TITE authors' code outputs an empty input."""
+        width = self.config.sentence_embedding_dimension
+        zero = self.embeddings.word_embeddings.weight.new_zeros(1, self.config.hidden_size)
+        empty_state = (self.projection(zero) if self.projection is not None else zero)[0]
+        filled = ~empty.to(input_ids.device)
+        if bool(filled.any()):
+            rows = filled.nonzero().squeeze(1)
+            kept = self(input_ids.index_select(0, rows), attention_mask=attention_mask[filled.to(attention_mask.device)],
+                        token_type_ids=None if token_type_ids is None else token_type_ids.index_select(0, rows))
+            states = kept.last_hidden_state
+        else:
+            rows, states = None, empty_state.new_zeros(0, 1, width)
+        hidden = empty_state.new_zeros(input_ids.shape[0], max(states.shape[1], 1), width)
+        if rows is not None:
+            hidden[rows, : states.shape[1]] = states
+        hidden[empty.to(hidden.device), 0] = empty_state
+        vectors = hidden[:, 0]
+        if rows is not None:
+            vectors = vectors.index_put((rows,), kept.pooler_output)
+        output = BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=vectors)
         return output.to_tuple() if return_dict is False else output
 
     # ---------------------------------------------------------------- CUDA graphs (inference)

@@ -236,7 +236,11 @@ def _lengths_from_mask(attention_mask, shape) -> tuple[np.ndarray, np.ndarray | 
 def _check_lengths(config: TiteConfig, lengths: np.ndarray, capacity, pools: bool) -> None:
     """Refuse a batch the schedule or the static capacity cannot take, naming the fix."""
     if lengths.size and int(lengths.min()) == 0:
-        raise ValueError("A text has no tokens (an all-zero attention_mask row); drop empty texts first.")
+        rows = np.flatnonzero(lengths == 0)
+        raise ValueError(
+            f"Text {int(rows[0])} of the batch{f' (and {rows.size - 1} more)' if rows.size > 1 else ''} is empty (no "
+            "tokens, an all-zero attention_mask row): this model gives no vector for an empty text; drop empty texts first."
+        )
     if pools and lengths.size and int(lengths.max()) > config.max_position_embeddings:
         raise ValueError(
             f"A text has {int(lengths.max())} tokens but the pooling schedule reaches one vector only up to "
