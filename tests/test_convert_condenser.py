@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -299,6 +300,81 @@ def test_refusals_name_the_file_and_the_fix(tmp_path, tok, damage, message):
     assert "\n" not in str(refused.value) and str(source) in str(refused.value)
     assert not (tmp_path / "converted").exists() and not (tmp_path / "HEAD_WAS_UNPICKLED").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["luyug-run"]  # no staging folder left
+
+
+def _dangling_head(folder: Path):
+    (folder / "model.pt").unlink()
+    (folder / "model.pt").symlink_to(folder.parent / "elsewhere" / "model.pt")
+
+
+def test_a_dangling_head_link_is_refused_not_converted_headless(tmp_path, tok):
+    """model.pt is a link to a file that is gone (a moved run folder): the head must not vanish silently."""
+    source = write_reference_folder(tmp_path / "luyug-run", tok)
+    _dangling_head(source)
+    with pytest.raises(ConversionError, match=rf"{source / 'model.pt'} is a symbolic link to "
+                                              rf"{tmp_path / 'elsewhere' / 'model.pt'}, which does not exist.*"
+                                              r"Put the run's model\.pt \(the head\) in its place") as refused:
+        convert_checkpoint(source, tmp_path / "converted")
+    assert "\n" not in str(refused.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["luyug-run"]
+
+
+@pytest.mark.parametrize("head_layers, said", [
+    (2, "(condenser-reference: CondenserForPreTraining with the 2-layer Condenser head of model.pt (skip_from 2))"),
+    (None, "(condenser-reference: CondenserModel, the encoder alone: the source has no model.pt, so no Condenser "
+           "head was converted)"),
+])
+def test_the_success_line_says_whether_a_head_was_converted(tmp_path, tok, capsys, head_layers, said):
+    from dense_encoders import cli
+
+    source = write_reference_folder(tmp_path / "luyug-run", tok, head_layers=head_layers)
+    capsys.readouterr()
+    assert cli.main(["convert", str(source), str(tmp_path / "converted")]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"converted {source} {said} -> {tmp_path / 'converted'}"), line
+
+
+def _set_config(**values):
+    def change(folder: Path):
+        config = json.loads((folder / "config.json").read_text())
+        config.update(values)
+        (folder / "config.json").write_text(json.dumps(config))
+    return change
+
+
+# config.json and the weights disagree (the issue's item 11 and 12): one line naming config.json, the key and both
+# values, never "model.pt belongs to another run" (the head fits the weights; config.json is the odd one out)
+CONFIG_MISMATCHES = [
+    (2, _set_config(vocab_size=30522 + 8), r"says vocab_size=30530 but the weights \(model\.safetensors\) have "
+                                           r"vocab_size=30522 \(bert\.embeddings\.word_embeddings\.weight has shape "
+                                           r"\(30522, 32\)\)"),
+    (None, _set_config(hidden_size=64, intermediate_size=128), r"says hidden_size=64 but the weights "
+                                                               r"\(model\.safetensors\) have hidden_size=32"),
+    (2, _set_config(hidden_size=64, intermediate_size=128), r"says hidden_size=64 but the weights "
+                                                            r"\(model\.safetensors\) have hidden_size=32"),
+    (2, _set_config(intermediate_size=128), r"says intermediate_size=128 but the weights \(model\.safetensors\) "
+                                            r"have intermediate_size=64 \(bert\.encoder\.layer\.0\.intermediate"),
+    (None, _set_config(num_hidden_layers=6), r"says num_hidden_layers=6 but the weights \(model\.safetensors\) have "
+                                             r"num_hidden_layers=4 \(layers bert\.encoder\.layer\.0-3\)"),
+    (2, _set_config(num_attention_heads="four"), r"num_attention_heads='four' is not an integer: write the number"),
+    (None, _set_config(num_attention_heads=3), r"num_attention_heads=3 does not divide hidden_size=32"),
+]
+
+
+@pytest.mark.parametrize("head_layers, change, message", CONFIG_MISMATCHES)
+def test_config_and_weights_that_disagree_are_one_line_naming_config_json(tmp_path, tok, capsys, head_layers, change,
+                                                                          message):
+    from dense_encoders import cli
+
+    source = write_reference_folder(tmp_path / "luyug-run", tok, head_layers=head_layers)
+    change(source)
+    capsys.readouterr()  # the progress bars of building the source
+    assert cli.main(["convert", str(source), str(tmp_path / "converted")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{source / 'config.json'}" in err and re.search(message, err), err
+    assert "belongs to another run" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["luyug-run"]
 
 
 @pytest.mark.parametrize("skip_from, shown", [(LAYERS, "given"), (0, "given"), (True, "given")])

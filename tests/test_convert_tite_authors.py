@@ -9,6 +9,7 @@ positions AND interleaved rotary pairs, intra pooling 32 -> 1, gelu_pytorch_tanh
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -114,12 +115,16 @@ def test_save_reload_and_sentence_transformers_give_the_same_vectors(converted, 
 @needs_fixture
 def test_conversion_record_and_card_name_the_source(converted):
     record = json.loads((converted["pretraining"] / "conversion.json").read_text())
-    assert record["source_format"] == "tite-authors" and record["source"] == str((AUTHORS / "pretraining").resolve())
+    # the folder's name only: no local path is recorded (it means nothing on the Hub and tells where one works)
+    assert record["source_format"] == "tite-authors" and record["source"] == "pretraining"
+    assert "source_revision" not in record
     assert record["converted_at"] and record["source_description"].startswith("the TITE authors' code")
     assert record["rotary_pairs"].startswith("interleaved")
     assert any(name.startswith("heads.bow_auto_encoding") for name in record["dropped_tensors"])
     card = (converted["pretraining"] / "README.md").read_text()
-    assert "Converted from" in card and str((AUTHORS / "pretraining").resolve()) in card
+    assert "Converted from a local folder named `pretraining`" in card
+    for text in (card, (converted["pretraining"] / "conversion.json").read_text()):
+        assert str(AUTHORS) not in text and str(AUTHORS.resolve()) not in text
     config = json.loads((converted["encoder"] / "config.json").read_text())
     assert config["position_embedding_type"] == "absolute+rotary" and config["hidden_act"] == "gelu_pytorch_tanh"
     assert config["model_type"] == "tite" and "rotary_interleaved" not in config
@@ -286,6 +291,42 @@ def test_unsupported_options_are_refused_by_name(tmp_path, change, message):
     assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == ["source"]
 
 
+# config.json and the weights disagree (the issue's items 11 and 12): one line naming config.json, the key and both
+# values, before any model is built (before: a traceback of load_state_dict's size mismatches, or a TypeError)
+CONFIG_MISMATCHES = [
+    (dict(vocab_size=120), r"says vocab_size=120 but the weights \(model\.safetensors\) have vocab_size=100 "
+                           r"\(embeddings\.word_embeddings\.weight has shape \(100, 64\)\)"),
+    (dict(hidden_sizes=[32] * 6, num_attention_heads=[4] * 6),
+     r"says hidden_sizes=\[32, 32, 32, 32, 32, 32\] but the weights \(model\.safetensors\) have "
+     r"hidden_sizes=\[64, 64, 64, 64, 64, 64\].*or set hidden_sizes to \[64, 64, 64, 64, 64, 64\]\)"),
+    (dict(hidden_sizes=32, num_attention_heads=4), r"says hidden_sizes=32 but the weights \(model\.safetensors\) "
+                                                   r"have hidden_sizes=\[64, 64, 64, 64, 64, 64\].*or set "
+                                                   r"hidden_sizes to 64\)"),
+    (dict(intermediate_sizes=100), r"says intermediate_sizes=100 but the weights \(model\.safetensors\) have "
+                                   r"intermediate_sizes=\[128, 128, 128, 128, 128, 128\]"),
+    (dict(num_hidden_layers=5), r"says num_hidden_layers=5 but the weights \(model\.safetensors\) have "
+                                r"num_hidden_layers=6 \(encoder\.layers\.0-5\)"),
+    (dict(max_position_embeddings=64), r"says max_position_embeddings=64 but the weights \(model\.safetensors\) "
+                                       r"have max_position_embeddings=32"),
+    (dict(num_attention_heads="four"), r"num_attention_heads='four' is not an integer or a list of integers"),
+]
+
+
+@needs_fixture
+@pytest.mark.parametrize("change, message", CONFIG_MISMATCHES)
+def test_config_and_weights_that_disagree_are_one_line_naming_config_json(tmp_path, capsys, change, message):
+    from dense_encoders import cli
+
+    folder = tmp_path / "source"
+    shutil.copytree(AUTHORS / "encoder", folder)
+    (folder / "config.json").write_text(json.dumps({**authors_config(), **change}))
+    assert cli.main(["convert", str(folder), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"dense-encoders convert: error: {folder / 'config.json'}") and re.search(message, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["source"]
+
+
 @needs_fixture
 def test_a_missing_architecture_key_is_refused_and_the_cli_says_so_in_one_line(tmp_path):
     folder = tmp_path / "source"
@@ -325,7 +366,11 @@ def test_a_hub_id_converts_from_the_cache_and_the_card_names_the_repository(tmp_
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     out = convert_checkpoint("webis/tite-tiny", tmp_path / "out")
     record = json.loads((out / "conversion.json").read_text())
-    assert record["source"] == f"webis/tite-tiny (Hub revision {revision})"
+    assert (record["source"], record["source_revision"]) == ("webis/tite-tiny", revision)
+    card = (out / "README.md").read_text()
+    assert f"Converted from the Hub repository `webis/tite-tiny` at revision `{revision}`" in card
+    for text in (card, (out / "conversion.json").read_text()):
+        assert str(tmp_path) not in text and str(tmp_path.resolve()) not in text
     with pytest.raises(ConversionError, match=r"^webis/absent: no such folder, and the Hub repository could not be "):
         convert_checkpoint("webis/absent", tmp_path / "out2")
 

@@ -26,6 +26,7 @@ never writes).
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 from pathlib import Path
@@ -37,14 +38,17 @@ from transformers.models.bert.modeling_bert import BertLayer
 from ..models.condenser import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
 from ..models.condenser.modeling_condenser import CONDENSER_ONLY_KEYS
 from .folder import TOKENIZER_FILES
-from .source_format import ConversionError, SourceFormat
-from .weights import CheckpointWeightsError, checkpoint_tensor_names, expected_loading_differences
+from .source_format import ConversionError, SourceFormat, check_config_matches_weights, check_integer_keys
+from .weights import CheckpointWeightsError, checkpoint_tensor_names, expected_loading_differences, tensor_shapes
 
 HEAD_FILE = "model.pt"
 NEVER_READ = ("args.pt", "training_args.bin")  # pickled objects the reference code writes
 CONTRASTIVE_TARGETS = "co_target"  # coCondenser's buffer of span targets for one batch size
 _HEAD_TENSOR = re.compile(r"^c_head\.(\d+)\.(.+)$")
 _NOT_WRITTEN_BY_MASKED_LM = ("bert.pooler.", "cls.seq_relationship.")
+_BERT_INTEGER_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                      "max_position_embeddings", "type_vocab_size")
+_BERT_LAYER = re.compile(r"^bert\.encoder\.layer\.(\d+)\.")
 _SHOWN = 5
 
 
@@ -66,7 +70,7 @@ def detect(folder: Path) -> bool:
     config = _bert_config(folder)
     if config is None:
         return False
-    if (folder / HEAD_FILE).is_file():
+    if os.path.lexists(folder / HEAD_FILE):  # a dangling link too: convert refuses it by name
         return True
     try:
         found = checkpoint_tensor_names(folder)
@@ -85,10 +89,50 @@ def _listed(names) -> str:
     return ", ".join(ordered[:_SHOWN]) + (f", ... (+{len(ordered) - _SHOWN} more)" if len(ordered) > _SHOWN else "")
 
 
-def _backbone_weights(folder: Path, bert_config) -> list[str]:
-    """The weight files of a complete ``BertForMaskedLM`` in ``folder`` (header names checked), or an error."""
+def _bert_config_object(folder: Path, config: dict) -> BertConfig:
+    """The folder's :class:`BertConfig`, its architecture numbers checked first (one line naming the key)."""
+    where = str(folder / "config.json")
+    check_integer_keys(config, where, _BERT_INTEGER_KEYS)
+    hidden, heads = config.get("hidden_size", 768), config.get("num_attention_heads", 12)
+    if heads <= 0 or hidden % heads:
+        raise ConversionError(f"{where}: num_attention_heads={heads} does not divide hidden_size={hidden}: put back "
+                              "the config.json the run saved.")
+    try:
+        return BertConfig.from_pretrained(folder)
+    except Exception as error:  # transformers' strict config validation: the first line names the field
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ConversionError(f"{where} is not a valid BERT config ({reason}): put back the config.json the run "
+                              "saved.") from None
+
+
+def _implied_by_weights(shapes: dict[str, tuple[int, ...]]) -> dict:
+    """The BERT config numbers the backbone tensors' shapes imply: ``{key: (value, evidence)}``."""
+    implied = {}
+
+    def take(name: str, axis: int, *keys: str) -> None:
+        if name in shapes and len(shapes[name]) > axis:
+            for key in keys:
+                implied[key] = (shapes[name][axis], f"{name} has shape {shapes[name]}")
+
+    take("bert.embeddings.word_embeddings.weight", 0, "vocab_size")
+    take("bert.embeddings.word_embeddings.weight", 1, "hidden_size")
+    take("bert.embeddings.position_embeddings.weight", 0, "max_position_embeddings")
+    take("bert.embeddings.token_type_embeddings.weight", 0, "type_vocab_size")
+    take("bert.encoder.layer.0.intermediate.dense.weight", 0, "intermediate_size")
+    layers = {int(match.group(1)) for name in shapes if (match := _BERT_LAYER.match(name))}
+    if layers:
+        implied["num_hidden_layers"] = (max(layers) + 1, f"layers bert.encoder.layer.0-{max(layers)}")
+    return implied
+
+
+def _backbone_weights(folder: Path, config: dict, bert_config) -> list[str]:
+    """The weight files of a complete ``BertForMaskedLM`` in ``folder`` (header names and shapes checked
+    against ``config.json``), or an error."""
     try:
         found = checkpoint_tensor_names(folder)
+        if found is not None:
+            check_config_matches_weights(config, _implied_by_weights(tensor_shapes(found[0])),
+                                         str(folder / "config.json"), ", ".join(Path(f).name for f in found[0]))
     except CheckpointWeightsError as error:
         raise ConversionError(str(error)) from None
     if found is None:
@@ -205,16 +249,26 @@ def convert(source: Path, output: Path, *, skip_from: int | None = None) -> dict
     Backbone and MLM head are copied exactly, in the source's precision; ``late_mlm`` keeps the paper's
     setting (on). The source's tokenizer is saved alongside.
     """
-    if _bert_config(source) is None:
+    raw_config = _bert_config(source)
+    if raw_config is None:
         raise ConversionError(f"{source}/config.json is missing or not a BERT config (model_type 'bert').")
-    bert_config = BertConfig.from_pretrained(source)
-    files = _backbone_weights(source, bert_config)
+    bert_config = _bert_config_object(source, raw_config)
+    files = _backbone_weights(source, raw_config, bert_config)
     if not any((source / name).is_file() for name in TOKENIZER_FILES):
         raise ConversionError(
             f"{source} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...): copy those of the checkpoint "
             "the run started from (e.g. bert-base-uncased) into it."
         )
-    has_head = (source / HEAD_FILE).is_file()
+    has_head = os.path.lexists(source / HEAD_FILE)
+    if has_head and not (source / HEAD_FILE).is_file():
+        target = os.readlink(source / HEAD_FILE) if (source / HEAD_FILE).is_symlink() else None
+        what = f"a symbolic link to {target}, which does not exist" if target and not (source / HEAD_FILE).exists() \
+            else "not a file"
+        raise ConversionError(
+            f"{source / HEAD_FILE} is {what}: the Condenser head is not there, and converting without it would "
+            f"drop the head silently. Put the run's model.pt (the head) in its place, or remove {HEAD_FILE} to "
+            "convert the encoder alone."
+        )
     if not has_head and skip_from is not None:
         raise ConversionError(
             f"skip_from={skip_from!r} applies to the Condenser head, and {source} has none (no {HEAD_FILE}): "

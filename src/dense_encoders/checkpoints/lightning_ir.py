@@ -45,12 +45,14 @@ from .folder import write_sentence_transformers_files
 from .source_format import ConversionError, SourceFormat
 from .tite_authors import (
     build_encoder,
+    check_dimensions,
     copy_tokenizer,
     encoder_facts,
     load_weights,
     read_config,
     tite_config_from_authors,
     tite_state_dict_from_authors,
+    weights_file_names,
 )
 
 BI_ENCODER_MODEL_TYPES = ("lir-dpr", "bi-encoder")
@@ -211,8 +213,9 @@ def convert(source: Path, output: Path) -> dict:
     config = read_config(source)
     where = str(source / "config.json")
     _refuse_unsupported(config, where)
-    tite_config, interleaved = tite_config_from_authors(config, where)
     state = load_weights(source)
+    check_dimensions(config, state, where, weights_file_names(source))
+    tite_config, interleaved = tite_config_from_authors(config, where)
     projection = _split_projection(state, config, tite_config.hidden_size, str(source))
     if projection:
         tite_config.projection_size = int(projection["projection.weight"].shape[0])

@@ -53,7 +53,7 @@ from safetensors.torch import load_file
 from .weights import checkpoint_tensor_names
 from ..models.tite import TiteConfig, TiteModel
 from ..models.tite.configuration_tite import AUTHORS_CONFIG_KEYS
-from .source_format import ConversionError, SourceFormat
+from .source_format import ConversionError, SourceFormat, check_config_matches_weights, check_integer_keys
 
 # the authors' configuration keys whose value decides the numbers: a folder must state them
 _REQUIRED_KEYS = ("hidden_sizes", "num_attention_heads", "intermediate_sizes", "kernel_sizes", "strides",
@@ -61,6 +61,8 @@ _REQUIRED_KEYS = ("hidden_sizes", "num_attention_heads", "intermediate_sizes", "
 _SAME_KEYS = ("vocab_size", "num_hidden_layers", "hidden_sizes", "num_attention_heads", "intermediate_sizes",
               "kernel_sizes", "strides", "max_position_embeddings", "pooling_location", "hidden_act",
               "layer_norm_eps", "initializer_range", "pad_token_id")
+_INTEGER_KEYS = ("vocab_size", "num_hidden_layers", "max_position_embeddings")
+_PER_LAYER_INTEGER_KEYS = ("hidden_sizes", "num_attention_heads", "intermediate_sizes", "kernel_sizes", "strides")
 _PRETRAINING_POSITIONS = "heads.enhanced_masked_auto_encoding.position_embeddings.weight"
 _LAYER_RENAMES = {
     "attention.query": "attention.query",
@@ -117,6 +119,7 @@ def tite_config_from_authors(config: dict, where: str = "config.json") -> tuple[
     if missing:
         raise ConversionError(f"{where} lacks {', '.join(missing)}: the authors' defaults changed between "
                               "versions, so the architecture is not determined; add the keys their code saved.")
+    check_integer_keys(config, where, _INTEGER_KEYS, _PER_LAYER_INTEGER_KEYS, none_allowed=("kernel_sizes", "strides"))
     unsupported = {
         "norm_location": (config["norm_location"], "post", "pre- and qkv-norm layers are not supported yet"),
         "norm_type": (config["norm_type"], "layer", "RMSNorm is not supported yet"),
@@ -157,6 +160,32 @@ def tite_config_from_authors(config: dict, where: str = "config.json") -> tuple[
         return TiteConfig(**ours), rotary and bool(config.get("rotary_interleaved", False))
     except ValueError as error:
         raise ConversionError(f"{where}: {error}") from None
+
+
+def check_dimensions(config: dict, state: dict[str, torch.Tensor], where: str, weights: str) -> None:
+    """Refuse the authors' ``config`` (at ``where``) when its sizes differ from those of the encoder tensors
+    in ``state`` (their names, ``tite.`` prefix or none): ``vocab_size``, ``num_hidden_layers``,
+    ``hidden_sizes``, ``intermediate_sizes`` and ``max_position_embeddings``; numbers that are not integers
+    first (:func:`check_integer_keys`)."""
+    check_integer_keys(config, where, _INTEGER_KEYS, _PER_LAYER_INTEGER_KEYS, none_allowed=("kernel_sizes", "strides"))
+    prefix = "tite." if any(name.startswith("tite.") for name in state) else ""
+    shapes = {name[len(prefix):]: tuple(tensor.shape) for name, tensor in state.items() if name.startswith(prefix)}
+    if _PRETRAINING_POSITIONS in state and "embeddings.position_embeddings.weight" not in shapes:
+        shapes["embeddings.position_embeddings.weight"] = tuple(state[_PRETRAINING_POSITIONS].shape)
+    implied = {}
+    for name, key in (("embeddings.word_embeddings.weight", "vocab_size"),
+                      ("embeddings.position_embeddings.weight", "max_position_embeddings")):
+        if name in shapes:
+            implied[key] = (shapes[name][0], f"{prefix}{name} has shape {shapes[name]}")
+    layers = sorted({int(name.split(".")[2]) for name in shapes if name.startswith("encoder.layers.")})
+    if layers:
+        implied["num_hidden_layers"] = (layers[-1] + 1, f"{prefix}encoder.layers.0-{layers[-1]}")
+        for key, module in (("hidden_sizes", "attention.query"), ("intermediate_sizes", "mlp.intermediate_dense")):
+            names = [f"encoder.layers.{index}.{module}.weight" for index in range(layers[-1] + 1)]
+            if all(name in shapes for name in names):
+                implied[key] = ([shapes[name][0] for name in names],
+                                f"the rows of {prefix}encoder.layers.N.{module}.weight")
+    check_config_matches_weights(config, implied, where, weights)
 
 
 def interleaved_to_half_rows(head_dim: int) -> torch.Tensor:
@@ -216,6 +245,12 @@ def _split_layer_name(name: str) -> tuple[int, str, str]:
     return int(index), module, parameter
 
 
+def weights_file_names(folder: Path) -> str:
+    """The names of the folder's weight files, for messages."""
+    found = checkpoint_tensor_names(folder)
+    return ", ".join(Path(path).name for path in found[0]) if found else "none"
+
+
 def load_weights(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of the folder's weights (safetensors, or a PyTorch file read with ``weights_only``)."""
     found = checkpoint_tensor_names(folder)
@@ -237,10 +272,15 @@ def load_weights(folder: Path) -> dict[str, torch.Tensor]:
 def build_encoder(config: TiteConfig, state: dict[str, torch.Tensor], where: str) -> TiteModel:
     """Our :class:`TiteModel` holding exactly ``state``: every parameter filled, none left over."""
     model = TiteModel(config).to(state["embeddings.word_embeddings.weight"].dtype)
-    expected = set(model.state_dict())
-    missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+    expected = model.state_dict()
+    missing, extra = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     if missing or extra:
         raise ConversionError(f"{where} does not fill our TITE: missing {missing[:5]}, left over {extra[:5]}.")
+    wrong = [f"{name} is {tuple(state[name].shape)}, config.json makes it {tuple(tensor.shape)}"
+             for name, tensor in expected.items() if state[name].shape != tensor.shape]
+    if wrong:  # tensors check_dimensions does not cover
+        raise ConversionError(f"{where}: config.json and the weights disagree ({'; '.join(wrong[:2])}): put back "
+                              "the config.json saved with these weights.")
     model.load_state_dict(state, strict=True)
     return model
 
@@ -271,8 +311,10 @@ def convert(source: Path, output: Path) -> dict:
     """Write our TITE encoder folder for the authors' encoder or pre-training folder ``source``."""
     raw = read_config(source)
     where = str(source / "config.json")
+    weights = load_weights(source)
+    check_dimensions(raw, weights, where, weights_file_names(source))
     config, interleaved = tite_config_from_authors(raw, where)
-    state, dropped = tite_state_dict_from_authors(load_weights(source), config, interleaved, str(source))
+    state, dropped = tite_state_dict_from_authors(weights, config, interleaved, str(source))
     build_encoder(config, state, str(source)).save_pretrained(output)
     return {"source_architectures": raw.get("architectures"),
             **encoder_facts(config, state, interleaved, dropped, copy_tokenizer(source, output))}

@@ -162,6 +162,23 @@ def checkpoint_tensor_names(name_or_path: str | Path, subfolder: str = "") -> tu
     return None
 
 
+def tensor_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
+    """``{tensor name: shape}`` of weight files, read from the safetensors headers (PyTorch files: loaded on
+    the meta device with ``weights_only``, so no data is read and no object unpickled)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in map(str, files):
+        try:
+            if path.endswith(".safetensors"):
+                with safe_open(path, framework="pt") as handle:
+                    shapes.update({name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()})
+            else:
+                state = torch.load(path, map_location="meta", weights_only=True, mmap=True)
+                shapes.update({name: tuple(tensor.shape) for name, tensor in state.items()})
+        except Exception as error:  # as in _loading_file_keys: every failure means "unreadable"
+            raise _loading_unreadable(path, error) from None
+    return shapes
+
+
 def _loading_is_base_model(model) -> bool:
     return getattr(model, "base_model", model) is model
 
@@ -359,4 +376,5 @@ __all__ = [
     "loaded_differences",
     "refuse_differences",
     "safetensors_sizes",
+    "tensor_shapes",
 ]

@@ -31,16 +31,30 @@ def build_convert_parser():
     parser.add_argument("--skip-from", type=positive_int, default=None,
                         help="Condenser folders: the backbone layer whose token states feed the head (default 6, "
                              "as in the paper; the output of layer N, hidden_states[N]).")
-    parser.add_argument("--overwrite", action="store_true", help="Replace a non-empty output folder.")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="Replace an output folder that an earlier conversion wrote (it holds conversion.json); "
+                             "any other non-empty folder, the current directory, the home folder and a filesystem "
+                             "root are refused.")
     return parser
+
+
+def _what_was_converted(record: dict) -> str:
+    """The format and, where the format has one, whether a Condenser head was converted."""
+    described = f"{record['source_format']}: {record.get('architecture', 'converted')}"
+    if record.get("has_condenser_head") is True:
+        described += (f" with the {record.get('head_layers')}-layer Condenser head of model.pt "
+                      f"(skip_from {record.get('skip_from')})")
+    elif record.get("has_condenser_head") is False:
+        described += ", the encoder alone: the source has no model.pt, so no Condenser head was converted"
+    return described
 
 
 def convert(argv: list[str]) -> int:
     options = parse(build_convert_parser(), argv)
     output = convert_checkpoint(options.source, options.output, overwrite=options.overwrite,
                                 skip_from=options.skip_from)
-    source_format = json.loads((output / "conversion.json").read_text(encoding="utf-8"))["source_format"]
-    print(f"converted {options.source} ({source_format}) -> {output}; load it with "
+    record = json.loads((output / "conversion.json").read_text(encoding="utf-8"))
+    print(f"converted {options.source} ({_what_was_converted(record)}) -> {output}; load it with "
           f"AutoModel.from_pretrained({str(output)!r}, trust_remote_code=True) or SentenceTransformer(...)")
     return 0
 

@@ -212,11 +212,15 @@ def _conversion(folder: Path) -> list[str]:
     record = read_json(folder / "conversion.json")
     if record is None:
         return []
-    lines = ["## Conversion", "", f"Converted from `{record.get('source')}`, a checkpoint of "
+    revision = record.get("source_revision")
+    origin = (f"the Hub repository `{record.get('source')}` at revision `{revision}`" if revision
+              else f"a local folder named `{record.get('source')}`")
+    lines = ["## Conversion", "", f"Converted from {origin}, a checkpoint of "
              f"{record.get('source_description')}, by `dense-encoders convert` ({record.get('converted_at')}); the "
              "conversion is exact (every tensor mapped, nothing initialised at random).", ""]
     facts = {key: value for key, value in record.items()
-             if key not in ("source", "source_description", "converted_at", "source_format") and value not in (None, [], {})}
+             if key not in ("source", "source_revision", "source_description", "converted_at", "source_format")
+             and value not in (None, [], {})}
     lines += [f"- {key.replace('_', ' ')}: {value}" for key, value in facts.items()]
     return lines + [""]
 
