@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -429,3 +430,53 @@ print(json.dumps({{"auto": vectors.tolist(), "st": st.tolist(), "similarity": Se
     np.testing.assert_allclose(result["auto"], expected.numpy(), atol=1e-5)
     np.testing.assert_allclose(result["st"], expected.numpy(), atol=1e-5)
     assert result["similarity"] == "dot"
+
+
+# ---- resuming: a resumed run ends where the uninterrupted run ends ----------------------------
+
+
+def resumable_argv(student, train_file, output_dir, *extra, max_steps=6, logging_steps=2):
+    """:func:`distill_argv` for a run of ``max_steps`` steps of 2 queries per process, a checkpoint every 2
+    steps and a log every ``logging_steps``; ``extra`` flags come last."""
+    values = {"--max_steps": str(max_steps), "--logging_steps": str(logging_steps), "--learning_rate": "0.05"}
+    argv = distill_argv(student, train_file, output_dir)
+    for flag, value in values.items():
+        argv[argv.index(flag) + 1] = value
+    return argv + ["--per_device_train_batch_size", "2", "--save_strategy", "steps", "--save_steps", "2", *extra]
+
+
+def logged_steps(folder: Path) -> dict[int, dict]:
+    """The training logs of a finished run (``loss`` and its parts) by step."""
+    history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry for entry in history if "loss" in entry}
+
+
+def resume_copy(run: Path, checkpoint: str, output_dir: Path) -> Path:
+    """A run killed right after ``checkpoint`` was saved: a fresh folder holding only that checkpoint."""
+    shutil.copytree(run / checkpoint, output_dir / checkpoint)
+    return output_dir
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_distill_resumed_at_max_steps_takes_no_further_step(tmp_path, float64_student_folder):
+    """Killed right after its last checkpoint (checkpoint-6 of --max_steps 6, mid-epoch: 10 queries make 5 steps
+    an epoch), the resumed run trains nothing: the uninterrupted run's weights, global step 6, no 7th log."""
+    from safetensors.torch import load_file
+
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records(num_queries=10))
+    full = tmp_path / "full"
+    assert main(resumable_argv(float64_student_folder, train_file, full, logging_steps=1)) == 0
+    resumed = resume_copy(full, "checkpoint-6", tmp_path / "resumed")
+    assert main(resumable_argv(float64_student_folder, train_file, resumed, "--resume_from_checkpoint", "latest",
+                               logging_steps=1)) == 0
+
+    state = json.loads((resumed / "trainer_state.json").read_text())
+    assert state["global_step"] == 6 and max(entry["step"] for entry in state["log_history"]) == 6
+    assert sorted(logged_steps(resumed)) == [1, 2, 3, 4, 5, 6]  # steps 1-6 from the checkpoint, no 7th
+    weights, resumed_weights = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    initial = load_file(float64_student_folder / "model.safetensors")
+    assert max((weights[k] - initial[k]).abs().max().item() for k in initial) > 1e-3  # the 6 steps trained
+    assert weights.keys() == resumed_weights.keys()
+    for name, value in weights.items():
+        assert torch.equal(resumed_weights[name], value), name  # nothing trained after the checkpoint

@@ -61,6 +61,7 @@ from ..hub.trainer_push import HubPushMixin
 from ..recipes import RECIPE_HELP
 from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
 from .records import write_training_environment
+from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def _gradient_scaled(value: torch.Tensor, factor: float) -> torch.Tensor:
     return value if factor == 1 else value * factor - value.detach() * (factor - 1)
 
 
-class DistillationTrainer(HubPushMixin, Trainer):
+class DistillationTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
     """``transformers.Trainer`` for score distillation into a :class:`DualEncoder`.
 
     ``objective`` is a :class:`~dense_encoders.trainer.losses.DistillationObjective` (or a spec such
