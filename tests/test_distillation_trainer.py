@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -224,7 +225,7 @@ def test_compute_loss_is_the_objective_mean_and_logs_components(tmp_path, tok):
         expected = (margin_mse_loss(student, teacher, mask) + 0.5 * kl_divergence_loss(student, teacher, mask)).mean()
     assert loss.dtype == expected.dtype == torch.float64  # the student's precision, end to end
     torch.testing.assert_close(loss.detach(), expected, **FLOAT64_TOLERANCE)
-    assert set(trainer._component_sums) == {"margin_mse_loss", "kl_loss"}
+    assert set(trainer.loss_parts.sums) == {"margin_mse_loss", "kl_loss"}
 
 
 def trained_parameters(trainer):
@@ -429,3 +430,114 @@ print(json.dumps({{"auto": vectors.tolist(), "st": st.tolist(), "similarity": Se
     np.testing.assert_allclose(result["auto"], expected.numpy(), atol=1e-5)
     np.testing.assert_allclose(result["st"], expected.numpy(), atol=1e-5)
     assert result["similarity"] == "dot"
+
+
+# ---- resuming: a resumed run ends where the uninterrupted run ends ----------------------------
+
+
+def resumable_argv(student, train_file, output_dir, *extra, max_steps=6, logging_steps=2):
+    """:func:`distill_argv` for a run of ``max_steps`` steps of 2 queries per process, a checkpoint every 2
+    steps and a log every ``logging_steps``; ``extra`` flags come last."""
+    values = {"--max_steps": str(max_steps), "--logging_steps": str(logging_steps), "--learning_rate": "0.05"}
+    argv = distill_argv(student, train_file, output_dir)
+    for flag, value in values.items():
+        argv[argv.index(flag) + 1] = value
+    return argv + ["--per_device_train_batch_size", "2", "--save_strategy", "steps", "--save_steps", "2", *extra]
+
+
+def logged_steps(folder: Path) -> dict[int, dict]:
+    """The training logs of a finished run (``loss`` and its parts) by step."""
+    history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry for entry in history if "loss" in entry}
+
+
+def resume_copy(run: Path, checkpoint: str, output_dir: Path) -> Path:
+    """A run killed right after ``checkpoint`` was saved: a fresh folder holding only that checkpoint."""
+    shutil.copytree(run / checkpoint, output_dir / checkpoint)
+    return output_dir
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_distill_resumed_at_max_steps_takes_no_further_step(tmp_path, float64_student_folder):
+    """Killed right after its last checkpoint (checkpoint-6 of --max_steps 6, mid-epoch: 10 queries make 5 steps
+    an epoch), the resumed run trains nothing: the uninterrupted run's weights, global step 6, no 7th log."""
+    from safetensors.torch import load_file
+
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records(num_queries=10))
+    full = tmp_path / "full"
+    assert main(resumable_argv(float64_student_folder, train_file, full, logging_steps=1)) == 0
+    resumed = resume_copy(full, "checkpoint-6", tmp_path / "resumed")
+    assert main(resumable_argv(float64_student_folder, train_file, resumed, "--resume_from_checkpoint", "latest",
+                               logging_steps=1)) == 0
+
+    state = json.loads((resumed / "trainer_state.json").read_text())
+    assert state["global_step"] == 6 and max(entry["step"] for entry in state["log_history"]) == 6
+    assert sorted(logged_steps(resumed)) == [1, 2, 3, 4, 5, 6]  # steps 1-6 from the checkpoint, no 7th
+    weights, resumed_weights = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    initial = load_file(float64_student_folder / "model.safetensors")
+    assert max((weights[k] - initial[k]).abs().max().item() for k in initial) > 1e-3  # the 6 steps trained
+    assert weights.keys() == resumed_weights.keys()
+    for name, value in weights.items():
+        assert torch.equal(resumed_weights[name], value), name  # nothing trained after the checkpoint
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_distill_resumed_mid_run_logs_and_ends_as_the_uninterrupted_run(tmp_path, float64_student_folder):
+    """Resumed from checkpoint-2, the run logs at steps 4 and 6 what the uninterrupted run logs there (each loss
+    part the mean of the window's steps, not its sum divided by the global step) and ends with its weights."""
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records(num_queries=10))
+    full = tmp_path / "full"
+    assert main(resumable_argv(float64_student_folder, train_file, full)) == 0
+    resumed = resume_copy(full, "checkpoint-2", tmp_path / "resumed")
+    assert main(resumable_argv(float64_student_folder, train_file, resumed, "--resume_from_checkpoint", "latest")) == 0
+    assert_same_run(full, resumed, "checkpoint-2", parts=("margin_mse_loss", "kl_loss", "infonce_loss"))
+
+
+def assert_same_run(full: Path, resumed: Path, checkpoint: str, parts: tuple[str, ...]) -> None:
+    """The run resumed from ``checkpoint`` logs what the uninterrupted run logs after it, and ends with its final
+    weights (float64 students)."""
+    from safetensors.torch import load_file
+
+    expected, got = logged_steps(full), logged_steps(resumed)
+    assert sorted(got) == sorted(expected) == [2, 4, 6]
+    for step in (4, 6):  # the windows trained after the resume
+        # the Trainer sums the logged loss in a float32 tensor: float32's precision, not the model's
+        assert got[step]["loss"] == pytest.approx(expected[step]["loss"], rel=1e-6), step
+        for part in parts:  # logged rounded to 4 decimals: equal float64 values round alike
+            assert got[step][part] == pytest.approx(expected[step][part], abs=1e-4), (step, part)
+        # the parts add up to the loss: they are means over the same window
+        assert got[step]["loss"] == pytest.approx(sum(got[step][part] for part in parts), abs=5e-4), step
+    weights, resumed_weights = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    at_resume = load_file(full / checkpoint / "model.safetensors")
+    assert max((weights[k] - at_resume[k]).abs().max().item() for k in at_resume) > 1e-3  # steps after it trained
+    assert weights.keys() == resumed_weights.keys()
+    for name, value in weights.items():
+        torch.testing.assert_close(resumed_weights[name], value, **FLOAT64_TOLERANCE, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_two_process_distill_resumes_exactly(tmp_path, float64_student_folder):
+    """torchrun with 2 processes and InfoNCE over the gathered batch: resumed from 'latest' (checkpoint-2, mid-epoch;
+    10 queries in global batches of 4, the last one completed by accelerate), the run crosses into the next epoch
+    with the uninterrupted run's batches and document samples ('random' sampling), logs and final weights."""
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records(num_queries=10, num_documents=8))
+
+    def torchrun(output_dir, *extra):
+        argv = resumable_argv(float64_student_folder, train_file, output_dir, "--ddp_backend", "gloo", *extra)
+        argv[argv.index("--sampling") + 1] = "random"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                   "-m", "dense_encoders.cli", *argv]
+        # CPU and gloo, also on a GPU machine (else rank 1 asks for cuda:1 on a one-GPU machine)
+        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                                env=cpu_only_env(PYTHONPATH=str(REPO_ROOT / "src"), OMP_NUM_THREADS="1"))
+        assert result.returncode == 0, result.stderr[-6000:]
+
+    full = tmp_path / "full"
+    torchrun(full)
+    resumed = resume_copy(full, "checkpoint-2", tmp_path / "resumed")
+    assert {p.name for p in resumed.glob("checkpoint-2/rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
+    torchrun(resumed, "--resume_from_checkpoint", "latest")
+    assert_same_run(full, resumed, "checkpoint-2", parts=("margin_mse_loss", "kl_loss", "infonce_loss"))

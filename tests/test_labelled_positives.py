@@ -345,7 +345,7 @@ def test_trainer_loss_is_m3se_and_rankdistil_b_of_the_labelled_positives(tmp_pat
     assert abs(expected - hand_loss(fallback)) > 1e-3
     # the fallback queries (2, 3) contribute the same under both: only the labelled ones moved
     assert fallback[2] == expected_positives[2] and fallback[3] == expected_positives[3]
-    assert set(trainer._component_sums) == {"m3se_loss", "rankdistil_b_loss"}
+    assert set(trainer.loss_parts.sums) == {"m3se_loss", "rankdistil_b_loss"}
 
 
 # ---------------------------------------------------------------------------- the command line

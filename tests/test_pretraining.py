@@ -210,6 +210,38 @@ def test_resuming_from_a_checkpoint_continues_with_the_same_losses(tmp_path, cor
         assert logged(interrupted, component)[6] == pytest.approx(logged(full, component)[6], abs=1e-4)
 
 
+@pytest.mark.slow
+@pytest.mark.numerics
+@pytest.mark.parametrize("streaming", [False, True], ids=["dataset", "streamed"])
+def test_a_run_resumed_at_max_steps_takes_no_further_step(tmp_path, corpus_file, float64_pretraining, streaming):
+    """Killed right after its last checkpoint (checkpoint-6 of --max_steps 6, mid-epoch: the corpus makes dozens
+    of batches; streamed: the stream's first pass), the resumed `pretrain` trains nothing: it ends with the
+    uninterrupted run's weights, global step 6 and no 7th log."""
+    from safetensors.torch import load_file
+
+    from dense_encoders.cli import main
+
+    def argv(output_dir, *extra):
+        return ["pretrain", "condenser", "--preset", "tiny", "--corpus", str(corpus_file), "--output_dir",
+                str(output_dir), "--max_steps", "6", "--save_strategy", "steps", "--save_steps", "2",
+                "--per_device_train_batch_size", "4", "--max_seq_length", "64", "--logging_steps", "1", "--seed", "7",
+                "--use_cpu", "--report_to", "none", *(["--streaming"] if streaming else []), *extra]
+
+    full = tmp_path / "full"
+    assert main(argv(full)) == 0
+    resumed = tmp_path / "resumed"
+    shutil.copytree(full / "checkpoint-6", resumed / "checkpoint-6")
+    assert main(argv(resumed, "--resume_from_checkpoint", "latest")) == 0
+
+    state = json.loads((resumed / "trainer_state.json").read_text())
+    assert state["global_step"] == 6 and max(entry["step"] for entry in state["log_history"]) == 6
+    assert sorted(logged(resumed, "loss")) == [1, 2, 3, 4, 5, 6]  # from the checkpoint's state: no 7th step
+    final, resumed_final = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert final.keys() == resumed_final.keys() and all(v.dtype == torch.float64 for v in final.values())
+    for name, value in final.items():
+        assert torch.equal(resumed_final[name], value), name  # nothing trained after the checkpoint
+
+
 def test_gradient_accumulation_and_partial_batches_train(tmp_path, corpus_file):
     """7 documents with batch 2 and accumulation 2: steps see 4, 4, ... then a partial 3-document batch."""
     lines = corpus_file.read_text().splitlines()[:7]

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, TrainingArguments
+from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
 
 from ..checkpoints.folder import (
     OUR_MODEL_TYPES,
@@ -62,6 +62,7 @@ from ..hub.trainer_push import HubPushMixin
 from ..recipes import RECIPE_HELP
 from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
 from .records import write_training_environment
+from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
 
@@ -131,12 +132,42 @@ class DualEncoder(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
+class LossPartsWindow(TrainerCallback):
+    """The loss parts (``margin_mse_loss``, ...) of the logging window: their sums over the optimizer steps
+    since the last log, and the number of those steps. A window starts when training begins or resumes,
+    as the window of the Trainer's own ``loss`` does: a resumed run logs the mean per step of the steps it
+    trained, never a sum divided by the steps of the run before it."""
+
+    def __init__(self):
+        self.sums: dict[str, torch.Tensor | float] = {}
+        self.steps = 0
+
+    def add(self, name: str, value: torch.Tensor | float) -> None:
+        """Add one micro-batch's part (already divided by the queries of its whole optimizer step)."""
+        self.sums[name] = self.sums.get(name, 0.0) + value  # stays on the device until logged: no host sync
+
+    def means(self) -> dict[str, float]:
+        """Each part's mean per optimizer step of the window, by name; the next window starts."""
+        steps = max(1, self.steps)
+        means = {name: float(value) / steps for name, value in sorted(self.sums.items())}
+        self.sums.clear()
+        self.steps = 0
+        return means
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.sums.clear()
+        self.steps = 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps += 1
+
+
 def _gradient_scaled(value: torch.Tensor, factor: float) -> torch.Tensor:
     """``value`` unchanged, its gradient multiplied by ``factor``."""
     return value if factor == 1 else value * factor - value.detach() * (factor - 1)
 
 
-class DistillationTrainer(HubPushMixin, Trainer):
+class DistillationTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
     """``transformers.Trainer`` for score distillation into a :class:`DualEncoder`.
 
     ``objective`` is a :class:`~dense_encoders.trainer.losses.DistillationObjective` (or a spec such
@@ -155,8 +186,8 @@ class DistillationTrainer(HubPushMixin, Trainer):
             raise TypeError("DistillationTrainer trains a DualEncoder(encoder, pooling, similarity)")
         if hasattr(self.data_collator, "set_epoch"):
             self.add_callback(CollatorEpochCallback(self.data_collator))
-        self._component_sums: dict[str, torch.Tensor] = {}
-        self._last_logged_step = 0
+        self.loss_parts = LossPartsWindow()
+        self.add_callback(self.loss_parts)
 
     # ---- normalisation -------------------------------------------------------------------
     def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
@@ -188,17 +219,12 @@ class DistillationTrainer(HubPushMixin, Trainer):
         loss = _gradient_scaled(total.sum() / normaliser, world_size)
         if model.training:
             for name, values in components.items():
-                value = (values.detach().sum() / normaliser).float()
-                self._component_sums[f"{name}_loss"] = self._component_sums.get(f"{name}_loss", 0.0) + value
+                self.loss_parts.add(f"{name}_loss", (values.detach().sum() / normaliser).float())
         return (loss, {"student_scores": student.detach()}) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._component_sums:
-            steps = max(1, self.state.global_step - self._last_logged_step)
-            for name, value in sorted(self._component_sums.items()):
-                logs[name] = round(float(value) / steps, 4)
-            self._component_sums.clear()
-            self._last_logged_step = self.state.global_step
+        if "loss" in logs and self.loss_parts.sums:
+            logs.update({name: round(value, 4) for name, value in self.loss_parts.means().items()})
         super().log(logs, start_time)
 
     # ---- saving / resuming ---------------------------------------------------------------

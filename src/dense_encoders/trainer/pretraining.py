@@ -48,6 +48,7 @@ from ..models.condenser.presets import CONDENSER_PRESETS, condenser_preset
 from ..models.tite import TINY_PRESETS, TITE_PRESETS, TiteForPreTraining, tite_preset
 from ..recipes import RECIPE_HELP
 from .records import write_training_environment
+from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
 ARCHITECTURES = {
@@ -127,7 +128,7 @@ class CollatorEpochCallback(TrainerCallback):
         self.collator.set_epoch(int(state.epoch or 0))
 
 
-class PreTrainingTrainer(HubPushMixin, Trainer):
+class PreTrainingTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
     """The Trainer of every pre-training objective: Condenser, coCondenser and TITE (MAE + BOW).
 
     Logs ``head_mlm_loss``, ``late_mlm_loss``, ``contrastive_loss`` (means over the logging
