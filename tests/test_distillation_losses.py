@@ -493,9 +493,9 @@ def test_parse_loss_spec():
         parse_loss_spec("kl+margin_mse+kl:2")
     with pytest.raises(ValueError, match="bad weight 'abc'"):
         parse_loss_spec("kl:abc")
-    with pytest.raises(ValueError, match="finite number >= 0"):
+    with pytest.raises(ValueError, match="finite number > 0"):
         parse_loss_spec("kl:-1")
-    with pytest.raises(ValueError, match="finite number >= 0"):
+    with pytest.raises(ValueError, match="finite number > 0"):
         parse_loss_spec("kl:nan")
     with pytest.raises(ValueError, match="empty term"):
         parse_loss_spec("kl++mse")

@@ -541,3 +541,75 @@ def test_two_process_distill_resumes_exactly(tmp_path, float64_student_folder):
     assert {p.name for p in resumed.glob("checkpoint-2/rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
     torchrun(resumed, "--resume_from_checkpoint", "latest")
     assert_same_run(full, resumed, "checkpoint-2", parts=("margin_mse_loss", "kl_loss", "infonce_loss"))
+
+
+# ---- flags and lines that would train nothing, or something else than asked ------------------------------
+
+
+def test_distill_refuses_a_zero_loss_weight_and_zero_steps(tmp_path, bert_student_folder, capsys):
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records())
+    output = tmp_path / "distilled"
+    zero_weight = ("weight for loss 'kl' must be a finite number > 0, got '0': a zero weight trains nothing; drop "
+                   "'kl' from the spec instead")
+    for extra, message in ((["--losses", "margin_mse+kl:0"], zero_weight),
+                           (["--max_steps", "0"], "--max_steps 0: give a number of optimizer steps >= 1")):
+        assert main(distill_argv(bert_student_folder, train_file, output, *extra)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err
+    assert not output.exists()
+
+
+def test_distill_save_steps_alone_saves_on_that_schedule(tmp_path, bert_student_folder):
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records())
+    steps = ["--max_steps", "4", "--per_device_train_batch_size", "2"]
+    output = tmp_path / "distilled"
+    assert main(distill_argv(bert_student_folder, train_file, output, *steps, "--save_steps", "2")) == 0
+    assert sorted(p.name for p in output.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert json.loads((output / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2
+    # an explicit --save_strategy wins; without either flag, no checkpoints (the default)
+    for extra, name in ((["--save_steps", "2", "--save_strategy", "no"], "no"), ([], "none")):
+        folder = tmp_path / name
+        assert main(distill_argv(bert_student_folder, train_file, folder, *steps, *extra)) == 0
+        assert not list(folder.glob("checkpoint-*")) and (folder / "model.safetensors").is_file()
+    assert DistillationArguments(output_dir="x", save_steps=3, use_cpu=True).save_strategy == "steps"
+    assert DistillationArguments(output_dir="x", use_cpu=True).save_strategy == "no"
+
+
+def test_distill_refuses_blank_queries_and_scores_beyond_float32_by_file_line(tmp_path, bert_student_folder, capsys):
+    output = tmp_path / "distilled"
+    for line, message in (({"query_id": "q1", "query": ""}, "query 'q1' has an empty or blank text"),
+                          ({"query_id": None, "query": " \t"}, "the query has an empty or blank text"),
+                          ({"scores": [1e308, 0.0, -1.0, -2.0, -3.0]}, "score 1 is 1e+308, beyond float32's range"),
+                          ({"scores": [5.0, 0.0, -1.0, -2.0, -1e39]}, "score 5 is -1e+39, beyond float32's range")):
+        records = make_records()
+        records[1].update(line)
+        train_file = write_training_file(tmp_path / "train.jsonl", records)
+        assert main(distill_argv(bert_student_folder, train_file, output)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{train_file}:2: {message}" in err, err
+    assert not output.exists()
+
+
+def test_qrels_judging_a_pair_twice_with_two_grades_are_refused_by_file_line(tmp_path, bert_student_folder, capsys):
+    from dense_encoders.data.retrieval import read_qrels
+
+    records = make_records()
+    train_file = tmp_path / "train.jsonl"
+    train_file.write_text("".join(json.dumps({k: r[k] for k in ("query_id", "query", "document_ids", "documents",
+                                                                  "scores")}) + "\n" for r in records))
+    beir = tmp_path / "qrels.tsv"
+    beir.write_text("query-id\tcorpus-id\tscore\nq0\tq0d1\t1\nq1\tq1d0\t2\nq0\tq0d1\t1\nq0\tq0d1\t0\n")
+    trec = tmp_path / "qrels.txt"
+    trec.write_text("q0 0 q0d1 1\nq0 0 q0d1 3\n")
+    output = tmp_path / "distilled"
+    for qrels, line, first, grades in ((beir, 5, 2, (1, 0)), (trec, 2, 1, (1, 3))):
+        assert main(distill_argv(bert_student_folder, train_file, output, "--qrels", str(qrels),
+                                 "--losses", "m3se")) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and (
+            f"{qrels}:{line}: document 'q0d1' is judged twice for query 'q0', with grade {grades[0]} (line {first}) "
+            f"and grade {grades[1]}: keep one of the two lines") in err, err
+    assert not output.exists()
+    # the same grade twice says nothing new: read once, as trec_eval-style tools do
+    beir.write_text("query-id\tcorpus-id\tscore\nq0\tq0d1\t1\nq0\tq0d1\t1\n")
+    assert read_qrels(beir) == {"q0": {"q0d1": 1}}

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import BertConfig, BertModel
 
+from conftest import REPO_ROOT, cpu_only_env, float32_atol
+
+import dense_encoders.trainer.output_dir as output_dir_module
 from dense_encoders.cli import main
 from dense_encoders.trainer.output_dir import (
     DASHED_FLAGS,
     OutputDirError,
+    OutputDirLock,
     check_output_dir,
+    checkpoint_problem,
+    local_lock_file,
+    lock_file,
     missing_resume_state,
     prepare_output_dir,
 )
@@ -99,6 +114,7 @@ def test_overwrite_never_deletes_what_the_run_needs(tmp_path, monkeypatch):
     run = tmp_path / "run"
     (run / "checkpoint-2").mkdir(parents=True)
     (run / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    (run / "checkpoint-2" / "model.safetensors").write_bytes(b"")  # what a complete checkpoint has
     (run / "corpus.jsonl").write_text("{}\n")
     with pytest.raises(OutputDirError, match="the checkpoint --resume_from_checkpoint resumes from"):
         check_output_dir(run, overwrite=True, resume_from_checkpoint="latest")
@@ -223,3 +239,170 @@ def test_quickstart_reuses_only_its_own_output(tmp_path):
         prepare_quickstart_output(other, settings)
     assert [p.name for p in other.iterdir()] == ["config.json"]
     assert main(["quickstart", "--output-dir", str(other), "--epochs", "0.1"]) == 2
+
+
+# ---- one run at a time: the folder's lock -----------------------------------------------------------------
+
+
+def cli_process(argv: list[str], **popen) -> subprocess.Popen:
+    """``dense-encoders ARGV`` in a fresh interpreter (its PID is the run's), one thread, no GPU."""
+    env = cpu_only_env(PYTHONPATH=str(REPO_ROOT / "src"), OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-m", "dense_encoders.cli", *argv], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
+def wait_for_lock(folder: Path, process: subprocess.Popen, timeout: float = 240) -> dict:
+    """The lock record of ``folder`` once ``process`` holds it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        try:
+            record = json.loads(lock_file(folder).read_text() or "null")
+        except (FileNotFoundError, json.JSONDecodeError):
+            record = None
+        if record and record.get("pid") == process.pid:
+            return record
+        time.sleep(0.05)
+    raise AssertionError(f"{process.pid} did not lock {folder} within {timeout} s")
+
+
+def model_weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(folder / "model.safetensors")
+
+
+@pytest.mark.slow
+def test_a_second_run_into_a_running_runs_folder_is_refused_with_its_pid(tmp_path, small_corpus, capsys):
+    output, reference = tmp_path / "run", tmp_path / "reference"
+    first = cli_process(pretrain_argv(small_corpus, output, "--seed", "1", steps=3))
+    alone = cli_process(pretrain_argv(small_corpus, reference, "--seed", "1", steps=3))  # the same run, undisturbed
+    record = wait_for_lock(output, first)
+    assert record["pid"] == first.pid
+    assert lock_file(output) == tmp_path / ".run.lock"  # beside the folder: never saved, uploaded or cleared with it
+    os.kill(first.pid, signal.SIGSTOP)  # the first run is certainly running while the second one starts
+    try:
+        before = snapshot(output) if output.is_dir() else {}
+        capsys.readouterr()
+        assert main(pretrain_argv(small_corpus, output, "--seed", "2", steps=3)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert f"{output} is in use by another run (PID {first.pid} on " in err and "choose another --output_dir" in err
+        # --overwrite_output_dir deletes nothing of a running run either
+        assert main(pretrain_argv(small_corpus, output, "--seed", "2", "--overwrite_output_dir", steps=3)) == 2
+        assert f"PID {first.pid}" in capsys.readouterr().err
+        assert (snapshot(output) if output.is_dir() else {}) == before
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    for process in (first, alone):
+        _, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+    # the first run finished undisturbed: its seed's model, bit for bit that of the same run elsewhere
+    assert json.loads((output / "training_args.json").read_text())["seed"] == 1
+    mine, expected = model_weights(output), model_weights(reference)
+    assert mine.keys() == expected.keys()
+    assert all(torch.equal(mine[name], expected[name]) for name in expected)
+    assert not lock_file(output).exists()  # released and removed at the end of the run
+
+
+@pytest.mark.slow
+def test_a_killed_runs_lock_does_not_block_the_next_run(tmp_path, small_corpus, capsys):
+    output = tmp_path / "run"
+    code = ("import sys, time\nfrom dense_encoders.trainer.output_dir import OutputDirLock\n"
+            "OutputDirLock(sys.argv[1]).acquire()\nprint('locked', flush=True)\ntime.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(output)], stdout=subprocess.PIPE, text=True,
+                              env=cpu_only_env(PYTHONPATH=str(REPO_ROOT / "src")))
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        capsys.readouterr()
+        assert main(pretrain_argv(small_corpus, output, steps=1)) == 2
+        assert f"PID {holder.pid}" in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    # SIGKILL left the lock file with the dead PID behind; the kernel dropped the lock itself
+    assert json.loads(lock_file(output).read_text())["pid"] == holder.pid
+    assert main(pretrain_argv(small_corpus, output, steps=1)) == 0
+    assert json.loads((output / "trainer_state.json").read_text())["global_step"] == 1
+    assert not lock_file(output).exists()
+
+
+def test_the_lock_is_per_open_folder_and_falls_back_to_this_machine(tmp_path, monkeypatch):
+    folder = tmp_path / "new" / "run"
+    first = OutputDirLock(folder).acquire()
+    assert lock_file(folder) == tmp_path / "new" / ".run.lock" and not folder.exists()
+    with pytest.raises(OutputDirError, match=rf"in use by another run \(PID {os.getpid()} on "):
+        OutputDirLock(str(folder) + "/../run").acquire()  # the same folder, spelled otherwise
+    first.release()
+    assert not (tmp_path / "new").exists()  # the folder made for the lock file went with it
+    OutputDirLock(folder).acquire().release()
+
+    # a parent this user cannot write: the lock lives in this machine's temporary folder
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if mode == os.W_OK else real_access(path, mode))
+    assert lock_file(folder) == local_lock_file(folder)
+    monkeypatch.undo()
+    # a filesystem that cannot lock (flock: ENOLCK): the same, with a warning
+    real_flock, refused = output_dir_module.fcntl.flock, []
+
+    def flock(fd, operation):
+        if not refused:
+            refused.append(fd)
+            raise OSError(errno.ENOLCK, "No locks available")
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(output_dir_module.fcntl, "flock", flock)
+    lock = OutputDirLock(folder).acquire()
+    assert lock.path == local_lock_file(folder) and json.loads(lock.path.read_text())["pid"] == os.getpid()
+    lock.release()
+    assert not lock.path.exists()
+
+
+# ---- resuming from the last complete checkpoint ------------------------------------------------------------
+
+
+def test_resume_latest_skips_checkpoints_killed_while_being_saved(tmp_path, small_corpus, caplog, capsys):
+    output = tmp_path / "run"
+    assert main(pretrain_argv(small_corpus, output, steps=5)) == 0
+    uninterrupted = model_weights(output)
+    assert all(checkpoint_problem(output / f"checkpoint-{step}") is None for step in range(1, 6))
+    # killed while saving checkpoint-5: the Trainer writes trainer_state.json last, so there is none
+    (output / "checkpoint-5" / "trainer_state.json").unlink()
+    # killed while writing checkpoint-4's trainer_state.json; checkpoint-3's weights went missing
+    state = output / "checkpoint-4" / "trainer_state.json"
+    state.write_text(state.read_text()[:40])
+    (output / "checkpoint-3" / "model.safetensors").unlink()
+    shutil.rmtree(output / "checkpoint-1")  # a fresh start would save it again
+    with caplog.at_level(logging.WARNING, logger="dense_encoders.trainer.output_dir"):
+        assert main(pretrain_argv(small_corpus, output, "--resume_from_checkpoint", "latest", steps=5)) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "dense_encoders.trainer.output_dir"]
+    assert warnings == [(
+        "--resume_from_checkpoint latest: skipping the incomplete checkpoint-3 (no model weights (model.safetensors)), "
+        "checkpoint-4 (trainer_state.json is cut off or unreadable), checkpoint-5 (no trainer_state.json) (killed "
+        f"while saving?); resuming from {output / 'checkpoint-2'}")]
+    # it resumed from checkpoint-2 and ended where the uninterrupted run ended, checkpoints 3 to 5 complete again
+    assert sorted(p.name for p in output.glob("checkpoint-*")) == [f"checkpoint-{step}" for step in range(2, 6)]
+    assert all(checkpoint_problem(output / f"checkpoint-{step}") is None for step in range(2, 6))
+    assert json.loads((output / "trainer_state.json").read_text())["global_step"] == 5
+    resumed = model_weights(output)
+    for name, value in uninterrupted.items():
+        torch.testing.assert_close(resumed[name], value, rtol=0, atol=float32_atol(value), msg=name)
+
+    # a named incomplete checkpoint, and 'latest' with none complete: one line each, nothing trained
+    (output / "checkpoint-5" / "model.safetensors").unlink()
+    capsys.readouterr()
+    assert main(pretrain_argv(small_corpus, output, "--resume_from_checkpoint", str(output / "checkpoint-5"),
+                              steps=5)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checkpoint-5: incomplete checkpoint (no model weights (model.safetensors)" in err
+    for step in range(2, 5):
+        (output / f"checkpoint-{step}" / "trainer_state.json").unlink()
+    assert main(pretrain_argv(small_corpus, output, "--resume_from_checkpoint", "latest", steps=5)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no complete checkpoint-N folder (checkpoint-2 (no trainer_state.json)" in err
+
+
+def test_max_steps_zero_is_refused(tmp_path, small_corpus, capsys):
+    for steps in ("0", "-2"):
+        assert main(pretrain_argv(small_corpus, tmp_path / "run", steps=steps)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--max_steps {steps}: give a number of optimizer steps >= 1" in err
+    assert not (tmp_path / "run").exists()

@@ -162,7 +162,16 @@ def _encode_speed(models: dict[str, str], texts: list[str], rounds: int = 2) -> 
 
 def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | None = None,
                    overwrite_output_dir: bool = False, **overrides) -> dict:
-    """Run the quickstart (module doc); returns the summary (also printed as a table)."""
+    """Run the quickstart (module doc); returns the summary (also printed as a table). The run holds the
+    folder's lock throughout (:func:`~dense_encoders.trainer.output_dir.output_dir_lock`)."""
+    from .trainer.output_dir import DASHED_FLAGS, output_dir_lock
+
+    with output_dir_lock(output_dir, flags=DASHED_FLAGS):
+        return _run_quickstart(output_dir, push, overwrite_output_dir, **overrides)
+
+
+def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_dir: bool, **overrides) -> dict:
+    """:func:`run_quickstart` itself, run while the folder's lock is held."""
     # slow to import (sentence-transformers): the command line imports this module to build its parser
     from .evaluation import evaluate_retrieval, save_results
 

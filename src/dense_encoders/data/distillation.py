@@ -41,6 +41,7 @@ from .retrieval import check_relevance_level, read_qrels
 from .runs import Run, read_trec_run, top_documents
 
 logger = logging.getLogger(__name__)
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # teacher scores beyond it are inf in training
 
 # --------------------------------------------------------------------------------------------
 # The training file
@@ -109,16 +110,20 @@ def _query_of(path: Path, line_number: int, record: dict, query_id: str | None, 
     if query is not None:
         if not isinstance(query, str):
             raise DataFormatError(path, line_number, f"'query' must be a string, got {type(query).__name__}")
-        return query
-    if query_id is None:
+    elif query_id is None:
         raise DataFormatError(path, line_number, "needs 'query' text or a 'query_id'")
-    if queries is None:
+    elif queries is None:
         raise DataFormatError(
             path, line_number, f"no 'query' text, and no queries were given to look up query_id {query_id!r}"
         )
-    if query_id not in queries:
+    elif query_id not in queries:
         raise DataFormatError(path, line_number, f"query_id {query_id!r} is not in the queries")
-    return queries[query_id]
+    else:
+        query = queries[query_id]
+    if not query.strip():  # it would be encoded as the empty string
+        named = f"query {query_id!r}" if query_id is not None else "the query"
+        raise DataFormatError(path, line_number, f"{named} has an empty or blank text; fill it in or remove the line")
+    return query
 
 
 def _documents_of(path: Path, line_number: int, record: dict, document_ids: list[str] | None, corpus) -> list[str]:
@@ -147,7 +152,7 @@ def _documents_of(path: Path, line_number: int, record: dict, document_ids: list
 
 
 def _scores_of(path: Path, line_number: int, record: dict, documents: list[str]) -> list[float]:
-    """The line's ``"scores"``: one finite number per document."""
+    """The line's ``"scores"``: one number per document, finite in float32 (the precision training computes in)."""
     if "scores" not in record:
         raise DataFormatError(path, line_number, "missing field 'scores'")
     scores = record["scores"]
@@ -162,6 +167,9 @@ def _scores_of(path: Path, line_number: int, record: dict, documents: list[str])
             raise DataFormatError(path, line_number, f"score {position} is NaN")
         if math.isinf(score):
             raise DataFormatError(path, line_number, f"score {position} is {'inf' if score > 0 else '-inf'}")
+        if abs(score) > FLOAT32_MAX:  # training computes in float32, where it would be inf
+            raise DataFormatError(path, line_number, f"score {position} is {score!r}, beyond float32's range "
+                                  f"(±{FLOAT32_MAX:.4g}), in which training computes: rescale the teacher's scores")
     return [float(score) for score in scores]
 
 
@@ -210,9 +218,9 @@ def read_training_file(
 ) -> list[dict]:
     """Read and validate a distillation training file (the format of this module's docstring).
 
-    Each line needs the query (``"query"`` text, or a ``"query_id"`` found in ``queries``), at least
+    Each line needs the query (``"query"`` text, or a ``"query_id"`` found in ``queries``; not blank), at least
     one document (``"documents"`` texts, or ``"document_ids"`` found in ``corpus``) and ``"scores"``:
-    one finite number per document; ``"relevance"``, when present, one non-negative integer grade
+    one number per document, finite in float32; ``"relevance"``, when present, one non-negative integer grade
     per document. Any problem raises :class:`DataFormatError` naming ``file:line`` (score and grade
     positions counted from 1). Returns one record per line: ``{"query_id", "query", "document_ids",
     "documents", "scores", "relevance"}`` with document texts and float scores; ``query_id``,

@@ -148,10 +148,32 @@ def _grade(path: Path, line_number: int, value: str) -> int:
     return int(grade)
 
 
+def _judgements(path: Path, qrels: Qrels):
+    """The function that adds one judgement of ``path`` (line ``line_number``) to ``qrels``. A (query, document)
+    pair judged again with another grade is a DataFormatError naming both lines (which grade holds is not for
+    us to guess, as for a document listed twice in a run); a repeat of the same grade changes nothing and
+    passes."""
+    first_line: dict[tuple[str, str], int] = {}
+
+    def judge(query_id: str, doc_id: str, grade: int, line_number: int) -> None:
+        judged = qrels.setdefault(query_id, {})
+        if doc_id in judged and judged[doc_id] != grade:
+            raise DataFormatError(
+                path, line_number, f"document {doc_id!r} is judged twice for query {query_id!r}, with grade "
+                f"{judged[doc_id]} (line {first_line[query_id, doc_id]}) and grade {grade}: keep one of the two lines"
+            )
+        first_line.setdefault((query_id, doc_id), line_number)
+        judged[doc_id] = grade
+
+    return judge
+
+
 def read_beir_qrels(path: str | Path) -> Qrels:
-    """BEIR ``qrels/<split>.tsv``: a ``query-id  corpus-id  score`` header, then tab-separated rows."""
+    """BEIR ``qrels/<split>.tsv``: a ``query-id  corpus-id  score`` header, then tab-separated rows. A pair
+    judged twice with different grades is an error naming ``file:line`` (:func:`_judgements`)."""
     path = require_file(Path(path), "qrels file")
     qrels: Qrels = {}
+    judge = _judgements(path, qrels)
     for line_number, line in text_lines(path):
         if not line.strip():
             continue
@@ -163,14 +185,16 @@ def read_beir_qrels(path: str | Path) -> Qrels:
                 path, line_number, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(columns)}"
             )
         query_id, doc_id, grade = columns
-        qrels.setdefault(query_id, {})[doc_id] = _grade(path, line_number, grade)
+        judge(query_id, doc_id, _grade(path, line_number, grade), line_number)
     return qrels
 
 
 def read_trec_qrels(path: str | Path) -> Qrels:
-    """TREC qrels: ``qid iteration docid relevance`` separated by whitespace."""
+    """TREC qrels: ``qid iteration docid relevance`` separated by whitespace. A pair judged twice with
+    different grades is an error naming ``file:line`` (:func:`_judgements`)."""
     path = require_file(Path(path), "qrels file")
     qrels: Qrels = {}
+    judge = _judgements(path, qrels)
     for line_number, line in text_lines(path):
         if not line.strip():
             continue
@@ -178,7 +202,7 @@ def read_trec_qrels(path: str | Path) -> Qrels:
         if len(columns) != 4:
             raise DataFormatError(path, line_number, f"expected 4 columns (qid iter docid rel), got {len(columns)}")
         query_id, _, doc_id, grade = columns
-        qrels.setdefault(query_id, {})[doc_id] = _grade(path, line_number, grade)
+        judge(query_id, doc_id, _grade(path, line_number, grade), line_number)
     return qrels
 
 

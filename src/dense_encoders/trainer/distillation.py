@@ -18,6 +18,7 @@ DDP's averaging while the reported value stays the global loss.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from ..models.condenser.modeling_condenser import gather_with_local_grad
 from ..models.infused.modeling_infused import mean_pool
 from .losses import DistillationObjective, LossSettings, positive_set_loss_names
 from .output_dir import (
+    output_dir_lock,
     overwrite_output_dir_field,
     prepare_trainer_output_dir,
     resume_from_checkpoint_field,
@@ -269,10 +271,23 @@ class DistillationArguments(TrainingArguments):
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Queries per device and step."})
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep the collator's columns."})
     logging_steps: float = field(default=10, metadata={"help": "Log every N steps."})
-    save_strategy: str = field(default="no", metadata={"help": "Checkpoints during training: no / steps / epoch."})
+    save_strategy: str | None = field(default=None, metadata={
+        "help": "Checkpoints during training: no / steps / epoch / best. Default: steps when --save_steps is given, "
+        "else no."})
+    save_steps: float | None = field(default=None, metadata={
+        "help": "Save a checkpoint every N steps (< 1: a fraction of the run); giving it turns --save_strategy steps "
+        "on unless --save_strategy is given too (default with --save_strategy steps: 500)."})
     report_to: str = field(default="none", metadata={"help": "Loggers (tensorboard, wandb, ...)."})
     overwrite_output_dir: bool = overwrite_output_dir_field()
     resume_from_checkpoint: str | None = resume_from_checkpoint_field()
+
+    def __post_init__(self):
+        # checkpoints are off by default (unlike TrainingArguments), but --save_steps alone asks for them
+        if self.save_strategy is None:
+            self.save_strategy = "steps" if self.save_steps is not None else "no"
+        if self.save_steps is None:
+            self.save_steps = 500  # TrainingArguments' default
+        super().__post_init__()
 
 
 @dataclass
@@ -446,7 +461,15 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
 
     The folder must be new or empty, or hold the run that ``args.resume_from_checkpoint`` resumes
     (``--overwrite_output_dir`` clears it first; :mod:`dense_encoders.trainer.output_dir`).
-    ``check_output_dir=False``: a caller that owns the folder (``infuse``) has checked it already."""
+    ``check_output_dir=False``: a caller that owns the folder (``infuse``) has checked it already. The run holds
+    the folder's lock throughout (:func:`~dense_encoders.trainer.output_dir.output_dir_lock`; with
+    ``check_output_dir=False``, the caller holds it)."""
+    with output_dir_lock(args.output_dir, args=args) if check_output_dir else contextlib.nullcontext():
+        return _distill(setup, args, check_output_dir=check_output_dir)
+
+
+def _distill(setup: DistillationSetup, args: DistillationArguments, *, check_output_dir: bool) -> Path:
+    """:func:`distill` itself, run while the folder's lock is held."""
     if check_output_dir:  # before anything is loaded
         checkpoint = prepare_trainer_output_dir(
             args, inputs=(setup.student, setup.train_file, setup.corpus, setup.queries, setup.qrels))

@@ -35,7 +35,7 @@ from ..hub import model_card
 from ..models.infused import InfusedDualEncoderModel
 from ..recipes import RECIPE_HELP
 from .distillation import DistillationArguments, DistillationSetup, distill
-from .output_dir import DASHED_FLAGS, prepare_output_dir, write_training_args
+from .output_dir import DASHED_FLAGS, output_dir_lock, prepare_output_dir, write_training_args
 from .teacher import score_teacher
 
 logger = logging.getLogger(__name__)
@@ -201,16 +201,18 @@ def train_infused(args: InfusionArguments) -> dict[str, Path]:
     """Train the dual encoders ``args`` asks for (:meth:`InfusionArguments.models`) into ``args.output_dir``,
     which is checked (or cleared) once for all of them
     (:func:`dense_encoders.trainer.output_dir.prepare_output_dir`). Each model's folder also gets its
-    ``infusion_setup.json`` and model card (:func:`write_infusion_record`). Returns name -> folder."""
+    ``infusion_setup.json`` and model card (:func:`write_infusion_record`). Returns name -> folder. The run holds
+    the folder's lock throughout (:func:`~dense_encoders.trainer.output_dir.output_dir_lock`)."""
     args.check_graded_pairs()
-    prepare_output_dir(Path(args.output_dir), overwrite=args.overwrite_output_dir, flags=DASHED_FLAGS,
-                       inputs=(args.cross_encoder, args.train_data, args.eval_data, args.baseline))
-    dataset = load_dataset_for_evaluation(args.train_data, split=args.split,
-                                          **args.graded_pair_options(args.train_data))
-    trained = {}
-    for name, (folder, random_init) in args.models().items():
-        trained[name] = train_dual_encoder(args, dataset, folder, random_init=random_init)
-        write_infusion_record(folder, name, args)
+    with output_dir_lock(args.output_dir, flags=DASHED_FLAGS):
+        prepare_output_dir(Path(args.output_dir), overwrite=args.overwrite_output_dir, flags=DASHED_FLAGS,
+                           inputs=(args.cross_encoder, args.train_data, args.eval_data, args.baseline))
+        dataset = load_dataset_for_evaluation(args.train_data, split=args.split,
+                                              **args.graded_pair_options(args.train_data))
+        trained = {}
+        for name, (folder, random_init) in args.models().items():
+            trained[name] = train_dual_encoder(args, dataset, folder, random_init=random_init)
+            write_infusion_record(folder, name, args)
     return trained
 
 

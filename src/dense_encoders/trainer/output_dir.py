@@ -7,6 +7,12 @@
 * ``--overwrite_output_dir`` deletes the folder's contents first (the processes that save do it, the
   others wait; all processes of a ``torchrun`` agree on rank 0's verdict). It never deletes the folder
   the user works in, the checkpoint a run resumes from, or an input the run reads.
+* One run at a time: a run holds an OS lock on its folder (:func:`output_dir_lock`, ``fcntl.flock`` on
+  ``.<folder name>.lock`` beside the folder, never inside it) from before the folder is checked until the
+  model is saved. A second run into the same folder is refused with the first one's PID; the kernel drops
+  the lock when its process dies, so a killed run never blocks the next one.
+* ``--resume_from_checkpoint latest`` is the newest *complete* ``checkpoint-N`` (:func:`checkpoint_problem`):
+  one killed while it was being saved is skipped, with one line saying so.
 * A checkpoint without its optimizer, scheduler or RNG state is resumed with a warning: the run will
   not continue the same way.
 * Training arguments are saved as JSON (``training_args.json``), never as the Trainer's pickle
@@ -15,20 +21,47 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import errno
+import hashlib
 import json
 import logging
+import os
 import re
 import shutil
+import socket
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import torch.distributed as dist
+from transformers.utils import (
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+)
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: runs are not locked
+    fcntl = None
 
 logger = logging.getLogger(__name__)
 
 TRAINING_ARGS_JSON = "training_args.json"
 TRAINING_ARGS_PICKLE = "training_args.bin"
+TRAINER_STATE = "trainer_state.json"  # the Trainer writes it last into a checkpoint-N (after weights, optimizer, RNG)
+# a checkpoint's model weights as the Trainer saves them: safetensors or a pickle, whole or sharded, a PEFT
+# adapter, or FSDP / DeepSpeed state folders
+WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME,
+                ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
+WEIGHT_FOLDERS = re.compile(r"^(pytorch_model_fsdp_\d+|global_step\d+)$")
 RESUME_LATEST = ("latest", "last", "true")  # --resume_from_checkpoint latest: the newest checkpoint-N of the folder
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -95,10 +128,35 @@ def _listing(names: list[str], limit: int = 4) -> str:
     return shown + (f", ... {len(names)} entries" if len(names) > limit else "")
 
 
+def checkpoint_problem(checkpoint: str | Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from, or None when it is complete. The Trainer writes a
+    checkpoint's ``trainer_state.json`` last (``Trainer._save_checkpoint``: model, optimizer, scheduler, RNG
+    state, then the state), so a run killed while saving leaves no (or a cut-off) ``trainer_state.json``;
+    weights removed afterwards are a problem too."""
+    folder = Path(checkpoint)
+    state = folder / TRAINER_STATE
+    if not state.is_file():
+        return f"no {TRAINER_STATE}"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return f"{TRAINER_STATE} is cut off or unreadable"
+    names = _entries(folder)
+    if not any(name in WEIGHT_FILES or WEIGHT_FOLDERS.match(name) for name in names):
+        return f"no model weights ({SAFE_WEIGHTS_NAME})"
+    return None
+
+
+def _incomplete(checkpoints_: list[Path]) -> list[str]:
+    return [f"{checkpoint.name} ({problem})" for checkpoint in checkpoints_
+            if (problem := checkpoint_problem(checkpoint)) is not None]
+
+
 def resolve_resume(output_dir: str | Path, resume_from_checkpoint: str | bool | None, flags: Flags = TRAINER_FLAGS
                    ) -> Path | None:
-    """The checkpoint folder a run resumes from: ``latest`` (or ``True``) is the newest ``checkpoint-N``
-    of ``output_dir``; a path must be a Trainer checkpoint (``trainer_state.json``)."""
+    """The checkpoint folder a run resumes from: ``latest`` (or ``True``) is the newest complete
+    ``checkpoint-N`` of ``output_dir`` (:func:`checkpoint_problem`; newer incomplete ones are skipped); a
+    path must be a Trainer checkpoint (:func:`check_output_dir` also refuses an incomplete one)."""
     if resume_from_checkpoint in (None, False, "") or str(resume_from_checkpoint).lower() in ("false", "none"):
         return None
     if resume_from_checkpoint is True or str(resume_from_checkpoint).lower() in RESUME_LATEST:
@@ -106,14 +164,37 @@ def resolve_resume(output_dir: str | Path, resume_from_checkpoint: str | bool | 
         if not found:
             raise OutputDirError(f"{flags.resume} {resume_from_checkpoint}: {output_dir} holds no checkpoint-N folder "
                                  "to resume from.")
-        return found[-1]
+        complete = [checkpoint for checkpoint in found if checkpoint_problem(checkpoint) is None]
+        if not complete:
+            raise OutputDirError(f"{flags.resume} {resume_from_checkpoint}: {output_dir} holds no complete "
+                                 f"checkpoint-N folder ({_listing(_incomplete(found), 3)}): start afresh with "
+                                 f"{flags.overwrite}.")
+        return complete[-1]
     checkpoint = Path(resume_from_checkpoint)
     if not checkpoint.is_dir():
         raise OutputDirError(f"{flags.resume} {checkpoint}: no such folder.")
-    if not (checkpoint / "trainer_state.json").is_file():
-        raise OutputDirError(f"{flags.resume} {checkpoint}: not a Trainer checkpoint (no trainer_state.json); "
+    if not (checkpoint / TRAINER_STATE).is_file():
+        raise OutputDirError(f"{flags.resume} {checkpoint}: not a Trainer checkpoint (no {TRAINER_STATE}); "
                              "name a checkpoint-N folder, or 'latest'.")
     return checkpoint
+
+
+def _complete(checkpoint: Path | None, flags: Flags) -> Path | None:
+    """``checkpoint`` if it is None or complete (:func:`checkpoint_problem`), else one line saying why not."""
+    problem = checkpoint_problem(checkpoint) if checkpoint is not None else None
+    if problem is not None:
+        raise OutputDirError(f"{flags.resume} {checkpoint}: incomplete checkpoint ({problem}; was its run killed "
+                             "while saving it?); name an earlier checkpoint-N, or 'latest'.")
+    return checkpoint
+
+
+def skipped_checkpoints(output_dir: str | Path, checkpoint: str | Path) -> list[str]:
+    """The incomplete checkpoints of ``output_dir`` newer than ``checkpoint`` (``name (why)``): those that
+    ``latest`` skipped."""
+    found = checkpoints(output_dir)
+    resolved = [path.resolve() for path in found]
+    target = Path(checkpoint).resolve()
+    return _incomplete(found[resolved.index(target) + 1:]) if target in resolved else []
 
 
 def check_output_dir(
@@ -125,8 +206,9 @@ def check_output_dir(
     flags: Flags = TRAINER_FLAGS,
 ) -> Path | None:
     """Decide (reading only) whether a run may write into ``output_dir``; returns the checkpoint it resumes
-    from. Raises :class:`OutputDirError` when the folder holds another run, or when ``overwrite`` would delete
-    the working directory, the resumed checkpoint or one of ``inputs`` (paths the run reads)."""
+    from. Raises :class:`OutputDirError` when the folder holds another run, when ``overwrite`` would delete
+    the working directory, the resumed checkpoint or one of ``inputs`` (paths the run reads), or when the
+    checkpoint is incomplete."""
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise OutputDirError(f"{flags.output_dir} {folder} is a file, not a folder: choose a folder.")
@@ -144,9 +226,9 @@ def check_output_dir(
                 if source and Path(source).exists() and _inside(Path(source), folder):
                     raise OutputDirError(f"{flags.overwrite} would delete {source}, which this run reads: choose "
                                          f"another {flags.output_dir} or move {source} out of {folder}.")
-        return checkpoint
+        return _complete(checkpoint, flags)
     if not names or (checkpoint is not None and _inside(checkpoint, folder)):
-        return checkpoint  # a fresh folder, or the run that stopped here resumes
+        return _complete(checkpoint, flags)  # a fresh folder, or the run that stopped here resumes
     found = checkpoints(folder)
     if checkpoint is not None:  # resuming elsewhere's run into a used folder would mix the two
         resume = f", or resume into the checkpoint's own run ({flags.output_dir} {checkpoint.parent})"
@@ -225,17 +307,174 @@ def prepare_output_dir(
         if errors:
             raise OutputDirError(errors[0])
     if checkpoint is not None and (args is None or getattr(args, "process_index", 0) == 0):
+        skipped = skipped_checkpoints(output_dir, checkpoint)
+        if skipped:
+            logger.warning("%s %s: skipping the incomplete %s (killed while saving?); resuming from %s",
+                           flags.resume, resume_from_checkpoint, ", ".join(skipped), checkpoint)
         warn_if_resume_state_missing(checkpoint, world_size=getattr(args, "world_size", 1) if args is not None else 1)
     return checkpoint
 
 
+# ------------------------------------------------------------------------------------------------ run lock
+
+
+def lock_file(output_dir: str | Path) -> Path:
+    """The lock file of a run into ``output_dir``: ``.<name>.lock`` beside the folder (not inside it, where
+    ``--overwrite_output_dir`` would delete it and ``push`` would see it), so that runs on other machines
+    sharing the filesystem see it too; :func:`local_lock_file` where the folder's parent is not writable."""
+    folder = Path(output_dir).resolve()
+    parent = next((p for p in (folder.parent, *folder.parent.parents) if p.exists()), folder.parent)
+    if not os.access(parent, os.W_OK):
+        return local_lock_file(output_dir)
+    return folder.parent / f".{folder.name or 'root'}.lock"
+
+
+def local_lock_file(output_dir: str | Path) -> Path:
+    """A lock file for ``output_dir`` in this machine's temporary folder, named after its resolved path."""
+    folder = Path(output_dir).resolve()
+    digest = hashlib.sha256(str(folder).encode()).hexdigest()[:16]
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"dense-encoders-locks-{user}" / f"{folder.name or 'root'}-{digest}.lock"
+
+
+# flock errors of a filesystem that cannot lock (some network or FUSE mounts): lock on this machine instead
+_NO_LOCKING = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS}
+
+
+class OutputDirLock:
+    """An exclusive lock on a run's output folder, held by one process: ``fcntl.flock`` on :func:`lock_file`,
+    which records the holder (PID, host, start time). The kernel releases it when the process dies, however it
+    dies, so a killed run never blocks the next; :meth:`release` also removes the file. Without ``fcntl`` (not
+    POSIX) nothing is locked."""
+
+    def __init__(self, output_dir: str | Path, flags: Flags = TRAINER_FLAGS):
+        self.folder = Path(output_dir)
+        self.path = lock_file(output_dir)
+        self.flags = flags
+        self._fd: int | None = None
+        self._made: list[Path] = []  # folders made to hold the lock file, removed again when left empty
+
+    def acquire(self) -> OutputDirLock:
+        """Take the lock, or raise :class:`OutputDirError` naming the run that holds it."""
+        if fcntl is None:
+            return self
+        try:
+            fd = self._lock(self.path)
+        except OSError as error:
+            if error.errno not in _NO_LOCKING or self.path == local_lock_file(self.folder):
+                raise
+            logger.warning("%s cannot be locked (%s): locking %s instead, which only runs on this machine see",
+                           self.path, error.strerror, local_lock_file(self.folder))
+            self.path = local_lock_file(self.folder)
+            fd = self._lock(self.path)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "started": datetime.datetime.now().isoformat(timespec="seconds")}).encode())
+        self._fd = fd
+        return self
+
+    def _lock(self, path: Path) -> int:
+        """A descriptor of ``path`` holding its lock (the folders up to it made where missing)."""
+        self._made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            while True:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = _holder(fd)
+                    os.close(fd)
+                    raise OutputDirError(
+                        f"{self.folder} is in use by another run ({holder}; lock file {path}): wait for it to end, "
+                        f"or choose another {self.flags.output_dir}.") from None
+                except BaseException:
+                    os.close(fd)
+                    raise
+                if _same_file(fd, path):  # else its holder removed the file as we opened it: lock the new one
+                    return fd
+                os.close(fd)
+        except BaseException:
+            self._remove_made()
+            raise
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock (the file first, while it is still held)."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            if _same_file(fd, self.path):
+                self.path.unlink()
+        finally:
+            os.close(fd)
+            self._remove_made()
+
+    def _remove_made(self) -> None:
+        for folder in self._made:  # innermost first; a folder something else was put in stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        self._made = []
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        opened, named = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
+
+
+def _holder(fd: int, attempts: int = 20) -> str:
+    """Who holds the lock of ``fd``, as its lock file records it (a holder that has only just taken the lock
+    may not have written it yet: read again for up to a second)."""
+    for _ in range(attempts):
+        try:
+            record = json.loads(os.pread(fd, 4096, 0).decode() or "null")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            record = None
+        if isinstance(record, dict) and "pid" in record:
+            return (f"PID {record['pid']} on {record.get('host', 'an unknown host')}, started "
+                    f"{record.get('started', 'at an unknown time')}")
+        time.sleep(0.05)
+    return "PID unknown"
+
+
+@contextlib.contextmanager
+def output_dir_lock(output_dir: str | Path, *, args=None, flags: Flags = TRAINER_FLAGS) -> Iterator[None]:
+    """Hold :class:`OutputDirLock` on ``output_dir`` for the ``with`` block: one run per folder. ``args``
+    (``TrainingArguments``) makes it collective under ``torchrun``: the first process (``process_index`` 0)
+    holds the lock, and every process raises the same :class:`OutputDirError` when it is taken."""
+    lock, error = None, None
+    if args is None or getattr(args, "process_index", 0) == 0:
+        try:
+            lock = OutputDirLock(output_dir, flags).acquire()
+        except OutputDirError as refused:  # the other processes must hear of it too
+            error = str(refused)
+        except OSError as failure:
+            error = f"could not lock {output_dir} for this run ({failure})"
+    error = _agree(error, args)
+    if error is not None:
+        raise OutputDirError(error)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 def check_training_numbers(args) -> None:
-    """Batch sizes >= 1 and a learning rate >= 0: one line naming the flag and the value, raised before
-    any folder is made or model loaded (torch's own errors name neither, and come only after loading)."""
+    """Batch sizes >= 1, ``max_steps`` >= 1 (or -1, unset: epochs) and a learning rate >= 0: one line naming the
+    flag and the value, raised before any folder is made or model loaded (torch's own errors name neither, and
+    come only after loading; ``max_steps`` 0 would train one step at learning rate 0)."""
     for name in ("per_device_train_batch_size", "gradient_accumulation_steps"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ValueError(f"--{name} {value}: give an integer >= 1")
+    max_steps = getattr(args, "max_steps", None)
+    if max_steps is not None and (max_steps == 0 or max_steps < -1):
+        raise ValueError(f"--max_steps {max_steps}: give a number of optimizer steps >= 1, or leave it unset (-1) "
+                         "to train for --num_train_epochs")
     learning_rate = getattr(args, "learning_rate", None)
     if learning_rate is not None and not learning_rate >= 0:  # also NaN
         raise ValueError(f"--learning_rate {learning_rate}: give a learning rate >= 0 (e.g. 1e-4)")
@@ -299,15 +538,21 @@ __all__ = [
     "DASHED_FLAGS",
     "Flags",
     "OutputDirError",
+    "OutputDirLock",
     "TRAINER_FLAGS",
     "check_output_dir",
     "check_training_numbers",
+    "checkpoint_problem",
     "checkpoints",
     "clear_output_dir",
+    "local_lock_file",
+    "lock_file",
     "missing_resume_state",
+    "output_dir_lock",
     "prepare_output_dir",
     "prepare_trainer_output_dir",
     "resolve_resume",
+    "skipped_checkpoints",
     "training_args_dict",
     "warn_if_resume_state_missing",
     "write_training_args",

@@ -32,6 +32,7 @@ from ..data.format import DataFormatError, document_record, document_text
 from ..hub import model_card
 from ..tokenization import load_tokenizer
 from .output_dir import (
+    output_dir_lock,
     overwrite_output_dir_field,
     prepare_trainer_output_dir,
     resume_from_checkpoint_field,
@@ -398,7 +399,14 @@ def check_corpus(source, *, streaming: bool = False) -> None:
 
 def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state,
-    sentence-transformers files (CLS pooling, dot product; written by ``save_pretrained``) and a model card to ``args.output_dir``."""
+    sentence-transformers files (CLS pooling, dot product; written by ``save_pretrained``) and a model card to ``args.output_dir``.
+    The run holds the folder's lock throughout (:func:`~dense_encoders.trainer.output_dir.output_dir_lock`)."""
+    with output_dir_lock(args.output_dir, args=args):
+        return _pretrain(setup, args)
+
+
+def _pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
+    """:func:`pretrain` itself, run while the folder's lock is held."""
     if setup.streaming and args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
     if setup.corpus:  # before any folder is made or model loaded (the bundled corpus is known good)

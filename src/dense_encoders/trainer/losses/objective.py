@@ -26,7 +26,10 @@ def _parse_weight(name: str, weight_text: str | None, spec: str) -> float:
     except ValueError:
         raise ValueError(f"bad weight {weight_text!r} for loss {name!r} in spec {spec!r}") from None
     if not math.isfinite(weight) or weight < 0:
-        raise ValueError(f"weight for loss {name!r} must be a finite number >= 0, got {weight_text!r}")
+        raise ValueError(f"weight for loss {name!r} must be a finite number > 0, got {weight_text!r}")
+    if weight == 0:  # it would train nothing, silently
+        raise ValueError(f"weight for loss {name!r} must be a finite number > 0, got {weight_text!r}: a zero weight "
+                         f"trains nothing; drop {name!r} from the spec instead")
     return weight
 
 
@@ -35,7 +38,7 @@ def parse_loss_spec(spec: str) -> dict[str, float]:
 
     Returns ``{name: weight}`` in the spec's order; a missing weight is 1. Raises ValueError on an
     empty spec or term, an unknown or duplicate name, or a weight that is not a finite number
-    >= 0.
+    > 0 (a zero weight would silently train nothing).
     """
     known = ", ".join(LOSS_CLASSES)
     if not isinstance(spec, str) or not spec.strip():
