@@ -519,10 +519,15 @@ def assert_same_run(full: Path, resumed: Path, checkpoint: str, parts: tuple[str
 
 @pytest.mark.slow
 @pytest.mark.numerics
-def test_two_process_distill_resumes_exactly(tmp_path, float64_student_folder):
+def test_two_process_distill_resumes_exactly(tmp_path, tok):
     """torchrun with 2 processes and InfoNCE over the gathered batch: resumed from 'latest' (checkpoint-2, mid-epoch;
     10 queries in global batches of 4, the last one completed by accelerate), the run crosses into the next epoch
-    with the uninterrupted run's batches and document samples ('random' sampling), logs and final weights."""
+    with the uninterrupted run's batches and document samples ('random' sampling), logs and final weights.
+    'latest' skips checkpoint-4, which lacks process 1's RNG state (rank 1 killed while saving it). The student has
+    dropout, as real students do, so each process must draw the uninterrupted run's random numbers."""
+    float64_student_folder = tmp_path / "student64-dropout"
+    tiny_bert(tok, dtype=torch.float64, hidden_dropout_prob=0.1).save_pretrained(float64_student_folder)
+    tok.save_pretrained(float64_student_folder)
     train_file = write_training_file(tmp_path / "train.jsonl", make_records(num_queries=10, num_documents=8))
 
     def torchrun(output_dir, *extra):
@@ -534,12 +539,18 @@ def test_two_process_distill_resumes_exactly(tmp_path, float64_student_folder):
         result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
                                 env=cpu_only_env(PYTHONPATH=str(REPO_ROOT / "src"), OMP_NUM_THREADS="1"))
         assert result.returncode == 0, result.stderr[-6000:]
+        return result.stderr
 
     full = tmp_path / "full"
     torchrun(full)
     resumed = resume_copy(full, "checkpoint-2", tmp_path / "resumed")
     assert {p.name for p in resumed.glob("checkpoint-2/rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
-    torchrun(resumed, "--resume_from_checkpoint", "latest")
+    # rank 1 killed while saving checkpoint-4: rank 0 wrote its part and trainer_state.json, rank 1 no RNG state
+    resume_copy(full, "checkpoint-4", resumed)
+    (resumed / "checkpoint-4" / "rng_state_1.pth").unlink()
+    log = torchrun(resumed, "--resume_from_checkpoint", "latest")
+    assert ("skipping the incomplete checkpoint-4 (no rng_state_1.pth: process 1 was stopped before it saved its "
+            f"random state) (killed while saving?); resuming from {resumed / 'checkpoint-2'}") in log
     assert_same_run(full, resumed, "checkpoint-2", parts=("margin_mse_loss", "kl_loss", "infonce_loss"))
 
 

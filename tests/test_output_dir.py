@@ -28,6 +28,7 @@ from dense_encoders.trainer.output_dir import (
     OutputDirLock,
     check_output_dir,
     checkpoint_problem,
+    latest_checkpoint,
     local_lock_file,
     lock_file,
     missing_resume_state,
@@ -398,6 +399,37 @@ def test_resume_latest_skips_checkpoints_killed_while_being_saved(tmp_path, smal
     assert main(pretrain_argv(small_corpus, output, "--resume_from_checkpoint", "latest", steps=5)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no complete checkpoint-N folder (checkpoint-2 (no trainer_state.json)" in err
+
+
+def fake_checkpoint(folder: Path, *rng_states: str) -> Path:
+    """A checkpoint-N as the Trainer leaves it: weights, optimizer, scheduler, the named RNG states, state last."""
+    folder.mkdir(parents=True)
+    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", *rng_states):
+        (folder / name).write_bytes(b"x")
+    (folder / "trainer_state.json").write_text("{}")
+    return folder
+
+
+def test_latest_skips_a_checkpoint_that_another_process_did_not_finish(tmp_path):
+    """Each process of a torchrun saves its own rng_state_<rank>.pth, and rank 0 writes trainer_state.json without
+    waiting for the others: a checkpoint of a 2-process run without rng_state_1.pth was cut off while process 1
+    saved it. 'latest' of a 2-process run skips it; a run on one process, or on more processes than wrote every
+    checkpoint (the world size changed: warned about, not skipped), judges it as before."""
+    run = tmp_path / "run"
+    two = fake_checkpoint(run / "checkpoint-2", "rng_state_0.pth", "rng_state_1.pth")
+    four = fake_checkpoint(run / "checkpoint-4", "rng_state_0.pth")  # process 1 was killed while saving
+    assert checkpoint_problem(four, world_size=2) == (
+        "no rng_state_1.pth: process 1 was stopped before it saved its random state")
+    assert checkpoint_problem(four) is None and checkpoint_problem(two, world_size=2) is None
+    assert latest_checkpoint([two, four], world_size=2) == (two, 2)
+    assert latest_checkpoint([two, four], world_size=1) == (four, 1)
+    # resumed on 4 processes: no checkpoint holds 4 RNG states, so none is skipped for lacking them
+    assert latest_checkpoint([two, four], world_size=4) == (four, 1)
+    # a one-process checkpoint (rng_state.pth) resumed on 2 processes: nothing per process to miss
+    one = fake_checkpoint(tmp_path / "single" / "checkpoint-3", "rng_state.pth")
+    assert checkpoint_problem(one, world_size=2) is None
+    assert check_output_dir(run, resume_from_checkpoint="latest", world_size=2) == two
+    assert check_output_dir(run, resume_from_checkpoint="latest") == four
 
 
 def test_max_steps_zero_is_refused(tmp_path, small_corpus, capsys):

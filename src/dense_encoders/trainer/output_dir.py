@@ -62,6 +62,8 @@ TRAINER_STATE = "trainer_state.json"  # the Trainer writes it last into a checkp
 WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME,
                 ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
 WEIGHT_FOLDERS = re.compile(r"^(pytorch_model_fsdp_\d+|global_step\d+)$")
+# each process of a multi-process run saves its own RNG state into a checkpoint
+PROCESS_RNG_STATE = re.compile(r"^rng_state_(\d+)\.pth$")
 RESUME_LATEST = ("latest", "last", "true")  # --resume_from_checkpoint latest: the newest checkpoint-N of the folder
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -128,11 +130,16 @@ def _listing(names: list[str], limit: int = 4) -> str:
     return shown + (f", ... {len(names)} entries" if len(names) > limit else "")
 
 
-def checkpoint_problem(checkpoint: str | Path) -> str | None:
+def checkpoint_problem(checkpoint: str | Path, world_size: int = 1) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or None when it is complete. The Trainer writes a
     checkpoint's ``trainer_state.json`` last (``Trainer._save_checkpoint``: model, optimizer, scheduler, RNG
     state, then the state), so a run killed while saving leaves no (or a cut-off) ``trainer_state.json``;
-    weights removed afterwards are a problem too."""
+    weights removed afterwards are a problem too.
+
+    ``world_size`` > 1 (a run of that many processes resumes): every process saves its own
+    ``rng_state_<rank>.pth``, and rank 0 writes ``trainer_state.json`` without waiting for the others, so a
+    checkpoint of a multi-process run that lacks one of those files was cut off while another process saved it
+    (resumed from it, that process would draw other random numbers than the uninterrupted run)."""
     folder = Path(checkpoint)
     state = folder / TRAINER_STATE
     if not state.is_file():
@@ -144,16 +151,31 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
     names = _entries(folder)
     if not any(name in WEIGHT_FILES or WEIGHT_FOLDERS.match(name) for name in names):
         return f"no model weights ({SAFE_WEIGHTS_NAME})"
+    saved = {int(match.group(1)) for name in names if (match := PROCESS_RNG_STATE.match(name))}
+    missing = [rank for rank in range(world_size) if rank not in saved] if world_size > 1 else []
+    if saved and missing:
+        return f"no rng_state_{missing[0]}.pth: process {missing[0]} was stopped before it saved its random state"
     return None
 
 
-def _incomplete(checkpoints_: list[Path]) -> list[str]:
+def _incomplete(checkpoints_: list[Path], world_size: int = 1) -> list[str]:
     return [f"{checkpoint.name} ({problem})" for checkpoint in checkpoints_
-            if (problem := checkpoint_problem(checkpoint)) is not None]
+            if (problem := checkpoint_problem(checkpoint, world_size)) is not None]
 
 
-def resolve_resume(output_dir: str | Path, resume_from_checkpoint: str | bool | None, flags: Flags = TRAINER_FLAGS
-                   ) -> Path | None:
+def latest_checkpoint(found: list[Path], world_size: int = 1) -> tuple[Path | None, int]:
+    """The newest complete checkpoint of ``found`` (oldest first) and the world size it was judged complete
+    for: complete for ``world_size`` processes if any is; else complete for one (a run resumed on more
+    processes than saved its checkpoints: the missing RNG states are warned about, not skipped)."""
+    for judged_for in dict.fromkeys((world_size, 1)):
+        complete = [checkpoint for checkpoint in found if checkpoint_problem(checkpoint, judged_for) is None]
+        if complete:
+            return complete[-1], judged_for
+    return None, 1
+
+
+def resolve_resume(output_dir: str | Path, resume_from_checkpoint: str | bool | None, flags: Flags = TRAINER_FLAGS,
+                   world_size: int = 1) -> Path | None:
     """The checkpoint folder a run resumes from: ``latest`` (or ``True``) is the newest complete
     ``checkpoint-N`` of ``output_dir`` (:func:`checkpoint_problem`; newer incomplete ones are skipped); a
     path must be a Trainer checkpoint (:func:`check_output_dir` also refuses an incomplete one)."""
@@ -164,12 +186,12 @@ def resolve_resume(output_dir: str | Path, resume_from_checkpoint: str | bool | 
         if not found:
             raise OutputDirError(f"{flags.resume} {resume_from_checkpoint}: {output_dir} holds no checkpoint-N folder "
                                  "to resume from.")
-        complete = [checkpoint for checkpoint in found if checkpoint_problem(checkpoint) is None]
-        if not complete:
+        latest, _ = latest_checkpoint(found, world_size)
+        if latest is None:
             raise OutputDirError(f"{flags.resume} {resume_from_checkpoint}: {output_dir} holds no complete "
                                  f"checkpoint-N folder ({_listing(_incomplete(found), 3)}): start afresh with "
                                  f"{flags.overwrite}.")
-        return complete[-1]
+        return latest
     checkpoint = Path(resume_from_checkpoint)
     if not checkpoint.is_dir():
         raise OutputDirError(f"{flags.resume} {checkpoint}: no such folder.")
@@ -188,13 +210,14 @@ def _complete(checkpoint: Path | None, flags: Flags) -> Path | None:
     return checkpoint
 
 
-def skipped_checkpoints(output_dir: str | Path, checkpoint: str | Path) -> list[str]:
+def skipped_checkpoints(output_dir: str | Path, checkpoint: str | Path, world_size: int = 1) -> list[str]:
     """The incomplete checkpoints of ``output_dir`` newer than ``checkpoint`` (``name (why)``): those that
-    ``latest`` skipped."""
+    ``latest`` skipped (for a run of ``world_size`` processes)."""
     found = checkpoints(output_dir)
     resolved = [path.resolve() for path in found]
     target = Path(checkpoint).resolve()
-    return _incomplete(found[resolved.index(target) + 1:]) if target in resolved else []
+    _, judged_for = latest_checkpoint(found, world_size)
+    return _incomplete(found[resolved.index(target) + 1:], judged_for) if target in resolved else []
 
 
 def check_output_dir(
@@ -204,15 +227,16 @@ def check_output_dir(
     resume_from_checkpoint: str | bool | None = None,
     inputs: Iterable[str | Path | None] = (),
     flags: Flags = TRAINER_FLAGS,
+    world_size: int = 1,
 ) -> Path | None:
-    """Decide (reading only) whether a run may write into ``output_dir``; returns the checkpoint it resumes
-    from. Raises :class:`OutputDirError` when the folder holds another run, when ``overwrite`` would delete
+    """Decide (reading only) whether a run of ``world_size`` processes may write into ``output_dir``; returns
+    the checkpoint it resumes from. Raises :class:`OutputDirError` when the folder holds another run, when ``overwrite`` would delete
     the working directory, the resumed checkpoint or one of ``inputs`` (paths the run reads), or when the
     checkpoint is incomplete."""
     folder = Path(output_dir)
     if folder.exists() and not folder.is_dir():
         raise OutputDirError(f"{flags.output_dir} {folder} is a file, not a folder: choose a folder.")
-    checkpoint = resolve_resume(folder, resume_from_checkpoint, flags)
+    checkpoint = resolve_resume(folder, resume_from_checkpoint, flags, world_size)
     names = _entries(folder)
     if overwrite:
         if names:
@@ -287,9 +311,10 @@ def prepare_output_dir(
     """:func:`check_output_dir`, then clear the folder when ``overwrite``, then warn if the resumed checkpoint
     lacks state. ``args`` (``TrainingArguments``) makes it collective under ``torchrun``: rank 0 decides for
     all, the saving processes clear, everyone returns together (or raises the same error)."""
+    world_size = getattr(args, "world_size", 1) if args is not None else 1
     try:
         verdict = ("ok", check_output_dir(output_dir, overwrite=overwrite, inputs=inputs, flags=flags,
-                                          resume_from_checkpoint=resume_from_checkpoint))
+                                          resume_from_checkpoint=resume_from_checkpoint, world_size=world_size))
     except OutputDirError as error:
         verdict = ("error", str(error))
     kind, value = _agree((verdict[0], str(verdict[1]) if verdict[1] is not None else None), args)
@@ -307,11 +332,11 @@ def prepare_output_dir(
         if errors:
             raise OutputDirError(errors[0])
     if checkpoint is not None and (args is None or getattr(args, "process_index", 0) == 0):
-        skipped = skipped_checkpoints(output_dir, checkpoint)
+        skipped = skipped_checkpoints(output_dir, checkpoint, world_size)
         if skipped:
             logger.warning("%s %s: skipping the incomplete %s (killed while saving?); resuming from %s",
                            flags.resume, resume_from_checkpoint, ", ".join(skipped), checkpoint)
-        warn_if_resume_state_missing(checkpoint, world_size=getattr(args, "world_size", 1) if args is not None else 1)
+        warn_if_resume_state_missing(checkpoint, world_size=world_size)
     return checkpoint
 
 
