@@ -37,13 +37,16 @@ from transformers.dynamic_module_utils import get_relative_import_files
 from transformers.utils import cached_file
 
 from ..models.condenser import CondenserModel
+from ..models.condenser.configuration_condenser import CONDENSER_AUTO_MAP
 from ..models.condenser.sentence_transformers_condenser import (
     SENTENCE_TRANSFORMERS_FILES,
     sentence_transformers_files,
 )
 from ..models.condenser.sentence_transformers_condenser import write_sentence_transformers_files as write_folder_files
 from ..models.infused import InfusedDualEncoderModel
+from ..models.infused.configuration_infused import INFUSED_AUTO_MAP
 from ..models.tite import TiteModel
+from ..models.tite.configuration_tite import TITE_AUTO_MAP
 
 # model_type -> the encoder class AutoModel loads (it declares its sentence-transformers pipeline)
 OUR_ENCODERS = {
@@ -52,6 +55,13 @@ OUR_ENCODERS = {
     InfusedDualEncoderModel.config_class.model_type: InfusedDualEncoderModel,
 }
 OUR_MODEL_TYPES = tuple(OUR_ENCODERS)
+# model_type -> the Auto classes `import dense_encoders` registers for it: for these, transformers uses the
+# installed classes and never the code a folder carries (the auto_map each family writes names exactly these)
+OUR_AUTO_CLASSES = {
+    CondenserModel.config_class.model_type: tuple(CONDENSER_AUTO_MAP),
+    TiteModel.config_class.model_type: tuple(TITE_AUTO_MAP),
+    InfusedDualEncoderModel.config_class.model_type: tuple(INFUSED_AUTO_MAP),
+}
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "spiece.model", "vocab.json")
 
 # What a model folder is made of, by kind (docs/hub.md states the same rule): `dense-encoders push` uploads
@@ -325,13 +335,14 @@ def missing_sentence_transformers_files(folder: str | Path) -> dict[str, str]:
     config = _read_json(folder / "config.json") or {}
     if (folder / "modules.json").is_file() or config.get("model_type") not in OUR_ENCODERS:
         return {}
-    pooling, similarity = native_pipeline(AutoConfig.from_pretrained(folder, trust_remote_code=True))
+    pooling, similarity = native_pipeline(AutoConfig.from_pretrained(folder))  # ours: registered
     files = sentence_transformers_files(_embedding_dimension(config), pooling, similarity)
     return {path: text for path, text in files.items() if not (folder / path).exists()}
 
 
 __all__ = [
     "CONFIGURATION_FILES",
+    "OUR_AUTO_CLASSES",
     "OUR_ENCODERS",
     "OUR_MODEL_TYPES",
     "SENTENCE_TRANSFORMERS_FILES",

@@ -16,6 +16,10 @@ declares is refused (:mod:`.weights`; ``allow_missing_weights`` turns the refusa
   report, so these two check the folder before loading it (:func:`~.weights.check_checkpoint_weights`);
   :func:`check_cross_encoder` is that check for a cross-encoder, for callers that refuse a folder before
   anything is written.
+
+A folder or Hub id that would run code of its own (``auto_map`` in its ``config.json``, custom
+sentence-transformers modules) is refused unless ``trust_remote_code=True`` (:mod:`.trust`); our own
+families load without it.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
 from ..vectors import POOLING_MODES, refuse_mean_pooling_of_tite
 from .folder import has_sentence_transformers_files, is_ours, native_pipeline
+from .trust import refuse_untrusted_code
 from .weights import (
     check_checkpoint_weights,
     checkpoint_tensor_names,
     from_pretrained_kwargs,
+    load_report_hidden,
     loaded_differences,
     refuse_differences,
 )
@@ -46,22 +52,25 @@ def load_checked_model(
     *,
     auto_class: str = "AutoModel",
     allow_missing_weights: bool = False,
-    trust_remote_code: bool = True,
+    trust_remote_code: bool = False,
 ):
     """``transformers.<auto_class>.from_pretrained(name_or_path)``, refused (:class:`~.weights.CheckpointWeightsError`)
-    when its weights miss or add tensors of the model, unless ``allow_missing_weights``.
+    when its weights miss or add tensors of the model, unless ``allow_missing_weights``; refused
+    (:class:`~.trust.UntrustedCodeError`) when it would run code of its own, unless ``trust_remote_code``.
 
     The weight files' headers are read first (an unreadable file is an error naming it); the differences
     are what ``output_loading_info`` reports, less those a base model expects (:func:`~.weights.loaded_differences`).
     Our model classes are told ``allow_missing_weights=True`` so that the report, not their own check, decides.
     """
     name_or_path = str(name_or_path)
+    refuse_untrusted_code(name_or_path, trust_remote_code)
     found = checkpoint_tensor_names(name_or_path)
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     ours = {"allow_missing_weights": True} if is_ours(config) else {}
-    model, info = getattr(transformers, auto_class).from_pretrained(
-        name_or_path, config=config, trust_remote_code=trust_remote_code, output_loading_info=True, **ours
-    )
+    with load_report_hidden():  # the differences that matter are refused (or named) below
+        model, info = getattr(transformers, auto_class).from_pretrained(
+            name_or_path, config=config, trust_remote_code=trust_remote_code, output_loading_info=True, **ours
+        )
     if found is not None:
         missing, unexpected = loaded_differences(model, info, found[1])
         report = {"files": found[0], "model_class": type(model).__name__, "ours": bool(ours),
@@ -77,7 +86,7 @@ def model_and_tokenizer(
     cross_encoder: bool,
     device: str | None = None,
     allow_missing_weights: bool = False,
-    trust_remote_code: bool = True,
+    trust_remote_code: bool = False,
 ):
     """(transformers model in eval mode, tokenizer) of a bi-encoder (``cross_encoder=False``: loaded with
     ``AutoModel``) or a cross-encoder (``AutoModelForSequenceClassification``).
@@ -110,16 +119,19 @@ def model_and_tokenizer(
 
 
 def cross_encoder_model_and_tokenizer(
-    cross_encoder, tokenizer=None, device: str | None = None, *, allow_missing_weights: bool = False
+    cross_encoder, tokenizer=None, device: str | None = None, *, allow_missing_weights: bool = False,
+    trust_remote_code: bool = False,
 ):
     """(sequence-classification model in eval mode, fast pair tokenizer) of a cross-encoder given as
     :func:`model_and_tokenizer` takes it; its config must declare a sequence-classification head (a folder or
     Hub id is checked by :func:`check_cross_encoder` first). For code that works on the model's layers
     (layer-wise embeddings, infusion)."""
     if isinstance(cross_encoder, (str, os.PathLike)):
-        _check_classification_architecture(str(cross_encoder), trust_remote_code=True)
+        refuse_untrusted_code(cross_encoder, trust_remote_code)
+        _check_classification_architecture(str(cross_encoder), trust_remote_code=trust_remote_code)
     model, tokenizer = model_and_tokenizer(cross_encoder, tokenizer, cross_encoder=True, device=device,
-                                           allow_missing_weights=allow_missing_weights)
+                                           allow_missing_weights=allow_missing_weights,
+                                           trust_remote_code=trust_remote_code)
     if not type(model).__name__.endswith("ForSequenceClassification"):
         raise ValueError(
             f"{type(model).__name__} has no sequence-classification head: a cross-encoder scores (query, document) "
@@ -138,10 +150,12 @@ def _check_classification_architecture(name: str, *, trust_remote_code: bool) ->
         )
 
 
-def check_cross_encoder(name: str, *, trust_remote_code: bool = True, allow_missing_weights: bool = False) -> None:
-    """Raise unless the folder / Hub id ``name`` is a complete cross-encoder checkpoint: its config declares a
+def check_cross_encoder(name: str, *, trust_remote_code: bool = False, allow_missing_weights: bool = False) -> None:
+    """Raise unless the folder / Hub id ``name`` is a complete cross-encoder checkpoint: it runs no code of its own
+    unless ``trust_remote_code`` (:func:`~.trust.refuse_untrusted_code`), its config declares a
     sequence-classification architecture and its weights hold every tensor of that model (checked without
-    loading it, :func:`~.weights.check_checkpoint_weights`; ``allow_missing_weights`` lifts this second check)."""
+    loading it, :func:`~.weights.check_checkpoint_weights`; ``allow_missing_weights`` lifts this last check)."""
+    refuse_untrusted_code(name, trust_remote_code)
     _check_classification_architecture(name, trust_remote_code=trust_remote_code)
     check_checkpoint_weights(
         name,
@@ -152,7 +166,7 @@ def check_cross_encoder(name: str, *, trust_remote_code: bool = True, allow_miss
 
 
 def load_cross_encoder(
-    cross_encoder, device: str | None = None, trust_remote_code: bool = True, allow_missing_weights: bool = False
+    cross_encoder, device: str | None = None, trust_remote_code: bool = False, allow_missing_weights: bool = False
 ):
     """A sentence-transformers ``CrossEncoder``: as is, or opened from a folder / Hub id after
     :func:`check_cross_encoder` (a checkpoint whose weights miss or add tensors of its model is refused unless
@@ -161,7 +175,8 @@ def load_cross_encoder(
         return cross_encoder
     name = str(cross_encoder)
     check_cross_encoder(name, trust_remote_code=trust_remote_code, allow_missing_weights=allow_missing_weights)
-    return CrossEncoder(name, device=device, trust_remote_code=trust_remote_code)
+    with load_report_hidden():
+        return CrossEncoder(name, device=device, trust_remote_code=trust_remote_code)
 
 
 def load_sentence_transformer(
@@ -169,7 +184,7 @@ def load_sentence_transformer(
     *,
     pooling: str | None = None,
     device: str | None = None,
-    trust_remote_code: bool = True,
+    trust_remote_code: bool = False,
     allow_missing_weights: bool = False,
 ):
     """``model`` (a SentenceTransformer, a folder or a Hub id) as a SentenceTransformer.
@@ -180,7 +195,8 @@ def load_sentence_transformer(
     * any other ``AutoModel`` checkpoint needs an explicit ``pooling="cls"`` or ``"mean"``.
 
     A folder or Hub id whose weights miss (or add) tensors of the model it declares is refused
-    (:func:`~.weights.check_checkpoint_weights`) unless ``allow_missing_weights``."""
+    (:func:`~.weights.check_checkpoint_weights`) unless ``allow_missing_weights``; one that would run code of its
+    own (``auto_map``, custom modules) unless ``trust_remote_code`` (:func:`~.trust.refuse_untrusted_code`)."""
     if pooling is not None and pooling not in POOLING_MODES:
         raise ValueError(f"pooling={pooling!r}: choose one of {POOLING_MODES}")
     if isinstance(model, SentenceTransformer):
@@ -188,14 +204,16 @@ def load_sentence_transformer(
             raise ValueError("pooling= is for plain transformers checkpoints; this SentenceTransformer declares its own")
         return model.to(device) if device else model
     name_or_path = str(model)
+    refuse_untrusted_code(name_or_path, trust_remote_code)
     report = check_checkpoint_weights(
         name_or_path, allow_missing_weights=allow_missing_weights, trust_remote_code=trust_remote_code
     )
     model_kwargs = {"trust_remote_code": trust_remote_code, **from_pretrained_kwargs(report, allow_missing_weights)}
     if pooling is None and has_sentence_transformers_files(name_or_path):
-        return SentenceTransformer(
-            name_or_path, device=device, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs
-        )
+        with load_report_hidden():
+            return SentenceTransformer(
+                name_or_path, device=device, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs
+            )
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     native_pooling, similarity = native_pipeline(config) if is_ours(config) else (None, None)
     refuse_mean_pooling_of_tite(config.model_type, pooling, "pooling='cls' (or leave it unset)")
@@ -207,7 +225,9 @@ def load_sentence_transformer(
             )
         pooling = native_pooling
     remote = {"trust_remote_code": trust_remote_code}
-    transformer = Transformer(name_or_path, model_kwargs=model_kwargs, config_kwargs=remote, processor_kwargs=remote)
+    with load_report_hidden():
+        transformer = Transformer(name_or_path, model_kwargs=model_kwargs, config_kwargs=remote,
+                                  processor_kwargs=remote)
     modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
     return SentenceTransformer(modules=modules, device=device, similarity_fn_name=similarity)
 

@@ -16,14 +16,20 @@ counts and the fix (``allow_missing_weights`` turns it into a logged warning):
 Both report the same differences: the classes' ``_keys_to_ignore_on_load_*`` lists and tied weights are
 harmless, and a base model (``AutoModel``, what encoders use) loaded from a task checkpoint neither needs
 the task's heads (its keys outside ``base_model_prefix``, e.g. ``cls.*`` of ``BertForMaskedLM``) nor a BERT
-``pooler`` (sentence-transformers and our encoders never use it).
+``pooler`` (sentence-transformers and our encoders never use it). Loads that one of these checks covers run
+under :func:`load_report_hidden`: transformers' own table of missing and unexpected keys is not printed, since
+the check refuses (or, allowed, names) the differences that matter and the expected ones pass silently.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import pickle
+import re
+import zipfile
 from pathlib import Path
 
 import torch
@@ -48,6 +54,65 @@ _LOADING_SHOWN_KEYS = 5
 
 class CheckpointWeightsError(ValueError):
     """A checkpoint's weights cannot be read, or lack (or add) tensors of the model it declares."""
+
+
+class PickledObjectsError(CheckpointWeightsError):
+    """A file ``torch.load`` would read holds pickled Python objects besides tensors: it is never unpickled."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PICKLED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+class _LoadReportFilter(logging.Filter):
+    """Drops transformers' load report when it lists only missing / unexpected keys (which our check covers);
+    a report of shape mismatches or conversion errors, which transformers raises on, stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "LOAD REPORT" not in message or "MISMATCH" in message or "CONVERSION" in message
+
+
+@contextlib.contextmanager
+def load_report_hidden():
+    """Meanwhile, transformers' load report of missing and unexpected keys is not printed (module doc): for loads
+    whose weights :func:`check_checkpoint_weights` or :func:`loaded_differences` check."""
+    logger_ = logging.getLogger("transformers.modeling_utils")  # where from_pretrained logs the report
+    report_filter = _LoadReportFilter()
+    logger_.addFilter(report_filter)
+    try:
+        yield
+    finally:
+        logger_.removeFilter(report_filter)
+
+
+def load_tensors_only(path: str | Path, *, map_location="meta"):
+    """``torch.load(path, weights_only=True)``: tensors and plain containers, never a pickled object (memory-mapped
+    when the file is torch's zip format, so ``map_location="meta"`` reads no data). A file holding pickled objects
+    raises :class:`PickledObjectsError` naming the file and the object (the caller adds the fix); any other failure
+    is torch's own error."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as error:
+        text = _ANSI.sub("", str(error))
+        found = _PICKLED_GLOBAL.search(text)
+        what = (f"holds pickled Python objects besides tensors (the object {found.group(1)})" if found else
+                "is no file of tensors that weights-only loading reads (pickled objects besides tensors, or damage)")
+        raise PickledObjectsError(
+            f"{path} {what}, which are never unpickled here: unpickling runs whatever code the file names"
+        ) from None
+
+
+def pickled_weights_fix(path: str | Path) -> str:
+    """How to turn a weights file that holds pickled objects into safetensors, for one who trusts it."""
+    path = Path(path)
+    target = path.with_name("model.safetensors")
+    return (
+        f"If you trust the file, convert it to safetensors once: python -c \"import torch; from safetensors.torch "
+        f"import save_file; state = torch.load('{path}', weights_only=False); save_file({{k: v.contiguous().clone() "
+        f"for k, v in state.items() if isinstance(v, torch.Tensor)}}, '{target}')\" and remove {path.name}; or load "
+        "the model where it was made and save it again with save_pretrained (safetensors)."
+    )
 
 
 def _loading_file(name_or_path: str, subfolder: str, filename: str) -> str | None:
@@ -83,6 +148,26 @@ def _loading_transformer_module(name_or_path: str) -> tuple[str, str | None] | N
     return subfolder, task
 
 
+def _check_module_weight_files(name_or_path: str) -> None:
+    """Read the headers of the weight files of a sentence-transformers folder's other modules (``2_Dense``, ...),
+    the file sentence-transformers would load (``model.safetensors`` first), so that an unreadable one, or one
+    holding pickled objects, is an error naming it before anything is loaded."""
+    modules_file = _loading_file(name_or_path, "", "modules.json")
+    if modules_file is None:
+        return
+    modules = json.loads(Path(modules_file).read_text(encoding="utf-8"))
+    for module in modules if isinstance(modules, list) else []:
+        if not isinstance(module, dict) or not module.get("path"):
+            continue
+        if str(module.get("type", "")).endswith("Transformer"):  # checked with its model (check_checkpoint_weights)
+            continue
+        for filename in _LOADING_WEIGHT_FILES:
+            path = _loading_file(name_or_path, str(module["path"]), filename)
+            if path is not None:
+                _loading_file_keys(path)
+                break
+
+
 def safetensors_sizes(path: str | Path) -> str | None:
     """``"N bytes on disk, the header promises M"`` for a safetensors file (8 bytes of little-endian header
     length H, H bytes of JSON header, then the data up to the largest tensor ``data_offsets`` end), saying
@@ -115,7 +200,7 @@ def safetensors_sizes(path: str | Path) -> str | None:
 
 
 def _loading_unreadable(path: str, error: BaseException) -> CheckpointWeightsError:
-    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    reason = (_ANSI.sub("", str(error)).strip().splitlines() or [type(error).__name__])[0]
     sizes = safetensors_sizes(path) if str(path).endswith(".safetensors") else None
     return CheckpointWeightsError(
         f"{path} cannot be read ({reason}{'; ' + sizes if sizes else ''}): the file is truncated or corrupt, "
@@ -124,12 +209,15 @@ def _loading_unreadable(path: str, error: BaseException) -> CheckpointWeightsErr
 
 
 def _loading_file_keys(path: str) -> set[str]:
-    """Tensor names in one weights file, read from its header (safetensors) or lazily (PyTorch pickle)."""
+    """Tensor names in one weights file, read from its header (safetensors) or lazily (PyTorch pickle, tensors
+    only: a file holding pickled objects is refused with the way to convert it, :func:`load_tensors_only`)."""
     try:
         if path.endswith(".safetensors"):
             with safe_open(path, framework="pt") as handle:
                 return set(handle.keys())
-        return set(torch.load(path, map_location="meta", weights_only=True, mmap=True))
+        return set(load_tensors_only(path))
+    except PickledObjectsError as error:
+        raise PickledObjectsError(f"{error}. {pickled_weights_fix(path)}") from None
     except Exception as error:  # SafetensorError, UnpicklingError, RuntimeError, OSError: all mean "unreadable"
         raise _loading_unreadable(path, error) from None
 
@@ -315,7 +403,7 @@ def check_checkpoint_weights(
     *,
     auto_class: str = "AutoModel",
     allow_missing_weights: bool = False,
-    trust_remote_code: bool = True,
+    trust_remote_code: bool = False,
 ) -> dict | None:
     """Refuse a checkpoint whose weights miss or add tensors of the model it declares, before loading it.
 
@@ -326,12 +414,14 @@ def check_checkpoint_weights(
     device (no memory, no weights read), and only the weight files' headers are read.
 
     Raises :class:`CheckpointWeightsError` (a ``ValueError``) naming the first missing / unexpected keys,
-    their counts and the fix; with ``allow_missing_weights=True`` it logs that instead (the transformers
-    load report follows) and the caller loads the partial model. An unreadable weights file (truncated,
-    corrupt) is always an error naming the file. Returns ``{"files", "model_class", "ours", "missing_keys",
+    their counts and the fix; with ``allow_missing_weights=True`` it logs that instead and the caller loads the
+    partial model (under :func:`load_report_hidden`). An unreadable weights file (truncated,
+    corrupt, or holding pickled objects), of the model or of another sentence-transformers module (``2_Dense``), is
+    always an error naming the file. Returns ``{"files", "model_class", "ours", "missing_keys",
     "unexpected_keys"}``, or ``None`` when there is nothing to check (no transformers weights).
     """
     name_or_path = str(name_or_path)
+    _check_module_weight_files(name_or_path)
     module = _loading_transformer_module(name_or_path)
     if module is None:
         return None
@@ -369,11 +459,15 @@ def from_pretrained_kwargs(report: dict | None, allow_missing_weights: bool) -> 
 
 __all__ = [
     "CheckpointWeightsError",
+    "PickledObjectsError",
     "check_checkpoint_weights",
     "checkpoint_tensor_names",
     "expected_loading_differences",
     "from_pretrained_kwargs",
+    "load_report_hidden",
+    "load_tensors_only",
     "loaded_differences",
+    "pickled_weights_fix",
     "refuse_differences",
     "safetensors_sizes",
     "tensor_shapes",

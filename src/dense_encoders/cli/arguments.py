@@ -81,15 +81,17 @@ def set_types(parser: argparse.ArgumentParser, parse_value, *dests: str) -> argp
     return parser
 
 
-def adopt_flags(parser: argparse.ArgumentParser, add_flags) -> argparse.ArgumentParser:
-    """Give the flags of ``parser`` that ``add_flags(argparse_parser)`` also defines that definition's type,
-    metavar, choices and help (e.g. :func:`~dense_encoders.cli.checks.add_graded_pair_flags` for the
-    ``pair_threshold`` / ``pair_scale`` fields of a dataclass)."""
+def adopt_flags(parser: argparse.ArgumentParser, add_flags,
+                attributes: tuple[str, ...] = ("type", "metavar", "choices", "help")) -> argparse.ArgumentParser:
+    """Give the flags of ``parser`` that ``add_flags(argparse_parser)`` also defines that definition's
+    ``attributes`` (type, metavar, choices and help; e.g. :func:`~dense_encoders.cli.checks.add_graded_pair_flags`
+    for the ``pair_threshold`` / ``pair_scale`` fields of a dataclass; only the help of a switch, whose dataclass
+    field keeps HfArgumentParser's boolean parsing)."""
     reference = argparse.ArgumentParser(add_help=False)
     add_flags(reference)
     actions = _actions_by_dest(parser)
     for dest, model in _actions_by_dest(reference).items():
-        for name in ("type", "metavar", "choices", "help"):
+        for name in attributes:
             setattr(actions[dest], name, getattr(model, name))
     return parser
 

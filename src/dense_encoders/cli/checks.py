@@ -116,6 +116,15 @@ def pair_scale(text: str) -> float:
     return int(value) if value.is_integer() else value
 
 
+def add_trust_remote_code_flag(parser: argparse.ArgumentParser) -> None:
+    """``--trust-remote-code``: consent to run code a model folder or Hub repository carries or names, on every
+    command that loads a model (the commands built on dataclasses adopt this help, :func:`~.arguments.adopt_flags`)."""
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="Run code that a model folder or Hub repository carries or names (auto_map in its "
+                        "config.json, custom sentence-transformers modules): only for checkpoints you trust. Without "
+                        "it such a model is refused. Our own families (Condenser, TITE, infused) need no flag.")
+
+
 def add_graded_pair_flags(parser: argparse.ArgumentParser) -> None:
     """``--pair-threshold`` and ``--pair-scale``: how a graded pairs file (sentence1, sentence2, score) becomes a
     retrieval task. Both default to None (threshold 0.5, scale inferred) so that other data can refuse them."""
@@ -128,5 +137,5 @@ def add_graded_pair_flags(parser: argparse.ArgumentParser) -> None:
                         "scores: 1 when all are within [0, 1], else 5).")
 
 
-__all__ = ["DEVICE_CHOICES", "add_graded_pair_flags", "check_device", "check_model", "pair_scale",
-           "pair_threshold", "positive_int"]
+__all__ = ["DEVICE_CHOICES", "add_graded_pair_flags", "add_trust_remote_code_flag", "check_device", "check_model",
+           "pair_scale", "pair_threshold", "positive_int"]

@@ -10,7 +10,7 @@ from ..data.embedding_shards import EmbeddingShards, iterate_texts, text_source
 from ..data.runs import write_trec_run
 from ..vectors import POOLING_MODES, SIMILARITIES
 from .arguments import make_parser, parse
-from .checks import check_device, check_model, positive_int
+from .checks import add_trust_remote_code_flag, check_device, check_model, positive_int
 from .train import end_distributed
 
 ENCODE_EXAMPLES = """\
@@ -61,6 +61,7 @@ def build_encode_parser():
     parser.add_argument("--allow-empty-documents", action="store_true", help="Encode blank texts instead of refusing.")
     parser.add_argument("--allow-missing-weights", action="store_true",
                         help="Encode with a checkpoint whose weights miss (or add) tensors of its model.")
+    add_trust_remote_code_flag(parser)
     parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
     return parser
 
@@ -81,7 +82,8 @@ def encode(argv: list[str]) -> int:
         shard_size=options.shard_size, dtype=options.dtype, batch_size=options.batch_size, prompt=options.prompt,
         max_length=options.max_length, pooling=options.pooling, normalize=options.normalize, device=options.device,
         devices=options.devices, allow_empty=options.allow_empty_documents,
-        allow_missing_weights=options.allow_missing_weights, show_progress_bar=not options.no_progress,
+        allow_missing_weights=options.allow_missing_weights, trust_remote_code=options.trust_remote_code,
+        show_progress_bar=not options.no_progress,
     )
     end_distributed()
     if shards is not None:
@@ -169,6 +171,7 @@ def build_search_parser():
                         help="Batch size when the queries are encoded here (default: %(default)s).")
     parser.add_argument("--device", help="Device for encoding queries and for exact search (default: cpu).")
     parser.add_argument("--tag", default="dense-encoders", help="Run tag (default: %(default)s).")
+    add_trust_remote_code_flag(parser)
     parser.add_argument("--no-progress", action="store_true", help="Hide the progress bars.")
     return parser
 
@@ -227,7 +230,8 @@ def _queries_for(documents, options):
     encoder = RetrievalEncoder(model, pooling=settings.get("pooling"), device=options.device,
                                batch_size=options.batch_size,
                                normalize=settings["normalize"], show_progress_bar=not options.no_progress,
-                               document_prompt=settings["prompt"], document_max_length=settings["max_length"])
+                               document_prompt=settings["prompt"], document_max_length=settings["max_length"],
+                               trust_remote_code=options.trust_remote_code)
     if encoder.fingerprint != settings["fingerprint"]:
         raise ValueError(f"{model} has other weights than the model that encoded {documents.folder}: encode the "
                          "queries with `dense-encoders encode --queries` from that model")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .arguments import adopt_flags, make_parser, parse, set_types
-from .checks import add_graded_pair_flags, check_device, check_model, positive_int
+from .checks import add_graded_pair_flags, add_trust_remote_code_flag, check_device, check_model, positive_int
 
 # ------------------------------------------------------------------------------------------------ evaluate
 
@@ -40,6 +40,7 @@ def build_evaluate_parser():
     parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv), a (query, "
                         "positive) pairs file, or a graded pairs file (sentence1, sentence2, score).")
     set_types(parser, positive_int, *POSITIVE_FIELDS)
+    adopt_flags(parser, add_trust_remote_code_flag, ("help",))
     return adopt_flags(parser, add_graded_pair_flags)
 
 
@@ -92,6 +93,7 @@ def build_layerwise_parser():
     parser.add_argument("--output-dir", default="layerwise",
                         help="Where the CSV, JSON and PNG go (default: %(default)s).")
     parser.add_argument("--no-progress", action="store_true")
+    add_trust_remote_code_flag(parser)
     return parser
 
 
@@ -105,6 +107,7 @@ def layerwise(argv: list[str]) -> int:
         copies=options.copies, batch_size=options.batch_size, max_length=options.max_length,
         output_dir=options.output_dir, show_progress_bar=not options.no_progress,
         pair_threshold=options.pair_threshold, pair_scale=options.pair_scale,
+        trust_remote_code=options.trust_remote_code,
     )
     print(format_layerwise(results))
     print(f"wrote {options.output_dir}/layerwise.csv, layerwise.json, layerwise.png")

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from ..data.retrieval import load_beir, read_corpus_jsonl, read_queries_jsonl
 from ..recipes import load_recipe, recipe_differences
 from .arguments import adopt_flags, make_parser, parse, set_types
-from .checks import add_graded_pair_flags, check_device, check_model, positive_int
+from .checks import add_graded_pair_flags, add_trust_remote_code_flag, check_device, check_model, positive_int
 
 # ------------------------------------------------------------------------------------------------ pretrain
 
@@ -131,7 +131,7 @@ def build_distill_parser():
     # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..trainer.distillation import DistillationArguments, DistillationSetup
 
-    return make_parser(
+    parser = make_parser(
         "dense-encoders distill",
         "Distil teacher scores into a dual encoder on transformers.Trainer (Menon et al. 2022, In Defense of "
         "Dual-Encoders for Neural Ranking; Schlatt et al. 2025, TITE: Token-Independent Text Encoder for "
@@ -139,6 +139,7 @@ def build_distill_parser():
         DISTILL_EXAMPLES,
         (DistillationSetup, DistillationArguments),
     )
+    return adopt_flags(parser, add_trust_remote_code_flag, ("help",))
 
 
 def distill(argv: list[str]) -> int:
@@ -197,6 +198,7 @@ def build_score_teacher_parser():
     parser.add_argument("--allow-missing-weights", action="store_true",
                         help="Score with a cross-encoder whose weights miss (or add) tensors of its model; refused "
                         "by default.")
+    add_trust_remote_code_flag(parser)
     return parser
 
 
@@ -230,6 +232,7 @@ def score_teacher(argv: list[str]) -> int:
         show_progress_bar=not options.no_progress,
         device=options.device,
         allow_missing_weights=options.allow_missing_weights,
+        trust_remote_code=options.trust_remote_code,
     )
     print(
         f"Wrote teacher scores of {stats['queries_written']} queries ({stats['pairs_scored']} pairs) to "
@@ -266,6 +269,7 @@ def build_infuse_parser():
         (InfusionArguments,),
     )
     set_types(parser, positive_int, *POSITIVE_FIELDS)
+    adopt_flags(parser, add_trust_remote_code_flag, ("help",))
     return adopt_flags(parser, add_graded_pair_flags)
 
 
@@ -283,6 +287,7 @@ def infuse(argv: list[str]) -> int:
         report = retrieve_rerank_report(args.cross_encoder, models, args.eval_data, split=args.eval_split,
                                         top_k=args.rerank_top_k, batch_size=args.batch_size,
                                         output=Path(args.output_dir) / "report.json",
+                                        trust_remote_code=args.trust_remote_code,
                                         **args.graded_pair_options(args.eval_data))
         print(format_report(report))
     print(recipe_summary("infuse", args.recipe, vars(args)), file=sys.stderr)

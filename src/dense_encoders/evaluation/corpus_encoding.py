@@ -161,12 +161,14 @@ def encode_corpus(
     devices: list[str] | None = None,
     allow_empty: bool = False,
     allow_missing_weights: bool = False,
+    trust_remote_code: bool = False,
     show_progress_bar: bool = True,
 ) -> EmbeddingShards | None:
     """Encode the texts of ``source`` (BEIR folder, .jsonl, .tsv or .txt) into shards in ``output``.
 
     Returns the finished :class:`EmbeddingShards` on rank 0 (None on the other ranks). ``prompt`` and
-    ``max_length`` default to the model's own for ``side`` (as :class:`RetrievalEncoder` reads them).
+    ``max_length`` default to the model's own for ``side`` (as :class:`RetrievalEncoder` reads them). A model
+    that runs code of its own is refused unless ``trust_remote_code``.
     """
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype}: choose one of {sorted(DTYPES)}")
@@ -184,7 +186,7 @@ def encode_corpus(
     name = str(Path(model).resolve()) if isinstance(model, (str, Path)) and Path(model).exists() else None
     encoder = RetrievalEncoder(model, pooling=pooling, device=device, batch_size=batch_size, normalize=normalize,
                                show_progress_bar=False, allow_missing_weights=allow_missing_weights, name=name,
-                               **options)
+                               trust_remote_code=trust_remote_code, **options)
     scanned = _from_rank_zero(world, _attempt(lambda: scan_source(texts, allow_empty=allow_empty)) if rank == 0
                               else None)
     settings = {

@@ -70,7 +70,9 @@ class RetrievalEncoder:
     """Queries and documents through one SentenceTransformer, with per-side prompts and max lengths.
 
     ``query_prompt`` / ``document_prompt`` default to the model's own ``"query"`` / ``"document"``
-    prompts (``config_sentence_transformers.json``); pass ``""`` for none. ``query_max_length`` /
+    prompts (``config_sentence_transformers.json``); pass ``""`` for none. A model folder or Hub id that runs code
+    of its own is refused unless ``trust_remote_code=True``
+    (:func:`~dense_encoders.checkpoints.loading.load_sentence_transformer`). ``query_max_length`` /
     ``document_max_length`` default to the model's ``max_seq_length``; either is brought down to the model's
     positions (:func:`~dense_encoders.checkpoints.folder.clamp_to_positions`, with a warning line).
     """
@@ -81,7 +83,7 @@ class RetrievalEncoder:
         *,
         pooling: str | None = None,
         device: str | None = None,
-        trust_remote_code: bool = True,
+        trust_remote_code: bool = False,
         batch_size: int = 32,
         query_prompt: str | None = None,
         document_prompt: str | None = None,

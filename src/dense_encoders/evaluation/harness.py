@@ -36,7 +36,7 @@ RESULTS_FORMAT = "dense-encoders/retrieval-results/1"
 POSITIVE_FIELDS = ("query_max_length", "document_max_length", "batch_size", "k", "rerank_top_k")
 # fields of EvaluationArguments that configure the RetrievalEncoder (besides no_progress)
 ENCODER_FIELDS = ("pooling", "device", "batch_size", "query_prompt", "document_prompt", "query_max_length",
-                  "document_max_length", "cache_dir", "allow_missing_weights")
+                  "document_max_length", "cache_dir", "allow_missing_weights", "trust_remote_code")
 
 
 @dataclass
@@ -90,6 +90,9 @@ class EvaluationArguments:
         "help": "Keep corpus documents without title or text (with a warning); refused by default."})
     allow_missing_weights: bool = field(default=False, metadata={
         "help": "Evaluate a checkpoint whose weights miss (or add) tensors of its model; refused by default."})
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "Run code the model (or --rerank cross-encoder) carries or names (auto_map, custom modules); "
+        "refused by default. Our own model families need no consent."})
 
     def __post_init__(self):
         check_relevance_level(self.relevance_level, "--relevance-level ")
@@ -240,6 +243,7 @@ def evaluate_retrieval(
             cross_encoder, dataset, run, top_k=args.rerank_top_k, batch_size=rerank_batch_size, measures=measures,
             relevance_level=args.relevance_level, show_progress_bar=encoder.show_progress_bar,
             score_cache=rerank_cache, allow_missing_weights=args.allow_missing_weights,
+            trust_remote_code=args.trust_remote_code,
         )
     results = RetrievalResults(
         model=encoder.name, model_fingerprint=encoder.fingerprint, dataset=_dataset_record(dataset),

@@ -26,18 +26,21 @@ def retrieve_rerank_report(
     pair_threshold: float | None = None,
     pair_scale: float | None = None,
     output: str | Path | None = None,
+    trust_remote_code: bool = False,
 ) -> dict:
     """The paper's Table 1: Hits@10 / MRR@10 of each dual encoder for retrieve and retrieve + rerank by
     ``cross_encoder`` (top ``top_k``), and each encoder's corpus encode speed (documents/s) with the
     speed-up over ``baseline`` (default: the first entry), all measured in this one run. ``pair_threshold`` /
     ``pair_scale``: for a graded pairs file (:func:`~dense_encoders.data.retrieval.load_graded_pairs`). The report
-    is also written to ``output`` as JSON."""
+    is also written to ``output`` as JSON. Models that run code of their own (the cross-encoder, a baseline) are
+    refused unless ``trust_remote_code``."""
     dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(
         data, split=split, pair_threshold=pair_threshold, pair_scale=pair_scale)
     baseline = baseline or next(iter(dual_encoders))
-    reranker = load_cross_encoder(cross_encoder)
+    reranker = load_cross_encoder(cross_encoder, trust_remote_code=trust_remote_code)
     scores: dict = {}  # (query, document) -> CE score, shared: each pair is scored once for all encoders
-    settings = EvaluationArguments(k=max(top_k, 100), rerank_top_k=top_k, batch_size=batch_size, no_progress=True)
+    settings = EvaluationArguments(k=max(top_k, 100), rerank_top_k=top_k, batch_size=batch_size, no_progress=True,
+                                   trust_remote_code=trust_remote_code)
     rows = []
     for name, model in dual_encoders.items():
         start = time.perf_counter()

@@ -65,6 +65,7 @@ def layerwise_embeddings(
     max_length: int | None = None,
     device: str | None = None,
     show_progress_bar: bool = False,
+    trust_remote_code: bool = False,
 ) -> dict[int, np.ndarray]:
     """``{layer: [len(texts), hidden]}``: each text paired with itself, each layer mean-pooled over
     the text's tokens without padding and special/separator tokens (module doc, Sec. 3.1 of the paper).
@@ -75,7 +76,8 @@ def layerwise_embeddings(
         raise ValueError(f"copies={copies!r}: choose 'both' (every token of the pair) or 'first'")
     if not texts:
         raise ValueError("no texts to embed")
-    model, tokenizer = cross_encoder_model_and_tokenizer(cross_encoder, tokenizer, device)
+    model, tokenizer = cross_encoder_model_and_tokenizer(cross_encoder, tokenizer, device,
+                                                         trust_remote_code=trust_remote_code)
     num_layers = model.config.num_hidden_layers
     layers = _resolve_layers(layers, num_layers)
     base = model.base_model
@@ -114,10 +116,12 @@ def dual_encoder_layerwise_embeddings(
     max_length: int | None = None,
     device: str | None = None,
     show_progress_bar: bool = False,
+    trust_remote_code: bool = False,
 ) -> dict[int, np.ndarray]:
     """The same for a dual encoder (path, SentenceTransformer or PreTrainedModel): each text alone,
     each layer mean-pooled over its tokens without padding and special tokens, for an equal comparison."""
-    model, tokenizer = model_and_tokenizer(model, tokenizer, cross_encoder=False, device=device)
+    model, tokenizer = model_and_tokenizer(model, tokenizer, cross_encoder=False, device=device,
+                                           trust_remote_code=trust_remote_code)
     if not texts:
         raise ValueError("no texts to embed")
     layers = _resolve_layers(layers, model.config.num_hidden_layers)
@@ -156,8 +160,10 @@ def layerwise_analysis(
     show_progress_bar: bool = True,
     pair_threshold: float | None = None,
     pair_scale: float | None = None,
+    trust_remote_code: bool = False,
 ) -> dict:
-    """Per-layer Hits@10 / MRR@10 of ``cross_encoder`` and ``dual_encoder`` on each dataset.
+    """Per-layer Hits@10 / MRR@10 of ``cross_encoder`` and ``dual_encoder`` on each dataset (a folder or Hub id
+    that runs code of its own is refused unless ``trust_remote_code``).
 
     ``pair_threshold`` / ``pair_scale`` apply to the graded pairs files among ``datasets`` (the paper's STSB
     task, :func:`~dense_encoders.data.retrieval.load_graded_pairs`); a graded dataset's rows are named
@@ -179,7 +185,8 @@ def layerwise_analysis(
             source, split, **pair_options)
         label = f"{dataset.name} ({dataset.split})" if "pair_threshold" in dataset.extra else dataset.name
         queries, documents = dataset.query_texts(), dataset.document_texts()
-        options = {"batch_size": batch_size, "max_length": max_length, "show_progress_bar": show_progress_bar}
+        options = {"batch_size": batch_size, "max_length": max_length, "show_progress_bar": show_progress_bar,
+                   "trust_remote_code": trust_remote_code}
         encoders = {
             "cross-encoder": lambda texts: layerwise_embeddings(cross_encoder, texts, layers, copies=copies, **options),
             "dual encoder": lambda texts: dual_encoder_layerwise_embeddings(dual_encoder, texts, layers, **options),

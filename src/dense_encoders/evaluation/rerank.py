@@ -20,15 +20,18 @@ def rerank(
     device: str | None = None,
     score_cache: dict | None = None,
     allow_missing_weights: bool = False,
+    trust_remote_code: bool = False,
 ) -> tuple[Run, float]:
     """Scores of ``cross_encoder`` for the ``top_k`` documents of every query of ``run``.
 
     Returns the re-ranked run (only the re-scored documents, with the cross-encoder's scores) and
     the seconds spent scoring. Queries of ``run`` that ``dataset`` does not know raise a KeyError.
     ``score_cache`` (a dict, shared between calls with the same cross-encoder) keeps every pair's
-    score so that re-ranking several runs of the same queries scores each pair once.
+    score so that re-ranking several runs of the same queries scores each pair once. A cross-encoder folder or Hub
+    id that runs code of its own is refused unless ``trust_remote_code``.
     """
-    model = load_cross_encoder(cross_encoder, device=device, allow_missing_weights=allow_missing_weights)
+    model = load_cross_encoder(cross_encoder, device=device, allow_missing_weights=allow_missing_weights,
+                               trust_remote_code=trust_remote_code)
     owners: list[tuple[str, str]] = []
     pairs: list[tuple[str, str]] = []
     for query_id, doc_ids in top_documents(run, top_k).items():

@@ -39,7 +39,8 @@ from ..checkpoints.folder import (
     native_pooling,
     write_sentence_transformers_files,
 )
-from ..checkpoints.weights import check_checkpoint_weights, from_pretrained_kwargs
+from ..checkpoints.trust import refuse_untrusted_code
+from ..checkpoints.weights import check_checkpoint_weights, from_pretrained_kwargs, load_report_hidden
 from ..data.distillation import (
     SAMPLING_STRATEGIES,
     DistillationCollator,
@@ -252,7 +253,7 @@ class DistillationTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
 
 def write_student_sentence_transformers_files(folder: str | Path, pooling: str, similarity: str) -> None:
     if pooling == "pooler":  # only allowed for our models: the pooling that reproduces pooler_output
-        pooling = native_pooling(AutoConfig.from_pretrained(folder, trust_remote_code=True))
+        pooling = native_pooling(AutoConfig.from_pretrained(folder))  # ours: the installed classes
     write_sentence_transformers_files(folder, pooling=pooling, similarity=similarity, normalize=similarity == "cosine")
 
 
@@ -325,6 +326,9 @@ class DistillationSetup(LossSettings, _DistillationData):
     allow_missing_weights: bool = field(
         default=False, metadata={"help": "Train a student whose weights miss (or add) tensors of its model (refused by default)."}
     )
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "Run code the student carries or names (auto_map, custom modules); refused by default. Our own "
+        "model families need no consent."})
 
     def __post_init__(self):
         if not self.student:
@@ -345,12 +349,17 @@ class DistillationSetup(LossSettings, _DistillationData):
         return DistillationObjective(self.losses, settings=self)
 
 
-def student_conventions(name_or_path: str, model_kwargs: dict | None = None) -> tuple[str | None, str | None, str]:
+def student_conventions(name_or_path: str, model_kwargs: dict | None = None, *, trust_remote_code: bool = False
+                        ) -> tuple[str | None, str | None, str]:
     """(pooling, similarity, transformer folder) a checkpoint declares: sentence-transformers files
     first, then our model types (pooler_output, their native similarity); (None, None, path) when nothing is declared.
-    ``model_kwargs`` go to ``from_pretrained`` (e.g. ``allow_missing_weights``)."""
+    ``model_kwargs`` go to ``from_pretrained`` (e.g. ``allow_missing_weights``). A checkpoint that runs code of its
+    own is refused unless ``trust_remote_code`` (:func:`~dense_encoders.checkpoints.trust.refuse_untrusted_code`)."""
+    refuse_untrusted_code(name_or_path, trust_remote_code)
     if has_sentence_transformers_files(name_or_path):
-        model = SentenceTransformer(name_or_path, trust_remote_code=True, device="cpu", model_kwargs=model_kwargs)
+        with load_report_hidden():  # the weights were checked (check_checkpoint_weights)
+            model = SentenceTransformer(name_or_path, trust_remote_code=trust_remote_code, device="cpu",
+                                        model_kwargs=model_kwargs)
         modes = [getattr(module, "pooling_mode", None) for module in model]
         pooling = next((mode for mode in modes if mode), None)
         if pooling is not None and pooling not in POOLING_MODES:
@@ -366,7 +375,7 @@ def student_conventions(name_or_path: str, model_kwargs: dict | None = None) -> 
             first = json.loads(modules_file.read_text())[0].get("path", "")
             folder = str(Path(name_or_path) / first) if first else name_or_path
         return pooling, similarity, folder
-    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=True)
+    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     if is_ours(config):
         return "pooler", native_pipeline(config)[1], name_or_path
     return None, None, name_or_path
@@ -386,21 +395,27 @@ def keep_first_layers(encoder: nn.Module, num_layers: int) -> nn.Module:
 
 def build_student(setup: DistillationSetup) -> DualEncoder:
     """The student as a :class:`DualEncoder`; a checkpoint whose weights miss (or add) tensors of its model
-    is refused unless ``setup.allow_missing_weights`` (training from partly random weights is not a warm start)."""
+    is refused unless ``setup.allow_missing_weights`` (training from partly random weights is not a warm start),
+    one that runs code of its own unless ``setup.trust_remote_code``."""
     return _build_student(setup)[0]
 
 
 def _build_student(setup: DistillationSetup) -> tuple[DualEncoder, str]:
     """:func:`build_student` and the folder of the student's transformer (where its tokenizer is)."""
-    report = check_checkpoint_weights(setup.student, allow_missing_weights=setup.allow_missing_weights)
+    trust = setup.trust_remote_code
+    refuse_untrusted_code(setup.student, trust)
+    report = check_checkpoint_weights(setup.student, allow_missing_weights=setup.allow_missing_weights,
+                                      trust_remote_code=trust)
     load_kwargs = from_pretrained_kwargs(report, setup.allow_missing_weights)
-    pooling, similarity, folder = student_conventions(setup.student, load_kwargs)  # loads a SentenceTransformer once
+    # loads a SentenceTransformer once
+    pooling, similarity, folder = student_conventions(setup.student, load_kwargs, trust_remote_code=trust)
     pooling = setup.pooling or pooling
     if pooling is None:
         raise ValueError(
             f"{setup.student} declares no pooling (no sentence-transformers files): pass --pooling cls or mean"
         )
-    encoder = AutoModel.from_pretrained(folder, trust_remote_code=True, **load_kwargs)
+    with load_report_hidden():  # the weights were checked above; a missing BERT pooler is expected
+        encoder = AutoModel.from_pretrained(folder, trust_remote_code=trust, **load_kwargs)
     if pooling != "pooler" and isinstance(getattr(encoder, "pooler", None), nn.Module):
         # a BERT-style pooler head the student never uses: no gradients (DDP would need
         # find_unused_parameters), no compute, and not saved with the student
@@ -492,7 +507,7 @@ def _distill(setup: DistillationSetup, args: DistillationArguments, *, check_out
             f"({len(too_few)} such queries in all): drop them or choose losses without pairs (e.g. kl, infonce)"
         )
     dual, folder = _build_student(setup)
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=setup.trust_remote_code)
     lengths = {side: clamp_to_positions(length, dual.config, f"{side}_max_length", "the student")
                for side, length in (("query", setup.query_max_length), ("document", setup.document_max_length))}
     collator = DistillationCollator(

@@ -45,6 +45,8 @@ METHODS = ("mnrl", "distill")
 POSITIVE_FIELDS = ("batch_size", "max_length")
 # fields of InfusionArguments that set up the retrieve + rerank report, not the training (not in the record)
 REPORT_FIELDS = ("eval_data", "eval_split", "baseline", "rerank_top_k")
+# fields of InfusionArguments that are permissions, not settings (not in the record)
+PERMISSION_FIELDS = ("overwrite_output_dir", "trust_remote_code")
 
 
 @dataclass(kw_only=True)
@@ -93,6 +95,9 @@ class InfusionArguments:
     baseline: str | None = field(default=None, metadata={
         "help": "A baseline dual encoder for the report (its speed is the 1.00x)."})
     rerank_top_k: int = 50
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "Run code the cross-encoder or the baseline carries or names (auto_map, custom modules); refused "
+        "by default."})
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -138,9 +143,11 @@ def infuse(
     pooling: str = "mean",
     tokenizer=None,
     seed: int | None = 0,
+    trust_remote_code: bool = False,
 ):
-    """DE-(N+M)-CE (or -Rand) from a cross-encoder: ``(InfusedDualEncoderModel, tokenizer)``."""
-    model, tokenizer = cross_encoder_model_and_tokenizer(cross_encoder, tokenizer)
+    """DE-(N+M)-CE (or -Rand) from a cross-encoder: ``(InfusedDualEncoderModel, tokenizer)``; a cross-encoder
+    folder or Hub id that runs code of its own is refused unless ``trust_remote_code``."""
+    model, tokenizer = cross_encoder_model_and_tokenizer(cross_encoder, tokenizer, trust_remote_code=trust_remote_code)
     name = str(cross_encoder) if isinstance(cross_encoder, (str, Path)) else getattr(model, "name_or_path", None)
     if seed is not None:
         torch.manual_seed(seed)
@@ -176,7 +183,8 @@ def train_mnrl(
     texts in a batch, with ``SentenceTransformerTrainer`` (the recipe ``ce-infusion`` has the paper's values)."""
     import datasets  # slow to import; only this training method needs it
 
-    model = SentenceTransformer(str(model_folder), trust_remote_code=True, device="cpu" if _no_gpu() else None)
+    # the infused dual encoder just saved: ours, loaded by the installed classes
+    model = SentenceTransformer(str(model_folder), device="cpu" if _no_gpu() else None)
     model.max_seq_length = max_length
     args = SentenceTransformerTrainingArguments(
         output_dir=str(output_dir), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
@@ -224,7 +232,8 @@ def train_dual_encoder(args: InfusionArguments, dataset: RetrievalDataset, outpu
     output_dir = Path(output_dir)
     initial = output_dir / "initial"
     model, tokenizer = infuse(args.cross_encoder, num_copied_layers=args.num_copied_layers,
-                              num_new_layers=args.num_new_layers, random_init=random_init, seed=args.seed)
+                              num_new_layers=args.num_new_layers, random_init=random_init, seed=args.seed,
+                              trust_remote_code=args.trust_remote_code)
     save_dual_encoder(model, tokenizer, initial)
     run = bm25_run(dataset, args.candidates)
     if args.method == "mnrl":
@@ -236,7 +245,8 @@ def train_dual_encoder(args: InfusionArguments, dataset: RetrievalDataset, outpu
     else:
         train_file = output_dir / "teacher-scores.jsonl"
         score_teacher(args.cross_encoder, run, train_file, queries=dataset.queries, corpus=dataset.corpus,
-                      top_k=args.candidates, include_texts=True, batch_size=args.batch_size)
+                      top_k=args.candidates, include_texts=True, batch_size=args.batch_size,
+                      trust_remote_code=args.trust_remote_code)
         setup = DistillationSetup(student=str(initial), train_file=str(train_file), losses=args.losses,
                                   documents_per_query=8, query_max_length=64, document_max_length=args.max_length)
         training = DistillationArguments(output_dir=str(output_dir), num_train_epochs=args.epochs,
@@ -248,10 +258,10 @@ def train_dual_encoder(args: InfusionArguments, dataset: RetrievalDataset, outpu
 
 
 def write_infusion_record(folder: str | Path, name: str, args: InfusionArguments) -> None:
-    """``infusion_setup.json`` (what was trained how, the recipe included; not the report's settings nor
-    ``overwrite_output_dir``) and the model card made from it."""
+    """``infusion_setup.json`` (what was trained how, the recipe included; not the report's settings nor the
+    permissions ``overwrite_output_dir`` and ``trust_remote_code``) and the model card made from it."""
     setup = {key: value for key, value in asdict(args).items()
-             if key not in ("overwrite_output_dir", *REPORT_FIELDS)}
+             if key not in (*PERMISSION_FIELDS, *REPORT_FIELDS)}
     (Path(folder) / "infusion_setup.json").write_text(json.dumps({"model": name, **setup}, indent=2) + "\n")
     model_card(folder).save(Path(folder) / "README.md")
 

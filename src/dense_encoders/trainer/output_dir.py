@@ -14,7 +14,8 @@
 * ``--resume_from_checkpoint latest`` is the newest *complete* ``checkpoint-N`` (:func:`checkpoint_problem`):
   one killed while it was being saved is skipped, with one line saying so.
 * A checkpoint without its optimizer, scheduler or RNG state is resumed with a warning: the run will
-  not continue the same way.
+  not continue the same way. One whose state files hold pickled objects is refused before anything is
+  loaded (they are never unpickled; :func:`refuse_pickled_resume_state`).
 * Training arguments are saved as JSON (``training_args.json``), never as the Trainer's pickle
   (``training_args.bin``).
 """
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch.distributed as dist
+from transformers.trainer_pt_utils import safe_globals
 from transformers.utils import (
     ADAPTER_SAFE_WEIGHTS_NAME,
     ADAPTER_WEIGHTS_NAME,
@@ -46,6 +48,8 @@ from transformers.utils import (
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
 )
+
+from ..checkpoints.weights import PickledObjectsError, load_tensors_only
 
 try:
     import fcntl
@@ -66,6 +70,8 @@ WEIGHT_FOLDERS = re.compile(r"^(pytorch_model_fsdp_\d+|global_step\d+)$")
 PROCESS_RNG_STATE = re.compile(r"^rng_state_(\d+)\.pth$")
 RESUME_LATEST = ("latest", "last", "true")  # --resume_from_checkpoint latest: the newest checkpoint-N of the folder
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+# what Trainer.train(resume_from_checkpoint=...) reads with torch.load(weights_only=True), besides the weights
+_RESUME_STATE = re.compile(r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
 
 
 class OutputDirError(ValueError):
@@ -237,6 +243,8 @@ def check_output_dir(
     if folder.exists() and not folder.is_dir():
         raise OutputDirError(f"{flags.output_dir} {folder} is a file, not a folder: choose a folder.")
     checkpoint = resolve_resume(folder, resume_from_checkpoint, flags, world_size)
+    if checkpoint is not None:
+        refuse_pickled_resume_state(checkpoint)
     names = _entries(folder)
     if overwrite:
         if names:
@@ -535,6 +543,27 @@ def missing_resume_state(checkpoint: str | Path, world_size: int = 1) -> list[st
     return missing
 
 
+def refuse_pickled_resume_state(checkpoint: str | Path) -> None:
+    """Raise :class:`OutputDirError` when a state file of ``checkpoint`` that ``Trainer`` reads on resuming
+    (``optimizer.pt``, ``scheduler.pt``, ``scaler.pt``, ``rng_state[_N].pth``) holds pickled objects: ``torch.load``
+    with ``weights_only=True`` (as ``Trainer`` loads them, numpy's RNG arrays allowed) refuses them, and nothing
+    here unpickles them either; a file torch cannot read at all is refused too. Read lazily (no tensor data)."""
+    folder = Path(checkpoint)
+    for name in sorted(n for n in _entries(folder) if _RESUME_STATE.match(n)):
+        try:
+            with safe_globals():
+                load_tensors_only(folder / name)
+        except PickledObjectsError as error:
+            raise OutputDirError(
+                f"{error}. Resume from another checkpoint, or delete {name} to resume without it (its state then "
+                "starts afresh, so the run no longer equals an uninterrupted one)."
+            ) from None
+        except Exception as error:  # noqa: BLE001 - torch's many ways of saying "damaged"; one line, on every rank
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise OutputDirError(f"{folder / name} cannot be read ({reason}): the checkpoint is damaged (an "
+                                 "interrupted save or copy?); resume from another checkpoint.") from None
+
+
 def warn_if_resume_state_missing(checkpoint: str | Path, world_size: int = 1) -> list[str]:
     missing = missing_resume_state(checkpoint, world_size)
     if missing:
@@ -576,6 +605,7 @@ __all__ = [
     "output_dir_lock",
     "prepare_output_dir",
     "prepare_trainer_output_dir",
+    "refuse_pickled_resume_state",
     "resolve_resume",
     "skipped_checkpoints",
     "training_args_dict",

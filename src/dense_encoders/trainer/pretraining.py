@@ -28,6 +28,7 @@ from ..data import (
     tokenize_for_condenser,
 )
 from ..data.corpus import JSON_EXTENSIONS, corpus_files
+from ..checkpoints.weights import checkpoint_tensor_names
 from ..data.format import DataFormatError, document_record, document_text
 from ..hub import model_card
 from ..tokenization import load_tokenizer
@@ -316,8 +317,12 @@ class PreTrainingSetup:
 
 
 def build_model(setup: PreTrainingSetup, vocab_size: int):
-    """The pre-training model named by ``setup`` (warm start, continued checkpoint, or preset)."""
+    """The pre-training model named by ``setup`` (warm start, continued checkpoint, or preset). The weight files of
+    ``--backbone`` / ``--init_from`` are read first: a damaged one, or one holding pickled objects, is one line
+    naming it (:func:`~dense_encoders.checkpoints.weights.checkpoint_tensor_names`)."""
     model_class = ARCHITECTURES[setup.architecture]
+    if setup.init_from or setup.backbone:
+        checkpoint_tensor_names(setup.init_from or setup.backbone)
     if setup.init_from:
         return model_class.from_pretrained(setup.init_from)
     if setup.architecture == "tite":

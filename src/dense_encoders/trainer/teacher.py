@@ -184,11 +184,12 @@ def score_teacher(
     show_progress_bar: bool = True,
     device: str | None = None,
     allow_missing_weights: bool = False,
+    trust_remote_code: bool = False,
 ) -> dict:
     """Write the cross-encoder's raw scores of each run query's ``top_k`` documents to ``output``.
 
-    ``cross_encoder``: a sentence-transformers ``CrossEncoder`` or a path / Hub id of one (loaded with
-    ``trust_remote_code=True``); it must give one score per pair (``num_labels=1``). ``run``: a run
+    ``cross_encoder``: a sentence-transformers ``CrossEncoder`` or a path / Hub id of one (one that runs code of
+    its own is refused unless ``trust_remote_code``); it must give one score per pair (``num_labels=1``). ``run``: a run
     dict ``{qid: {docid: score}}`` or a TREC run file. Every run query needs a text in ``queries`` and
     each candidate document an entry in ``corpus`` (else ValueError). Pairs are scored in batches of
     ``batch_size`` filled across queries; a query's line (its documents by descending teacher score,
@@ -204,7 +205,8 @@ def score_teacher(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: must be at least 1")
     if isinstance(cross_encoder, (str, os.PathLike)):  # before anything is written
-        check_cross_encoder(str(cross_encoder), allow_missing_weights=allow_missing_weights)
+        check_cross_encoder(str(cross_encoder), allow_missing_weights=allow_missing_weights,
+                            trust_remote_code=trust_remote_code)
     run_path = str(Path(run).resolve()) if isinstance(run, (str, os.PathLike)) else None
     candidates = _candidates(run, top_k, queries, corpus)
     output = Path(output)
@@ -224,7 +226,7 @@ def score_teacher(
     if not pending:
         output.touch()
         return stats
-    model = _load_teacher(cross_encoder, device, allow_missing_weights)
+    model = _load_teacher(cross_encoder, device, allow_missing_weights, trust_remote_code)
     progress = tqdm(
         total=sum(len(doc_ids) for doc_ids in candidates.values()),
         initial=sum(len(candidates[query_id]) for query_id in done),
@@ -276,10 +278,11 @@ def _one_score_per_pair(count: int) -> ValueError:
     )
 
 
-def _load_teacher(cross_encoder, device: str | None, allow_missing_weights: bool):
+def _load_teacher(cross_encoder, device: str | None, allow_missing_weights: bool, trust_remote_code: bool = False):
     """The cross-encoder (:func:`~dense_encoders.checkpoints.loading.load_cross_encoder`) on ``device``,
     refused unless it gives one score per pair."""
-    model = load_cross_encoder(cross_encoder, device=device, allow_missing_weights=allow_missing_weights)
+    model = load_cross_encoder(cross_encoder, device=device, allow_missing_weights=allow_missing_weights,
+                               trust_remote_code=trust_remote_code)
     if device is not None and not isinstance(cross_encoder, (str, os.PathLike)):
         model.to(device)
     if model.num_labels != 1:
