@@ -404,8 +404,9 @@ def test_resume_latest_skips_checkpoints_killed_while_being_saved(tmp_path, smal
 def fake_checkpoint(folder: Path, *rng_states: str) -> Path:
     """A checkpoint-N as the Trainer leaves it: weights, optimizer, scheduler, the named RNG states, state last."""
     folder.mkdir(parents=True)
-    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", *rng_states):
-        (folder / name).write_bytes(b"x")
+    (folder / "model.safetensors").write_bytes(b"x")
+    for name in ("optimizer.pt", "scheduler.pt", *rng_states):
+        torch.save({"state": torch.zeros(1)}, folder / name)  # tensors only, as weights-only loading reads them
     (folder / "trainer_state.json").write_text("{}")
     return folder
 
