@@ -64,7 +64,7 @@ from .pretraining import CollatorEpochCallback
 from ..hub.trainer_push import HubPushMixin
 from ..recipes import RECIPE_HELP
 from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
-from .records import write_training_environment
+from .records import check_mixed_precision, write_training_environment
 from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
@@ -485,6 +485,7 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
 
 def _distill(setup: DistillationSetup, args: DistillationArguments, *, check_output_dir: bool) -> Path:
     """:func:`distill` itself, run while the folder's lock is held."""
+    check_mixed_precision(args, setup.recipe)
     if check_output_dir:  # before anything is loaded
         checkpoint = prepare_trainer_output_dir(
             args, inputs=(setup.student, setup.train_file, setup.corpus, setup.queries, setup.qrels))
