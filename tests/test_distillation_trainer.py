@@ -423,7 +423,8 @@ def test_a_student_cut_from_a_bert_with_a_pooler_loads_without_a_report(tmp_path
     weights, source = load_file(output / "model.safetensors"), load_file(teacher / "model.safetensors")
     assert set(weights) == {k for k in source if not k.startswith(("encoder.layer.1.", "encoder.layer.2."))}
     assert all(torch.equal(weights[k], source[k]) for k in ("pooler.dense.weight", "pooler.dense.bias"))
-    assert not torch.equal(weights["encoder.layer.0.output.dense.weight"], source["encoder.layer.0.output.dense.weight"])
+    trained = "encoder.layer.0.output.dense.weight"
+    assert not torch.equal(weights[trained], source[trained])
 
     texts = ["what do cells use for energy", "The mitochondrion produces ATP."]
     code = PLAIN_LOAD.format(folder=str(output), texts=texts)

@@ -267,7 +267,8 @@ def test_bf16_without_a_bf16_gpu_names_use_cpu(tmp_path, capsys):
     if is_torch_bf16_gpu_available():
         pytest.skip("this machine has a GPU with bf16: --bf16 needs no --use_cpu here")
     base = ["pretrain", "tite", "--output-dir", str(tmp_path / "run")]
-    for extra, origin in ((["--recipe", "tite-pretraining"], "--bf16 (recipe tite-pretraining)"), (["--bf16"], "--bf16")):
+    for extra, origin in ((["--recipe", "tite-pretraining"], "--bf16 (recipe tite-pretraining)"),
+                          (["--bf16"], "--bf16")):
         capsys.readouterr()
         assert cli.main([*base, *extra]) == 2
         assert capsys.readouterr().err.strip() == (
