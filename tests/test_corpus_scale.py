@@ -81,6 +81,14 @@ def all_embeddings(shards: EmbeddingShards) -> tuple[np.ndarray, list[str]]:
     return np.concatenate(parts), ids
 
 
+def eleven_significant_bits(values: np.ndarray) -> np.ndarray:
+    """``values`` rounded to float16's precision (11 significant bits, ties to even) with an unbounded exponent:
+    what a float16 shard must give back whatever the magnitudes (a plain float16 cast also flushes values below
+    6.1e-5 towards zero and turns values above 65504 into inf)."""
+    mantissa, exponent = np.frexp(np.asarray(values, dtype=np.float64))  # mantissa in [0.5, 1)
+    return np.ldexp(np.rint(mantissa * 2.0**11), exponent - 11).astype(np.float32)
+
+
 # ---- encoding ----------------------------------------------------------------------------------------
 
 
@@ -100,8 +108,103 @@ def test_shards_equal_the_in_memory_encoding(model, corpus, tmp_path):
                                                                                              50, 230)
     assert settings["source"]["sha256"] and settings["fingerprint"] and settings["max_length"] == 32
     half = encode_corpus(model, corpus, tmp_path / "emb16", shard_size=50, batch_size=8, show_progress_bar=False)
-    stored16, _ = all_embeddings(half)  # float16 by default: the float32 values rounded to half precision
-    np.testing.assert_array_equal(stored16, embeddings.astype(np.float16).astype(np.float32))
+    stored16, _ = all_embeddings(half)  # float16 by default: the float32 values rounded to float16's 11 bits
+    np.testing.assert_array_equal(stored16, eleven_significant_bits(embeddings))
+
+
+def test_float16_shards_keep_every_magnitude(tmp_path):
+    """A float16 shard gives back each value rounded to 11 significant bits, for rows of about 1e-9 (below
+    float16's smallest subnormal), 1e-6 (subnormal), 1 and 1e6 (past float16's largest value), and a zero row."""
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((5, 24)).astype(np.float32) * np.array([1e-9, 1e-6, 1.0, 1e6, 0.0],
+                                                                     dtype=np.float32)[:, None]
+    shards = save_embedding_shards(tmp_path / "emb", rows, [f"d{i}" for i in range(5)], shard_size=2,
+                                   dtype="float16")
+    stored, _ = all_embeddings(shards)
+    np.testing.assert_array_equal(stored, eleven_significant_bits(rows))
+    assert np.all(np.abs(stored - rows) <= 2.0**-11 * np.abs(rows))  # float16's relative precision, every row
+
+
+def small_vector_model(folder: Path, tok, scale: float) -> Path:
+    """:func:`tiny_model` with its last LayerNorm multiplied by ``scale`` (vectors of about ``scale``), scored by
+    dot product, without a Normalize module."""
+    from dense_encoders.checkpoints.folder import write_sentence_transformers_files
+
+    tiny_model(folder, tok)
+    bert = BertModel.from_pretrained(folder)
+    norm = bert.encoder.layer[-1].output.LayerNorm
+    with torch.no_grad():
+        norm.weight.mul_(scale)
+        norm.bias.mul_(scale)
+    bert.save_pretrained(folder)
+    write_sentence_transformers_files(folder, pooling="mean", similarity="dot", normalize=False)
+    return folder
+
+
+def test_float16_shards_of_a_model_with_tiny_vectors_evaluate_as_in_memory(tok, tmp_path):
+    """A model whose vectors are about 1e-6 (float16's subnormal range): `evaluate --corpus-embeddings` on the
+    default float16 shards gives the metrics of the in-memory evaluation. The relevant documents are those whose
+    in-memory score stands apart from every other document's by more than float16 rounding can move it."""
+    model = small_vector_model(tmp_path / "small", tok, 1e-6)
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    write_corpus(beir / "corpus.jsonl", 120)
+    queries = {f"q{i}": f"{WORDS[i]} {WORDS[i + 1]}" for i in range(8)}
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    documents = list(iterate_texts(text_source(beir)))
+    encoder = RetrievalEncoder(model, show_progress_bar=False)
+    q = encoder.encode_queries(list(queries.values())).embeddings.astype(np.float64)
+    d = encoder.encode_documents([text for _, text in documents]).embeddings.astype(np.float64)
+    assert 1e-7 < np.abs(d).max() < 1e-5
+    scores = q @ d.T
+    # float16 moves a score by at most 2**-11 * |q| * |d|, a gap between two scores by twice that: 2**-9 is room
+    margin = 2.0**-9 * np.linalg.norm(q, axis=1)[:, None] * np.linalg.norm(d, axis=1).max()
+    lines = []
+    for row, (query, row_scores) in enumerate(zip(queries, scores)):
+        gaps = np.abs(row_scores[:, None] - row_scores[None, :])
+        np.fill_diagonal(gaps, np.inf)
+        apart = [int(j) for j in np.argsort(-row_scores)[:10] if gaps[j].min() > margin[row, 0]]
+        assert len(apart) >= 2, (query, apart)
+        lines += [f"{query}\t{documents[apart[0]][0]}\t2\n", f"{query}\t{documents[apart[1]][0]}\t1\n"]
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(lines))
+
+    emb = tmp_path / "emb"
+    assert main(["encode", str(model), str(beir), "--output", str(emb), "--no-progress"]) == 0  # float16
+    assert EmbeddingShards.open(emb).settings["dtype"] == "float16"
+    memory, stored = tmp_path / "memory.json", tmp_path / "stored.json"
+    assert main(["evaluate", str(model), str(beir), "--output", str(memory), "--no-progress"]) == 0
+    assert main(["evaluate", str(model), str(beir), "--output", str(stored), "--corpus-embeddings", str(emb),
+                 "--no-progress"]) == 0
+    in_memory, from_shards = json.loads(memory.read_text()), json.loads(stored.read_text())
+    assert in_memory["metrics"]["ndcg@10"] > 0.5
+    assert from_shards["metrics"] == pytest.approx(in_memory["metrics"], abs=1e-12)
+    for measure, values in in_memory["per_query"].items():
+        assert from_shards["per_query"][measure] == pytest.approx(values, abs=1e-12), measure
+
+
+def test_float16_shards_of_version_1_warn_about_rows_they_flushed(tmp_path, caplog):
+    """A version-1 float16 shard (a plain cast, no scales) is still read, with a warning naming the rows that
+    lie below float16's normal range."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    from dense_encoders.data.embedding_shards import file_sha256, shard_file
+
+    rows = np.array([[1e-6, -2e-6], [0.5, 0.25], [3e-9, 0.0]], dtype=np.float32)
+    shards = save_embedding_shards(tmp_path / "emb", rows, ["a", "b", "c"], dtype="float16")
+    path = shard_file(shards.folder, 0)
+    with safe_open(str(path), framework="np") as handle:  # the shard's metadata (rows, ids digest) is kept
+        assert "scales" in handle.keys()
+        metadata = handle.metadata()
+    save_file({"embeddings": rows.astype(np.float16)}, str(path), metadata=metadata)
+    manifest = json.loads((shards.folder / "manifest.json").read_text())
+    manifest["version"] = manifest["settings"]["version"] = 1
+    manifest["shards"][0].update(bytes=path.stat().st_size, sha256=file_sha256(path))
+    (shards.folder / "manifest.json").write_text(json.dumps(manifest))
+    with caplog.at_level("WARNING"):
+        stored, _ = all_embeddings(EmbeddingShards.open(shards.folder))
+    np.testing.assert_array_equal(stored, rows.astype(np.float16).astype(np.float32))
+    assert "2 of 3 rows lie below float16's normal range" in caplog.text
 
 
 def test_tsv_and_txt_sources_and_blank_texts(tmp_path):

@@ -230,6 +230,45 @@ def test_layerwise_analysis_and_cli(cross_encoder_folder, tok, tmp_path):
                  "--data", str(datasets[0][0]), "--output-dir", str(tmp_path / "x"), "--no-progress"]) == 2
 
 
+def test_layerwise_refuses_a_non_empty_output_dir(cross_encoder_folder, tok, tmp_path, capsys, monkeypatch):
+    """`layerwise` writes into a new or empty folder, its default `layerwise` included: a second run is refused
+    before anything is loaded, naming the folder and --overwrite-output-dir, and the earlier files stay; with
+    the flag the folder holds this run's files only (never when it holds an input)."""
+    from dense_encoders.cli import main
+
+    torch.manual_seed(1)
+    de_folder = tmp_path / "de"
+    BertModel(tiny_config(tok), add_pooling_layer=False).save_pretrained(de_folder)
+    tok.save_pretrained(de_folder)
+    data = write_beir(tmp_path / "set", {f"d{i}": f"alpha beta {i}" for i in range(6)},
+                      {"q0": "alpha 1", "q1": "beta 4"}, {"q0": "d1", "q1": "d4"})
+    argv = ["layerwise", "--cross-encoder", str(cross_encoder_folder), "--dual-encoder", str(de_folder), "--data",
+            str(data), "--layers", "1", "--no-progress"]
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0  # the default folder, ./layerwise
+    default = tmp_path / "layerwise"
+    first = (default / "layerwise.json").read_text()
+    capsys.readouterr()
+    assert main([*argv[:2], str(tmp_path / "missing-ce"), *argv[3:]]) == 2  # refused before the model is loaded
+    err = capsys.readouterr().err
+    assert "layerwise is not empty: it holds another run's files (layerwise.csv, layerwise.json, " \
+           "layerwise.png)" in err and "Pass --overwrite-output-dir to delete its contents first" in err
+    assert "Traceback" not in err and (default / "layerwise.json").read_text() == first
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "notes.txt").write_text("keep me\n")
+    assert main([*argv, "--output-dir", str(output)]) == 2
+    assert (output / "notes.txt").read_text() == "keep me\n" and sorted(p.name for p in output.iterdir()) == [
+        "notes.txt"]
+    assert main([*argv, "--output-dir", str(output), "--overwrite-output-dir"]) == 0
+    assert sorted(p.name for p in output.iterdir()) == ["layerwise.csv", "layerwise.json", "layerwise.png"]
+    assert json.loads((output / "layerwise.json").read_text()) == json.loads(first)
+    capsys.readouterr()
+    assert main([*argv, "--output-dir", str(tmp_path), "--overwrite-output-dir"]) == 2
+    assert "--overwrite-output-dir would delete everything in" in capsys.readouterr().err
+    assert de_folder.is_dir() and data.is_dir()
+
+
 @pytest.fixture
 def tiny_beir(tmp_path):
     rng = np.random.default_rng(0)

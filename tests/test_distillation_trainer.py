@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
-from conftest import FLOAT64_TOLERANCE, cpu_only_env
+from conftest import FLOAT64_TOLERANCE, cpu_only_env, float32_atol
 
 from dense_encoders.cli import main
 from dense_encoders.data.distillation import DistillationCollator, sample_documents, training_records_to_dataset
@@ -370,7 +370,8 @@ def test_cli_distills_into_a_two_layer_all_minilm_student(tmp_path, minilm_path,
     weights = load_file(output / "model.safetensors")
     teacher = load_file(minilm_path / "model.safetensors")
     assert {k.split(".")[2] for k in weights if k.startswith("encoder.layer.")} == {"0", "1"}
-    assert not any(k.startswith("pooler.") for k in weights)
+    # MiniLM's own pooler, unused and frozen, saved as loaded: the student loads without a report
+    assert all(torch.equal(weights[k], teacher[k]) for k in ("pooler.dense.weight", "pooler.dense.bias"))
     # the embeddings were trained (they moved), the shape is the teacher's
     assert weights["embeddings.word_embeddings.weight"].shape == teacher["embeddings.word_embeddings.weight"].shape
     assert not torch.equal(weights["encoder.layer.1.output.dense.weight"], teacher["encoder.layer.1.output.dense.weight"])
@@ -386,6 +387,61 @@ def test_cli_distills_into_a_two_layer_all_minilm_student(tmp_path, minilm_path,
     student = SentenceTransformer(str(output))
     assert student.similarity_fn_name == "cosine" and [type(m).__name__ for m in student][-1] == "Normalize"
     np.testing.assert_allclose(student.encode(texts), expected.numpy(), atol=1e-5)
+
+
+PLAIN_LOAD = """
+import json
+from sentence_transformers import SentenceTransformer
+model = SentenceTransformer({folder!r}, device="cpu")
+print("VECTORS" + json.dumps(model.encode({texts!r}).tolist()))
+"""
+
+
+@pytest.mark.numerics
+def test_a_student_cut_from_a_bert_with_a_pooler_loads_without_a_report(tmp_path, tok):
+    """A student cut from a checkpoint with a pooler (all-MiniLM-L6-v2's layout: BertModel, mean pooling,
+    cosine) keeps that pooler, frozen and saved as loaded: a plain SentenceTransformer load in a fresh interpreter
+    (without the package) prints no report of missing, newly initialised weights and gives the vectors of the
+    student's own weights (mean pooling, normalised)."""
+    from conftest import run_python_without_package
+    from safetensors.torch import load_file
+
+    from dense_encoders.checkpoints.folder import write_sentence_transformers_files
+
+    teacher = tmp_path / "minilm-like"
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=64)).save_pretrained(teacher)
+    tok.save_pretrained(teacher)
+    write_sentence_transformers_files(teacher, pooling="mean", similarity="cosine")
+    assert "pooler.dense.weight" in load_file(teacher / "model.safetensors")
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records())
+    output = tmp_path / "student"
+    assert main(["distill", "--student", str(teacher), "--student_num_layers", "1", "--train_file", str(train_file),
+                 "--output_dir", str(output), "--losses", "kl", "--documents_per_query", "4", "--max_steps", "2",
+                 "--per_device_train_batch_size", "2", "--learning_rate", "1e-2", "--use_cpu"]) == 0
+    weights, source = load_file(output / "model.safetensors"), load_file(teacher / "model.safetensors")
+    assert set(weights) == {k for k in source if not k.startswith(("encoder.layer.1.", "encoder.layer.2."))}
+    assert all(torch.equal(weights[k], source[k]) for k in ("pooler.dense.weight", "pooler.dense.bias"))
+    trained = "encoder.layer.0.output.dense.weight"
+    assert not torch.equal(weights[trained], source[trained])
+
+    texts = ["what do cells use for energy", "The mitochondrion produces ATP."]
+    code = PLAIN_LOAD.format(folder=str(output), texts=texts)
+    result = run_python_without_package(code, tmp_path)
+    printed = result.stdout + result.stderr
+    assert not any(word in printed for word in ("LOAD REPORT", "MISSING", "newly initialized")), printed
+    vectors = np.array(json.loads(result.stdout[result.stdout.rindex("VECTORS") + 7:].splitlines()[0]))
+    model = BertModel.from_pretrained(output).eval()
+    batch = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    expected = F.normalize((states * mask).sum(1) / mask.sum(1), dim=-1).numpy()
+    # two float32 computations of one function: rounding of the hidden states (one layer and the embeddings),
+    # which the normalisation divides by the vectors' norm (> 1 here)
+    assert np.linalg.norm((states * mask).sum(1) / mask.sum(1), axis=-1).min() > 1
+    np.testing.assert_allclose(vectors, expected, rtol=0, atol=float32_atol(states, depth=2))
 
 
 @pytest.mark.numerics

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pytest
@@ -401,3 +401,120 @@ def test_remote_code_of_a_custom_sentence_transformers_module_goes_up(tmp_path, 
     (folder / "leftover_st.py").write_text("class Other:\n    pass\n")  # reached by nothing: refused
     with pytest.raises(ValueError, match="auto_map does not use: leftover_st.py"):
         upload_files(folder)
+
+
+def infuse_output(tmp_path, tok) -> Path:
+    """The layout `dense-encoders infuse --also-random` writes: the trained DE-N-CE in the folder, its initial
+    weights in initial/, the DE-N-Rand in random/ (with its own initial/): four models, each loadable."""
+    from dense_encoders.trainer.infusion import save_dual_encoder
+
+    trained = infused_folder(tmp_path, tok)
+    from transformers import AutoTokenizer
+
+    from dense_encoders import InfusedDualEncoderModel
+
+    model, tokenizer = InfusedDualEncoderModel.from_pretrained(trained), AutoTokenizer.from_pretrained(trained)
+    for nested in ("initial", "random", "random/initial"):
+        save_dual_encoder(model, tokenizer, trained / nested)
+    (trained / "random" / "training_args.json").write_text("{}")  # a record of the nested run
+    return trained
+
+
+def test_a_folder_holding_other_models_is_refused_unless_they_are_skipped(hub, tmp_path, tok, capsys):
+    """One model per repository: infuse's output (the DE in the folder, initial/ and random/ beside it) is
+    refused naming the nested models; --skip-nested-models uploads the folder's own model only, and a nested
+    folder pushed on its own is one model too. A sentence-transformers module folder with weights is no model."""
+    from dense_encoders.hub.push import nested_model_folders
+
+    assert nested_model_folders(["config.json", "model.safetensors", "random/config.json", "random/model.safetensors",
+                                 "random/initial/config.json", "random/initial/model.safetensors",
+                                 "old/config.json", "old/pytorch_model.bin", "2_Dense/config.json",
+                                 "2_Dense/model.safetensors", "notes/config.json"],
+                                module_folders=[PurePosixPath("2_Dense")]) == [PurePosixPath("old"),
+                                                                                PurePosixPath("random")]
+    folder = infuse_output(tmp_path, tok)
+    model_files = {name for name in folder_files(folder) if "/" not in name or name.split("/")[0].endswith(
+        ("_Pooling", "_Normalize"))}
+    repo = "loopback-user/de-2-ce"
+    capsys.readouterr()
+    assert push_command(hub, folder, repo) == 2
+    err = capsys.readouterr().err
+    assert "holds other models: initial/, random/" in err and "a repository holds one model" in err
+    assert "--skip-nested-models" in err and err.count("\n") == 1
+    assert push_command(hub, folder, repo, "--include", "random/*") == 2  # --include does not pull a model in
+    assert "holds other models" in capsys.readouterr().err
+    assert commits_to(hub, repo) == 0
+    assert push_command(hub, folder, repo, "--skip-nested-models", "--include", "random/*") == 2
+    assert "--include random/*: matches no file" in capsys.readouterr().err
+    assert push_command(hub, folder, repo, "--skip-nested-models") == 0
+    files = hub.repo_files(repo)
+    assert set(files) == model_files | {"README.md", ".gitattributes"}
+    assert [name for name in files if name.endswith(".safetensors")] == ["model.safetensors"]
+    assert files["model.safetensors"] == (folder / "model.safetensors").read_bytes()
+    assert push_command(hub, folder / "random", "loopback-user/de-2-rand", "--skip-nested-models") == 0
+    assert [name for name in hub.repo_files("loopback-user/de-2-rand") if name.endswith(".safetensors")] == [
+        "model.safetensors"]
+
+
+def test_the_retry_hint_repeats_the_whole_command_without_the_token(hub, tmp_path, tok, capsys):
+    """A failed push prints the command that repeats it: every flag given (results, license, endpoint, ...),
+    never the token."""
+    import shlex
+
+    from dense_encoders.data.retrieval import RetrievalDataset
+    from dense_encoders.evaluation import evaluate_retrieval, save_results
+
+    folder = tite_folder(tmp_path, tok)
+    dataset = RetrievalDataset(name="toy", split="test", corpus={f"d{i}": {"title": "", "text": f"document {i}"}
+                                                                 for i in range(4)},
+                               queries={"q0": "document 1"}, qrels={"q0": {"d1": 1}})
+    results = save_results(evaluate_retrieval(str(folder), dataset, no_progress=True), tmp_path / "toy results.json")
+    given = {"--repo-id": "loopback-user/retry", "--revision": "v2", "--commit-message": "second try",
+             "--results": str(results), "--license": "apache-2.0", "--include": "notes.txt",
+             "--endpoint": "http://127.0.0.1:9"}  # nothing listens on port 9: the push fails
+    (folder / "notes.txt").write_text("how it was trained\n")
+    from dense_encoders.cli import main
+
+    capsys.readouterr()
+    argv = ["push", str(folder), *[part for item in given.items() for part in item], "--private",
+            "--skip-nested-models"]
+    assert main([*argv, "--token", "hf_secrettoken12345"]) == 2
+    err = capsys.readouterr().err
+    assert "hf_secrettoken12345" not in err and "--token" not in err and err.count("\n") == 1
+    retry = shlex.split(err.split("retry with: ", 1)[1].strip())
+    assert retry[:3] == ["dense-encoders", "push", str(folder)]
+    switches = [part for part in retry[3:] if part in ("--private", "--skip-nested-models")]
+    options = [part for part in retry[3:] if part not in switches]
+    assert sorted(switches) == ["--private", "--skip-nested-models"]
+    assert dict(zip(options[::2], options[1::2])) == given and len(options) == 2 * len(given)
+
+
+def test_an_unchanged_push_says_nothing_changed(hub, tmp_path, tok, capsys):
+    """Pushing the same folder again, or as a pull request, makes no commit: `push` says "nothing changed" and
+    that no pull request was opened; a changed folder still opens one."""
+    folder = tite_folder(tmp_path, tok)
+    repo = "loopback-user/unchanged"
+    assert push_command(hub, folder, repo) == 0
+    assert capsys.readouterr().out.startswith(f"pushed {folder} -> ")
+    assert push_command(hub, folder, repo, "--create-pr") == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"nothing changed: {repo} at main already holds these files")
+    assert out.rstrip().endswith("no commit made, no pull request opened")
+    assert push_command(hub, folder, repo) == 0
+    assert capsys.readouterr().out.rstrip().endswith("already holds these files ("
+                                                     f"{hub.endpoint}/{repo}/commit/{commit_oid(hub, repo)}); "
+                                                     "no commit made")
+    assert commits_to(hub, repo) == 1
+    with hub.in_process():
+        result = push_to_hub(folder, repo, token=hub.token, create_pr=True)
+    assert result.changed is False and result.pr_url is None
+    (folder / "notes.txt").write_text("changed\n")
+    assert push_command(hub, folder, repo, "--create-pr", "--include", "notes.txt") == 0
+    assert "(pull request " in capsys.readouterr().out and commits_to(hub, repo) == 2
+
+
+def commit_oid(hub, repo) -> str:
+    from huggingface_hub import HfApi
+
+    with hub.in_process():
+        return HfApi(endpoint=hub.endpoint, token=hub.token).repo_info(repo).sha

@@ -223,3 +223,70 @@ def test_distill_with_and_without_a_recipe(tmp_path, tok, capsys):
     assert "trained without --recipe, with the package defaults" in capsys.readouterr().err
     assert "- recipe: none" in (defaults / "README.md").read_text()
     assert json.loads((defaults / "training_args.json").read_text())["lr_scheduler_type"] == "linear"
+
+
+# ---- precision: what a recipe asks for runs as asked, or is refused with the fix -------------------------
+
+
+@pytest.mark.parametrize("recipe", ["condenser", "cocondenser"])
+def test_a_recipes_fp16_on_the_cpu_is_refused_and_the_advice_trains_in_bf16(recipe, tmp_path, tok, small_corpus,
+                                                                            capsys):
+    """fp16 mixed precision exists on GPUs only (accelerate trains in fp32 on the CPU): a recipe's --fp16 on a
+    run that trains on the CPU is refused before anything is loaded, naming the recipe and the fixes; following
+    the bf16 fix trains in bf16 on the CPU, and the records and the card say bf16."""
+    backbone = tmp_path / "bert"
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=64)).save_pretrained(backbone)
+    tok.save_pretrained(backbone)
+    output = tmp_path / "run"
+    argv = ["pretrain", recipe, "--recipe", recipe, "--backbone", str(backbone), "--corpus", str(small_corpus),
+            "--output-dir", str(output), "--skip-from", "1", "--n-head-layers", "1", "--max-seq-length", "16",
+            "--per-device-train-batch-size", "2", "--max-steps", "2", "--report-to", "none", "--disable-tqdm", "true",
+            "--use-cpu"]
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"dense-encoders pretrain: error: --fp16 (recipe {recipe}): fp16 mixed precision needs a "
+                           "CUDA GPU, and this run trains on the CPU, where it would train in fp32: add --fp16 false "
+                           "to train in fp32, or --fp16 false --bf16 --use_cpu to train in bf16 on the CPU")
+    assert not output.exists()
+    if recipe == "cocondenser":  # its training (span pairs) is pinned in test_pretraining; the refusal is the same
+        return
+    assert cli.main([*argv, "--fp16", "false", "--bf16"]) == 0
+    assert json.loads((output / "training_environment.json").read_text())["precision"] == "bf16"
+    card = (output / "README.md").read_text()
+    assert "precision bf16" in card and "precision fp16" not in card
+
+
+def test_bf16_without_a_bf16_gpu_names_use_cpu(tmp_path, capsys):
+    """bf16 runs on the CPU with --use_cpu: without a GPU that has bf16, --bf16 alone (or a recipe's) is refused
+    with that advice, not with 'needs a CUDA GPU'; with --use_cpu it parses."""
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    if is_torch_bf16_gpu_available():
+        pytest.skip("this machine has a GPU with bf16: --bf16 needs no --use_cpu here")
+    base = ["pretrain", "tite", "--output-dir", str(tmp_path / "run")]
+    for extra, origin in ((["--recipe", "tite-pretraining"], "--bf16 (recipe tite-pretraining)"),
+                          (["--bf16"], "--bf16")):
+        capsys.readouterr()
+        assert cli.main([*base, *extra]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"dense-encoders pretrain: error: {origin}: there is no GPU with bf16 support here: add --use_cpu to "
+            "train in bf16 on the CPU, or --bf16 false to train in fp32")
+    values = parsed_values("pretrain tite", ["--recipe", "tite-pretraining", "--output-dir", str(tmp_path / "run"),
+                                             "--use-cpu"])
+    assert values["bf16"] is True and values["use_cpu"] is True
+
+
+def test_the_records_state_the_precision_used():
+    """fp16 on the CPU would train in fp32 (no autocast there): the records say fp32; bf16 runs on either device."""
+    from types import SimpleNamespace
+
+    from dense_encoders.trainer.records import training_precision
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert training_precision(SimpleNamespace(fp16=True, bf16=False, device=cpu)) == "fp32"
+    assert training_precision(SimpleNamespace(fp16=True, bf16=False, device=cuda)) == "fp16"
+    assert training_precision(SimpleNamespace(fp16=False, bf16=True, device=cpu)) == "bf16"
+    assert training_precision(SimpleNamespace(fp16=False, bf16=False, device=cuda)) == "fp32"

@@ -264,10 +264,12 @@ def parse(parser: argparse.ArgumentParser, argv: list[str], command: str | None 
         else:
             parsed = parser.parse_args(argv)
     except ValueError as error:
-        if recipe is not None and re.search(r"\b(bf16|fp16)\b", str(error)):
-            precision = "bf16" if "bf16" in str(error) else "fp16"
-            raise ValueError(f"recipe {recipe.name} trains in {precision}, which needs a CUDA GPU here: add "
-                             f"--{precision} false to train on this machine ({error})") from None
+        if "bf16/gpu" in str(error):  # TrainingArguments: --bf16 without a bf16 GPU and without --use_cpu
+            from ..trainer.records import BF16_ADVICE
+
+            by_recipe = recipe is not None and recipe.values().get("bf16") is True
+            origin = f"--bf16 (recipe {recipe.name})" if by_recipe else "--bf16"
+            raise ValueError(f"{origin}: there is no GPU with bf16 support here: {BF16_ADVICE}") from None
         raise
     parse.last = parsed  # what `cli.main` reads after an interrupt (the output folder to resume from)
     return parsed

@@ -91,7 +91,9 @@ def build_layerwise_parser():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, help="Token limit of a pair / a text (default: the tokenizer's).")
     parser.add_argument("--output-dir", default="layerwise",
-                        help="Where the CSV, JSON and PNG go (default: %(default)s).")
+                        help="Where the CSV, JSON and PNG go: a new or empty folder (default: %(default)s).")
+    parser.add_argument("--overwrite-output-dir", action="store_true",
+                        help="Delete the contents of a non-empty --output-dir first (refused without it).")
     parser.add_argument("--no-progress", action="store_true")
     add_trust_remote_code_flag(parser)
     return parser
@@ -107,7 +109,7 @@ def layerwise(argv: list[str]) -> int:
         copies=options.copies, batch_size=options.batch_size, max_length=options.max_length,
         output_dir=options.output_dir, show_progress_bar=not options.no_progress,
         pair_threshold=options.pair_threshold, pair_scale=options.pair_scale,
-        trust_remote_code=options.trust_remote_code,
+        trust_remote_code=options.trust_remote_code, overwrite_output_dir=options.overwrite_output_dir,
     )
     print(format_layerwise(results))
     print(f"wrote {options.output_dir}/layerwise.csv, layerwise.json, layerwise.png")

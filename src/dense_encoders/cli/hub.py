@@ -41,6 +41,9 @@ def build_push_parser():
     parser.add_argument("--include", action="append", metavar="PATTERN", default=[],
                         help="Also upload the folder's files this glob names (path inside the folder, e.g. "
                         "'distillation_*.json'); repeatable. Training state and pickles are never uploaded.")
+    parser.add_argument("--skip-nested-models", action="store_true",
+                        help="Leave the folders of other models inside FOLDER local (e.g. infuse's random/ and "
+                        "initial/: push each to its own repository); without it such a folder is refused.")
     parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the stored login).")
     parser.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or https://huggingface.co).")
     return parser
@@ -53,11 +56,16 @@ def push(argv: list[str]) -> int:
             options.folder, options.repo_id, private=options.private, revision=options.revision,
             create_pr=options.create_pr, commit_message=options.commit_message, token=options.token,
             results=options.results, license=options.license, card=not options.no_card, endpoint=options.endpoint,
-            include=options.include,
+            include=options.include, skip_nested_models=options.skip_nested_models,
         )
     except PushError as error:
         print(f"dense-encoders push: error: {error}", file=sys.stderr)
         return 2
+    if not commit.changed:
+        opened = "no commit made" + (", no pull request opened" if options.create_pr else "")
+        print(f"nothing changed: {options.repo_id} at {options.revision or 'main'} already holds these files "
+              f"({commit.commit_url}); {opened}")
+        return 0
     pull_request = f" (pull request {commit.pr_url})" if commit.pr_url else ""
     print(f"pushed {options.folder} -> {commit.commit_url}{pull_request}")
     return 0

@@ -4,7 +4,9 @@ Layout of an output folder::
 
     encoding.json                  what is being encoded how (written first; a resume must match it once
                                    a shard is written)
-    shard-00000.safetensors        ``embeddings`` [rows, dim] (float16 or float32), metadata: rows, ids sha256
+    shard-00000.safetensors        ``embeddings`` [rows, dim] (float16 or float32); float16 shards add ``scales``
+                                   [rows] (float32 powers of two: a row is ``scales[i] * embeddings[i]``, see
+                                   :func:`half_precision_rows`); metadata: rows, ids sha256
     shard-00000.ids                the rows' ids, one per line
     ...
     manifest.json                  written last: encoding.json + count, dimension, every shard's rows, bytes
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,12 +40,24 @@ from .retrieval import beir_ids, corpus_record, query_record
 SETTINGS_FILE = "encoding.json"
 MANIFEST_FILE = "manifest.json"
 FORMAT = "dense-encoders-embeddings"
-VERSION = 1
+# version 2: float16 shards carry per-row scales (a version-1 reader would ignore them); version 1 is still read
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 DTYPES = {"float16": np.float16, "float32": np.float32}
 SHARD_METADATA = "dense_encoders_shard"
 SIDES = ("document", "query")
 # what fixes a damaged or missing shard: encode heals a finished folder as well as an unfinished one
 REPAIR = "run the `dense-encoders encode` command that wrote the folder again to rebuild it"
+SCALES = "scales"
+# a float16 row is stored as row / scale with its largest magnitude in [2**14, 2**15): every component down to
+# 2**-28 of the largest keeps float16's 11 significant bits, and nothing reaches float16's largest value (65504)
+HALF_TOP_EXPONENT = 15
+# the smallest scale: 2**-126, float32's smallest normal number (a smaller one would itself be rounded)
+SMALLEST_SCALE_EXPONENT = -126
+# float16's smallest normal number: an unscaled (version-1) float16 row below it lost precision, or all of it
+HALF_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
+
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------ sources
@@ -165,8 +180,24 @@ def _ids_digest(ids: list[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
 
 
+def half_precision_rows(embeddings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(half, scales)``: float16 rows and float32 per-row powers of two with ``scales[:, None] * half`` equal to
+    ``embeddings`` rounded to float16's 11 significant bits, whatever the rows' magnitudes. A plain float16 cast
+    flushes values below 6.1e-5 to subnormals (a few bits) and below 6e-8 to zero, and turns values above 65504
+    into inf: a model with small or large vectors then ranks at random. Each row is divided by the power of two
+    that brings its largest magnitude into ``[2**14, 2**15)``; dividing and multiplying by a power of two are
+    exact, so only the float16 rounding remains (its relative precision, 2**-11, applies to every score)."""
+    rows = np.asarray(embeddings, dtype=np.float32)
+    largest = np.abs(rows).max(axis=1) if rows.size else np.zeros(len(rows), dtype=np.float32)
+    _, exponent = np.frexp(largest)  # largest = m * 2**exponent with m in [0.5, 1); exponent 0 for 0
+    exponent = np.where(largest > 0, np.maximum(exponent - HALF_TOP_EXPONENT, SMALLEST_SCALE_EXPONENT), 0)
+    scales = np.ldexp(np.float32(1), exponent.astype(np.int32)).astype(np.float32)
+    return (rows / scales[:, None]).astype(np.float16), scales
+
+
 def write_shard(folder: Path, index: int, embeddings: np.ndarray, ids: list[str], dtype: str) -> None:
-    """Shard ``index``: ids, then embeddings (the file whose presence marks the shard done), each atomic."""
+    """Shard ``index``: ids, then embeddings (the file whose presence marks the shard done), each atomic. A
+    float16 shard stores per-row scales beside the rows (:func:`half_precision_rows`)."""
     if len(ids) != len(embeddings):
         raise ValueError(f"shard {index}: {len(ids)} ids for {len(embeddings)} embeddings")
     if any(has_whitespace(identifier) or not identifier for identifier in ids):
@@ -174,13 +205,16 @@ def write_shard(folder: Path, index: int, embeddings: np.ndarray, ids: list[str]
     folder = Path(folder)
     atomic_write(ids_file(folder, index), lambda scratch: Path(scratch).write_text(
         "".join(identifier + "\n" for identifier in ids), encoding="utf-8"))
-    array = np.ascontiguousarray(embeddings, dtype=DTYPES[dtype])
+    if dtype == "float16":
+        half, scales = half_precision_rows(embeddings)
+        tensors = {"embeddings": np.ascontiguousarray(half), SCALES: np.ascontiguousarray(scales)}
+    else:
+        tensors = {"embeddings": np.ascontiguousarray(embeddings, dtype=DTYPES[dtype])}
     # one metadata key: safetensors writes a mapping's keys in an order that varies between processes, and a
     # resumed run must write the same bytes
     metadata = {SHARD_METADATA: json.dumps({"rows": len(ids), "ids_sha256": _ids_digest(ids), "shard": index},
                                            sort_keys=True)}
-    atomic_write(shard_file(folder, index), lambda scratch: save_file({"embeddings": array}, scratch,
-                                                                         metadata=metadata))
+    atomic_write(shard_file(folder, index), lambda scratch: save_file(tensors, scratch, metadata=metadata))
 
 
 def _shard_metadata(handle) -> dict:
@@ -195,13 +229,16 @@ def read_shard_ids(folder: Path, index: int) -> list[str]:
 
 
 def read_shard(folder: Path, index: int) -> tuple[np.ndarray, list[str]]:
-    """``(embeddings as stored, ids)`` of a complete shard; a damaged one is a one-line error naming it
-    (:meth:`EmbeddingShards.shards` verifies the shard against the manifest first)."""
+    """``(embeddings as float32, ids)`` of a complete shard (a float16 shard's rows times their scales); a
+    damaged one is a one-line error naming it (:meth:`EmbeddingShards.shards` verifies the shard against the
+    manifest first). An unscaled float16 shard (format version 1) with rows below float16's normal range is
+    read with a warning: those rows lost precision when they were written."""
     path = shard_file(folder, index)
     try:
         with safe_open(str(path), framework="np") as handle:
             metadata = _shard_metadata(handle)
             embeddings = handle.get_tensor("embeddings")
+            scales = handle.get_tensor(SCALES) if SCALES in handle.keys() else None
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} is missing: {REPAIR}") from None
     except Exception as error:  # a damaged file
@@ -210,7 +247,17 @@ def read_shard(folder: Path, index: int) -> tuple[np.ndarray, list[str]]:
     ids = read_shard_ids(folder, index)
     if not _ids_match(metadata, ids, len(embeddings)):
         raise ValueError(f"{ids_file(folder, index)} does not match {path.name}: {REPAIR}")
-    return embeddings, ids
+    if scales is not None:
+        return embeddings.astype(np.float32) * scales.astype(np.float32)[:, None], ids
+    if embeddings.dtype == np.float16 and len(embeddings):
+        largest = np.abs(embeddings.astype(np.float32)).max(axis=1)
+        small = int((largest < HALF_SMALLEST_NORMAL).sum())
+        if small:
+            logger.warning("%s: %d of %d rows lie below float16's normal range (%.2g; zero rows included), "
+                           "stored without scales by an older version: they may have lost precision; encode the "
+                           "texts again into a new --output (or with --dtype float32)", path, small, len(embeddings),
+                           HALF_SMALLEST_NORMAL)
+    return np.asarray(embeddings, dtype=np.float32), ids
 
 
 def _ids_match(metadata: dict, ids: list[str], rows: int) -> bool:
@@ -365,8 +412,9 @@ class EmbeddingShards:
             hint = ("it is an unfinished run: run the same `dense-encoders encode` command again to finish it"
                     if (folder / SETTINGS_FILE).is_file() else "it was not written by `dense-encoders encode`")
             raise FileNotFoundError(f"{folder} has no {MANIFEST_FILE}: {hint}")
-        if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-            raise ValueError(f"{folder / MANIFEST_FILE} is not a {FORMAT} v{VERSION} manifest")
+        if manifest.get("format") != FORMAT or manifest.get("version") not in READABLE_VERSIONS:
+            raise ValueError(f"{folder / MANIFEST_FILE} is not a {FORMAT} manifest of version "
+                             f"{' or '.join(map(str, READABLE_VERSIONS))}")
         return cls(folder, manifest)
 
     @property
@@ -408,7 +456,7 @@ class EmbeddingShards:
             if problem is not None:
                 raise ValueError(f"{shard_file(self.folder, index)} {problem}: {self.repair()}")
             embeddings, ids = read_shard(self.folder, index)
-            yield offset, np.asarray(embeddings, dtype=np.float32), ids
+            yield offset, embeddings, ids
             offset += len(ids)
 
     def ids(self) -> Iterator[str]:
@@ -446,6 +494,7 @@ __all__ = [
     "differing_settings",
     "encode_command",
     "file_sha256",
+    "half_precision_rows",
     "ids_file",
     "iterate_texts",
     "read_record",

@@ -1,18 +1,27 @@
-"""Files written whole or not at all, and JSON records read back: the one place every layer (trainer,
-evaluation, hub, data) writes a file atomically and reads a JSON file.
+"""Files written whole or not at all, JSON records read back, and output folders that hold one run: the one
+place every layer (trainer, evaluation, hub, data) writes a file atomically, reads a JSON file and claims an
+output folder.
 
 :func:`atomic_write` writes through a scratch file in the target's folder and ``os.replace``, so a reader
 (or a run that is resumed after a crash) sees the old file or the new one, never a part of one.
+:func:`prepare_new_output_dir` gives a command a missing or empty folder, refuses a non-empty one unless
+``overwrite`` (then clears it, never the working folder, the home folder or an input): the rules the
+trainers apply (``trainer/output_dir.py`` adds resuming and the run lock) and ``layerwise`` shares.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None], *, durable: bool = False) -> None:
@@ -61,4 +70,110 @@ def read_json(path: str | Path, *, fix: str = "") -> Any | None:
                          + (f": {fix}" if fix else "")) from None
 
 
-__all__ = ["atomic_write", "atomic_write_bytes", "read_json", "write_json"]
+# ------------------------------------------------------------------------------------------------ output folders
+
+
+class OutputDirError(ValueError):
+    """The output folder cannot be used as asked (the message names the folder and the fix)."""
+
+
+@dataclass(frozen=True)
+class Flags:
+    """How a command spells its output-folder flags (HfArgumentParser: underscores; argparse: dashes)."""
+
+    output_dir: str = "--output_dir"
+    overwrite: str = "--overwrite_output_dir"
+    resume: str | None = "--resume_from_checkpoint"
+
+
+TRAINER_FLAGS = Flags()
+DASHED_FLAGS = Flags("--output-dir", "--overwrite-output-dir", None)
+
+
+def folder_entries(folder: str | Path) -> list[str]:
+    """The names in ``folder``, sorted; none when it is missing."""
+    folder = Path(folder)
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def is_inside(path: str | Path, folder: str | Path) -> bool:
+    """Whether ``path`` is ``folder`` or lies below it (both resolved)."""
+    path, folder = Path(path).resolve(), Path(folder).resolve()
+    return path == folder or folder in path.parents
+
+
+def listing(names: list[str], limit: int = 4) -> str:
+    """The first ``limit`` names, then how many there are."""
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... {len(names)} entries" if len(names) > limit else "")
+
+
+def refuse_unsafe_overwrite(output_dir: str | Path, inputs: Iterable[str | Path | None] = (),
+                            flags: Flags = TRAINER_FLAGS) -> None:
+    """:class:`OutputDirError` when clearing the non-empty ``output_dir`` would delete the current directory,
+    the home folder or one of ``inputs`` (paths the command reads)."""
+    folder = Path(output_dir)
+    if _is_home_or_holds_cwd(folder):
+        raise OutputDirError(f"{flags.overwrite} would delete everything in {folder}, which holds the current "
+                             f"directory or is the home folder: choose a dedicated {flags.output_dir}.")
+    for source in inputs:
+        if source and Path(source).exists() and is_inside(Path(source), folder):
+            raise OutputDirError(f"{flags.overwrite} would delete {source}, which this run reads: choose "
+                                 f"another {flags.output_dir} or move {source} out of {folder}.")
+
+
+def _is_home_or_holds_cwd(folder: Path) -> bool:
+    return is_inside(Path.cwd(), folder) or folder.resolve() == Path.home().resolve()
+
+
+def clear_output_dir(output_dir: str | Path) -> list[str]:
+    """Delete everything inside ``output_dir`` (the folder itself stays); returns the names deleted."""
+    folder = Path(output_dir)
+    names = folder_entries(folder)
+    for name in names:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if names:
+        logger.warning("%s: deleted the earlier run's %s (overwrite_output_dir)", folder, listing(names))
+    return names
+
+
+def prepare_new_output_dir(output_dir: str | Path, *, overwrite: bool = False,
+                           inputs: Iterable[str | Path | None] = (), flags: Flags = DASHED_FLAGS) -> Path:
+    """The folder a command that does not resume writes into, checked before the command loads anything: a
+    missing or empty one is used (the command makes it when it writes: a failed run leaves nothing); a non-empty
+    one is refused (:class:`OutputDirError`, naming a few of its entries and the flags that help) unless
+    ``overwrite``, which deletes its contents first (:func:`refuse_unsafe_overwrite` permitting)."""
+    folder = Path(output_dir)
+    if folder.exists() and not folder.is_dir():
+        raise OutputDirError(f"{flags.output_dir} {folder} is a file, not a folder: choose a folder.")
+    names = folder_entries(folder)
+    if names and not overwrite:
+        raise OutputDirError(f"{folder} is not empty: it holds another run's files ({listing(names)}).\n"
+                             f"Pass {flags.overwrite} to delete its contents first, or choose another "
+                             f"{flags.output_dir}.")
+    if names:
+        refuse_unsafe_overwrite(folder, inputs, flags)
+        clear_output_dir(folder)
+    return folder
+
+
+__all__ = [
+    "DASHED_FLAGS",
+    "TRAINER_FLAGS",
+    "Flags",
+    "OutputDirError",
+    "atomic_write",
+    "atomic_write_bytes",
+    "clear_output_dir",
+    "folder_entries",
+    "is_inside",
+    "listing",
+    "prepare_new_output_dir",
+    "read_json",
+    "refuse_unsafe_overwrite",
+    "write_json",
+]

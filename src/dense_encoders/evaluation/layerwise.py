@@ -27,6 +27,7 @@ import torch
 from scipy import stats
 from tqdm.auto import tqdm
 
+from ..data.files import DASHED_FLAGS, prepare_new_output_dir
 from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
 from ..checkpoints.loading import cross_encoder_model_and_tokenizer, model_and_tokenizer
 from ..models.infused.modeling_infused import mean_pool
@@ -161,9 +162,14 @@ def layerwise_analysis(
     pair_threshold: float | None = None,
     pair_scale: float | None = None,
     trust_remote_code: bool = False,
+    overwrite_output_dir: bool = False,
 ) -> dict:
     """Per-layer Hits@10 / MRR@10 of ``cross_encoder`` and ``dual_encoder`` on each dataset (a folder or Hub id
     that runs code of its own is refused unless ``trust_remote_code``).
+
+    ``output_dir`` must be missing or empty, as a training run's (checked before anything is loaded); a
+    non-empty one is refused unless ``overwrite_output_dir``, which deletes its contents first
+    (:func:`~dense_encoders.data.files.prepare_new_output_dir`).
 
     ``pair_threshold`` / ``pair_scale`` apply to the graded pairs files among ``datasets`` (the paper's STSB
     task, :func:`~dense_encoders.data.retrieval.load_graded_pairs`); a graded dataset's rows are named
@@ -178,6 +184,9 @@ def layerwise_analysis(
     if (pair_threshold is not None or pair_scale is not None) and not any(graded):
         raise ValueError("--pair-threshold / --pair-scale (pair_threshold, pair_scale) apply to graded pair files "
                          "(sentence1, sentence2, score); none of the datasets is one: leave them out")
+    if output_dir is not None:
+        inputs = [source for source in (cross_encoder, dual_encoder, *datasets) if isinstance(source, (str, Path))]
+        prepare_new_output_dir(output_dir, overwrite=overwrite_output_dir, inputs=inputs, flags=DASHED_FLAGS)
     rows = []
     for source, is_graded in zip(datasets, graded):
         pair_options = {"pair_threshold": pair_threshold, "pair_scale": pair_scale} if is_graded else {}

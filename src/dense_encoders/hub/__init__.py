@@ -10,7 +10,7 @@ package imports; ``trainer/`` and the command line import this package.
 """
 
 from .cards import model_card
-from .push import PushError, push_to_hub, upload_files
+from .push import PushError, PushResult, push_to_hub, upload_files
 from .remote_code import check_remote_code
 
-__all__ = ["PushError", "check_remote_code", "model_card", "push_to_hub", "upload_files"]
+__all__ = ["PushError", "PushResult", "check_remote_code", "model_card", "push_to_hub", "upload_files"]

@@ -11,9 +11,12 @@ resolves inside the folder, or when the folder is a snapshot of the Hugging Face
 that repository's blob; any other link is refused by name. The upload is staged in a temporary folder (hard
 links to, or copies of, the files' contents): the local folder is never modified, whatever happens. Pickled
 weights are refused. Incomplete or mixed folders are refused
-(:func:`dense_encoders.checkpoints.folder.publishing_problems`); one of our models' folders without
-sentence-transformers files gets its native ones in the upload. Errors name the repository, say that
-nothing local changed and how to retry, and never contain the token.
+(:func:`dense_encoders.checkpoints.folder.publishing_problems`), and so is a folder that holds other models
+(a subfolder with its own ``config.json`` and weights, such as ``infuse``'s ``random/`` and ``initial/``):
+one model per repository, unless ``skip_nested_models`` leaves them local. One of our models' folders
+without sentence-transformers files gets its native ones in the upload. Errors name the repository, say
+that nothing local changed and repeat the whole command (never the token). A push whose files the revision
+already holds makes no commit and opens no pull request: its :class:`PushResult` says ``changed=False``.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ import re
 import shlex
 import shutil
 import tempfile
+from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 
-from huggingface_hub import CommitOperationAdd, HfApi, constants
+from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, constants
 
 from ..checkpoints.folder import (
+    WEIGHT_PATTERNS,
     missing_sentence_transformers_files,
     model_file_kind,
     publishing_problems,
@@ -50,6 +55,27 @@ NAMED_IN_MESSAGES = 5  # a refusal names this many files, then counts the rest
 
 class PushError(RuntimeError):
     """An upload failed; the message says why and how to retry (never the token)."""
+
+
+@dataclass
+class PushResult(CommitInfo):
+    """huggingface_hub's :class:`~huggingface_hub.CommitInfo` of a push, and ``changed``: False when the revision
+    already held exactly these files, so that no commit was made and no pull request opened (``commit_url`` and
+    ``oid`` are then those of the revision's head, as huggingface_hub returns them)."""
+
+    changed: bool = True
+
+    @classmethod
+    def of(cls, commit: CommitInfo, changed: bool) -> "PushResult":
+        return cls(**{item.name: getattr(commit, item.name) for item in fields(commit) if item.init}, changed=changed)
+
+    def __reduce__(self):
+        constructor, arguments = super().__reduce__()
+        return _push_result, (arguments, self.changed)
+
+
+def _push_result(arguments: tuple, changed: bool) -> PushResult:
+    return PushResult(*arguments, changed=changed)
 
 
 def _scrub(text: str, token: str | None) -> str:
@@ -108,23 +134,53 @@ def _folder_files(folder: Path) -> tuple[dict[PurePosixPath, Path], list[str]]:
     return files, refused
 
 
-def upload_files(folder: str | Path, include=()) -> list[Path]:
+def nested_model_folders(files, module_folders=()) -> list[PurePosixPath]:
+    """The folders below the root (paths inside the folder) that hold a model of their own: ``config.json`` and
+    weights (safetensors or a pickle) side by side, outside the sentence-transformers module folders
+    ``module_folders`` (a ``2_Dense/`` has both and is part of the model); the outermost ones only. ``files``: the
+    paths of the folder's files (:class:`~pathlib.PurePosixPath`, relative to it)."""
+    files = [PurePosixPath(path) for path in files]
+    configured = {path.parent for path in files if path.name == "config.json" and path.parent.parts}
+    weighted = {path.parent for path in files
+                if any(fnmatch.fnmatchcase(path.name, pattern) for pattern in WEIGHT_PATTERNS)
+                or path.suffix in PICKLE_SUFFIXES}
+    models = {folder for folder in configured & weighted
+              if not any(folder.is_relative_to(module) for module in module_folders)}
+    return sorted(folder for folder in models if not any(parent in models for parent in folder.parents))
+
+
+def upload_files(folder: str | Path, include=(), *, skip_nested_models: bool = False) -> list[Path]:
     """The files of ``folder`` that make up the model, relative to it; ValueErrors for what cannot go up.
 
     Uploaded: what :func:`~dense_encoders.checkpoints.folder.model_file_kind` calls part of a model, and the
     other files a glob of ``include`` names (matched against the path inside the folder). Kept local: training
     state, pickles (refused when they are not training state), the run's records (``RECORD_FILES``: the card
     says what they record), ``.gitattributes`` and the skipped folders. Refused: links that lead outside the
-    folder, and every other file."""
-    return list(_upload_sources(Path(folder), include))
+    folder, and every other file. A folder holding other models (:func:`nested_model_folders`) is refused, one
+    model going to one repository, unless ``skip_nested_models``, which leaves their folders local."""
+    return list(_upload_sources(Path(folder), include, skip_nested_models))
 
 
-def _upload_sources(folder: Path, include=()) -> dict[Path, Path]:
+def _upload_sources(folder: Path, include=(), skip_nested_models: bool = False) -> dict[Path, Path]:
     """``{path in the folder: the file holding its content}`` of the files to upload (:func:`upload_files`)."""
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} has no config.json: save the model with save_pretrained(folder) first")
     found, refused_links = _folder_files(folder)
     module_folders = sentence_transformers_module_folders(folder)
+    nested = nested_model_folders(found, module_folders)
+    if nested and not skip_nested_models:
+        names = [f"{path}/" for path in nested]
+        raise ValueError(
+            f"{folder} holds other models: {_listed(names)} (each with its own config.json and weights); a "
+            f"repository holds one model, nothing was uploaded. Push each of them to its own repository "
+            f"(dense-encoders push {folder / nested[0]} --repo-id ...), and this folder's model without them "
+            "with --skip-nested-models (skip_nested_models=True)."
+        )
+    if nested:
+        logger.info("not uploading %s: models of their own (push each to its own repository)",
+                    ", ".join(f"{path}/" for path in nested))
+        found = {relative: source for relative, source in found.items()
+                 if not any(relative.is_relative_to(model) for model in nested)}
     include = list(include or ())
     unused = set(include)
     files, pickled, others = {}, [], []
@@ -157,7 +213,8 @@ def _upload_sources(folder: Path, include=()) -> dict[Path, Path]:
         )
     if unused:
         raise ValueError(f"--include {' '.join(sorted(unused))}: matches no file of {folder} that could be "
-                         "uploaded (training state, pickles and the skipped folders never are)")
+                         "uploaded (training state, pickles, the skipped folders and other models' folders never "
+                         "are)")
     if others:
         raise ValueError(
             f"{folder} holds files that are not part of a model (weights, configs, tokenizer, remote code, "
@@ -209,13 +266,17 @@ def push_to_hub(
     card: bool = True,
     endpoint: str | None = None,
     include=(),
-):
+    skip_nested_models: bool = False,
+) -> PushResult:
     """Upload a checkpoint folder (or a model, saved first with its ``tokenizer``) to ``repo_id`` in
-    one commit, with a generated model card. Returns huggingface_hub's ``CommitInfo``.
+    one commit, with a generated model card. Returns a :class:`PushResult` (huggingface_hub's ``CommitInfo``
+    and ``changed``: False when the revision already held these files, so that no commit was made and no pull
+    request opened).
 
     ``revision`` is a branch (created from ``main`` when missing); ``create_pr`` opens a pull request
     instead of committing to it; ``results`` are evaluation-harness results JSONs for the card; ``include``:
-    globs of further files of the folder to upload (:func:`upload_files` says what goes up without them).
+    globs of further files of the folder to upload (:func:`upload_files` says what goes up without them);
+    ``skip_nested_models`` leaves the folders of other models inside ``folder`` local (refused otherwise).
     """
     with tempfile.TemporaryDirectory(prefix="dense-encoders-save-") as scratch:
         if isinstance(path_or_model, (str, os.PathLike)):
@@ -225,27 +286,33 @@ def push_to_hub(
             path_or_model.save_pretrained(folder)
             if tokenizer is not None:
                 tokenizer.save_pretrained(folder)
-        files = _upload_sources(folder, include)
+        files = _upload_sources(folder, include, skip_nested_models)
         card_text = str(model_card(folder, repo_id=repo_id, results=results, license=license)) if card else None
         files = {path: source for path, source in files.items() if not (card and path.as_posix() == "README.md")}
         staging = _stage(folder, files, card_text)
-        retry = shlex.join(["dense-encoders", "push", str(folder), "--repo-id", repo_id,
-                            *(["--revision", revision] if revision else []),
-                            *[part for pattern in include or () for part in ("--include", pattern)]])
-        retry = f"retry with: {retry}"
+        if isinstance(path_or_model, (str, os.PathLike)):
+            retry = "retry with: " + push_command(
+                folder, repo_id, private=private, revision=revision, create_pr=create_pr,
+                commit_message=commit_message, results=results, license=license, card=card, endpoint=endpoint,
+                include=include, skip_nested_models=skip_nested_models)
+        else:
+            retry = "call push_to_hub again with the same arguments"
         try:
             api = HfApi(endpoint=endpoint, token=token)
             api.create_repo(repo_id, private=private, exist_ok=True)
             if revision and revision != "main" and not create_pr:
                 api.create_branch(repo_id, branch=revision, exist_ok=True)
+            # the head the commit builds on: huggingface_hub returns it unchanged when every file is already there
+            head = api.repo_info(repo_id, revision=revision or constants.DEFAULT_REVISION).sha
             operations = [
                 CommitOperationAdd(path_in_repo=path.relative_to(staging).as_posix(), path_or_fileobj=str(path))
                 for path in sorted(staging.rglob("*")) if path.is_file()
             ]
-            return api.create_commit(
+            commit = api.create_commit(
                 repo_id, operations=operations, revision=revision, create_pr=create_pr,
                 commit_message=commit_message or f"Upload {Path(folder).name} with dense-encoders",
             )
+            return PushResult.of(commit, changed=commit.pr_url is not None or commit.oid != head)
         except Exception as error:  # network, auth, conflicts: one message, nothing local touched
             status = getattr(getattr(error, "response", None), "status_code", None)
             hint = {401: "the token is missing or invalid (set HF_TOKEN or run `hf auth login`)",
@@ -260,4 +327,26 @@ def push_to_hub(
             shutil.rmtree(staging, ignore_errors=True)
 
 
-__all__ = ["PushError", "push_to_hub", "upload_files"]
+def push_command(folder, repo_id: str, *, private: bool | None = None, revision: str | None = None,
+                 create_pr: bool = False, commit_message: str | None = None, results: list | None = None,
+                 license: str | None = None, card: bool = True, endpoint: str | None = None, include=(),
+                 skip_nested_models: bool = False) -> str:
+    """The ``dense-encoders push`` command of these settings, every flag spelt out but the token (which
+    comes from HF_TOKEN or the stored login). Results that are not files are left out."""
+    argv = ["dense-encoders", "push", str(folder), "--repo-id", repo_id]
+    if private is not None:
+        argv.append("--private" if private else "--public")
+    argv += ["--revision", revision] if revision else []
+    argv += ["--create-pr"] if create_pr else []
+    argv += ["--commit-message", commit_message] if commit_message else []
+    files = [str(result) for result in results or () if isinstance(result, (str, os.PathLike))]
+    argv += ["--results", *files] if files else []
+    argv += ["--license", license] if license else []
+    argv += [] if card else ["--no-card"]
+    argv += [part for pattern in include or () for part in ("--include", pattern)]
+    argv += ["--skip-nested-models"] if skip_nested_models else []
+    argv += ["--endpoint", endpoint] if endpoint else []
+    return shlex.join(argv)
+
+
+__all__ = ["PushError", "PushResult", "nested_model_folders", "push_command", "push_to_hub", "upload_files"]

@@ -64,7 +64,7 @@ from .pretraining import CollatorEpochCallback
 from ..hub.trainer_push import HubPushMixin
 from ..recipes import RECIPE_HELP
 from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
-from .records import write_training_environment
+from .records import check_mixed_precision, write_training_environment
 from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
@@ -415,11 +415,19 @@ def _build_student(setup: DistillationSetup) -> tuple[DualEncoder, str]:
             f"{setup.student} declares no pooling (no sentence-transformers files): pass --pooling cls or mean"
         )
     with load_report_hidden():  # the weights were checked above; a missing BERT pooler is expected
-        encoder = AutoModel.from_pretrained(folder, trust_remote_code=trust, **load_kwargs)
-    if pooling != "pooler" and isinstance(getattr(encoder, "pooler", None), nn.Module):
-        # a BERT-style pooler head the student never uses: no gradients (DDP would need
-        # find_unused_parameters), no compute, and not saved with the student
-        encoder.pooler = None
+        encoder, loading = AutoModel.from_pretrained(folder, trust_remote_code=trust, output_loading_info=True,
+                                                     **load_kwargs)
+    pooler = getattr(encoder, "pooler", None)
+    if pooling != "pooler" and isinstance(pooler, nn.Module):
+        if any(key.startswith("pooler.") for key in loading.get("missing_keys", ())):
+            # the checkpoint has no pooler (an MLM checkpoint): the fresh one would be random weights, saved as if
+            # trained; the student has none, as its source
+            encoder.pooler = None
+        else:
+            # the checkpoint's own pooler (MiniLM's), which the student never uses: frozen (no gradients, so DDP
+            # needs no find_unused_parameters) and saved as loaded, so that the student loads as its architecture
+            # expects, without a report of newly initialised weights
+            pooler.requires_grad_(False)
     if setup.student_num_layers is not None:
         keep_first_layers(encoder, setup.student_num_layers)
     return DualEncoder(encoder, pooling=pooling, similarity=setup.similarity or similarity or "dot"), folder
@@ -485,6 +493,7 @@ def distill(setup: DistillationSetup, args: DistillationArguments, *, check_outp
 
 def _distill(setup: DistillationSetup, args: DistillationArguments, *, check_output_dir: bool) -> Path:
     """:func:`distill` itself, run while the folder's lock is held."""
+    check_mixed_precision(args, setup.recipe)
     if check_output_dir:  # before anything is loaded
         checkpoint = prepare_trainer_output_dir(
             args, inputs=(setup.student, setup.train_file, setup.corpus, setup.queries, setup.qrels))

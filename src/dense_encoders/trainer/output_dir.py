@@ -30,11 +30,10 @@ import json
 import logging
 import os
 import re
-import shutil
 import socket
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -50,6 +49,17 @@ from transformers.utils import (
 )
 
 from ..checkpoints.weights import PickledObjectsError, load_tensors_only
+from ..data.files import (  # the rules every command's output folder follows; resuming and the lock are here
+    DASHED_FLAGS,
+    TRAINER_FLAGS,
+    Flags,
+    OutputDirError,
+    clear_output_dir,
+    refuse_unsafe_overwrite,
+)
+from ..data.files import folder_entries as _entries
+from ..data.files import is_inside as _inside
+from ..data.files import listing as _listing
 
 try:
     import fcntl
@@ -74,23 +84,6 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _RESUME_STATE = re.compile(r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
 
 
-class OutputDirError(ValueError):
-    """The output folder cannot be used as asked (the message names the folder and the fix)."""
-
-
-@dataclass(frozen=True)
-class Flags:
-    """How a command spells its output-folder flags (HfArgumentParser: underscores; argparse: dashes)."""
-
-    output_dir: str = "--output_dir"
-    overwrite: str = "--overwrite_output_dir"
-    resume: str | None = "--resume_from_checkpoint"
-
-
-TRAINER_FLAGS = Flags()
-DASHED_FLAGS = Flags("--output-dir", "--overwrite-output-dir", None)
-
-
 def overwrite_output_dir_field():
     """The ``--overwrite_output_dir`` field of our TrainingArguments subclasses (transformers 5 has none)."""
     return field(
@@ -113,27 +106,12 @@ def resume_from_checkpoint_field():
     )
 
 
-def _entries(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    """Whether ``path`` is ``folder`` or lies below it (both resolved)."""
-    path, folder = path.resolve(), folder.resolve()
-    return path == folder or folder in path.parents
-
-
 def checkpoints(folder: str | Path) -> list[Path]:
     """The ``checkpoint-N`` folders of ``folder``, oldest step first."""
     folder = Path(folder)
     found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir()] \
         if folder.is_dir() else []
     return [p for _, p in sorted(found)]
-
-
-def _listing(names: list[str], limit: int = 4) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... {len(names)} entries" if len(names) > limit else "")
 
 
 def checkpoint_problem(checkpoint: str | Path, world_size: int = 1) -> str | None:
@@ -248,16 +226,11 @@ def check_output_dir(
     names = _entries(folder)
     if overwrite:
         if names:
-            if _inside(Path.cwd(), folder) or folder.resolve() == Path.home().resolve():
-                raise OutputDirError(f"{flags.overwrite} would delete everything in {folder}, which holds the current "
-                                     f"directory or is the home folder: choose a dedicated {flags.output_dir}.")
+            refuse_unsafe_overwrite(folder, (), flags)  # the current directory or the home folder first
             if checkpoint is not None and _inside(checkpoint, folder):
                 raise OutputDirError(f"{flags.overwrite} would delete {checkpoint}, the checkpoint "
                                      f"{flags.resume} resumes from: give one of the two flags.")
-            for source in inputs:
-                if source and Path(source).exists() and _inside(Path(source), folder):
-                    raise OutputDirError(f"{flags.overwrite} would delete {source}, which this run reads: choose "
-                                         f"another {flags.output_dir} or move {source} out of {folder}.")
+            refuse_unsafe_overwrite(folder, inputs, flags)
         return _complete(checkpoint, flags)
     if not names or (checkpoint is not None and _inside(checkpoint, folder)):
         return _complete(checkpoint, flags)  # a fresh folder, or the run that stopped here resumes
@@ -273,21 +246,6 @@ def check_output_dir(
         f"{folder} is not empty: it holds another run's files ({_listing(names)}){outside}.\n"
         f"Pass {flags.overwrite} to delete its contents first{resume}."
     )
-
-
-def clear_output_dir(output_dir: str | Path) -> list[str]:
-    """Delete everything inside ``output_dir`` (the folder itself stays); returns the names deleted."""
-    folder = Path(output_dir)
-    names = _entries(folder)
-    for name in names:
-        path = folder / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    if names:
-        logger.warning("%s: deleted the earlier run's %s (overwrite_output_dir)", folder, _listing(names))
-    return names
 
 
 def _agree(value, args) -> object:

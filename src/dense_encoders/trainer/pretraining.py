@@ -49,7 +49,7 @@ from ..models.condenser.modeling_condenser import (
 from ..models.condenser.presets import CONDENSER_PRESETS, condenser_preset
 from ..models.tite import TINY_PRESETS, TITE_PRESETS, TiteForPreTraining, tite_preset
 from ..recipes import RECIPE_HELP
-from .records import write_training_environment
+from .records import check_mixed_precision, write_training_environment
 from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
@@ -412,6 +412,7 @@ def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
 
 def _pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     """:func:`pretrain` itself, run while the folder's lock is held."""
+    check_mixed_precision(args, setup.recipe)
     if setup.streaming and args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
     if setup.corpus:  # before any folder is made or model loaded (the bundled corpus is known good)
