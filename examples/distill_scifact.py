@@ -103,10 +103,13 @@ def main() -> None:
     lines = ["| model | nDCG@10 | Recall@100 | documents/s |", "|:--|--:|--:|--:|"]
     lines += [f"| {n} | {ndcg:.4f} | {recall:.4f} | {tp:.1f} |" if tp else f"| {n} | {ndcg:.4f} | {recall:.4f} | cached |"
               for n, ndcg, recall, tp in rows]
-    history = json.loads((work / "student" / "trainer_state.json").read_text())["log_history"]
+    state = json.loads((work / "student" / "trainer_state.json").read_text())
+    runtime = next((h["train_runtime"] for h in state["log_history"] if "train_runtime" in h), float("nan"))
+    losses = [h["loss"] for h in state["log_history"] if "loss" in h]
+    logged = (f"first logged loss {losses[0]}, last {losses[-1]}" if losses else
+              f"no loss logged ({state['global_step']} steps, one log every {args.logging_steps})")
     print("\n".join(lines))
-    print(f"training: {history[-1].get('train_runtime', float('nan')):.0f} s, "
-          f"first logged loss {history[0].get('loss')}, last {[h for h in history if 'loss' in h][-1].get('loss')}")
+    print(f"training: {runtime:.0f} s, {state['global_step']} steps, {logged}")
     (work / "summary.md").write_text("\n".join(lines) + "\n")
 
 

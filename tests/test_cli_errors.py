@@ -128,6 +128,7 @@ def test_ctrl_c_names_the_checkpoint_to_resume_from(command, tmp_path, capsys, m
     student = tmp_path / "student"
     student.mkdir()
     (student / "config.json").write_text("{}")
+    (student / "vocab.txt").write_text("[PAD]\n")  # a model folder holds its tokenizer (else refused before the run)
     argv = (["pretrain", "condenser", "--output-dir", str(output), "--max-steps", "5"] if command == "pretrain" else
             ["distill", "--student", str(student), "--train-file", "train.jsonl", "--output-dir", str(output)])
     code = run_main(argv)

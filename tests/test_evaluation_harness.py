@@ -358,3 +358,52 @@ def test_rerank_score_cache_scores_each_pair_once(toy_dataset, tiny_cross_encode
     for query_id in run_b:
         assert second[query_id] == pytest.approx(uncached[query_id], abs=1e-6)
     assert second["q0"]["d0"] == first["q0"]["d0"]
+
+
+BUNDLED_BEIR = REPO_ROOT / "src" / "dense_encoders" / "resources" / "quickstart_beir"
+
+
+def test_evaluate_bm25_writes_bm25s_run_and_its_metrics(tmp_path, capsys):
+    """docs/distillation.md: ``evaluate bm25 DATA --split train --k K --run-output FILE`` makes the first stage that
+    ``score-teacher --run`` scores. Reference: bm25s itself (English stopwords) on the BEIR files read here, and
+    ir-measures on that run."""
+    import bm25s
+    import ir_measures
+
+    run_file, results_file = tmp_path / "bm25.train.trec", tmp_path / "bm25.json"
+    code = main(["evaluate", "bm25", str(BUNDLED_BEIR), "--split", "train", "--k", "10", "--run-output", str(run_file),
+                 "--output", str(results_file), "--no-progress"])
+    printed = capsys.readouterr().out
+    assert code == 0 and "bm25 on quickstart_beir (train)" in printed and "BM25 (bm25s" in printed
+    documents = [json.loads(line) for line in (BUNDLED_BEIR / "corpus.jsonl").read_text().splitlines()]
+    texts = [f"{d['title'].strip()} {d['text'].strip()}".strip() for d in documents]  # title + " " + text
+    qrels = {}
+    for line in (BUNDLED_BEIR / "qrels" / "train.tsv").read_text().splitlines()[1:]:
+        query, document, grade = line.split("\t")
+        qrels.setdefault(query, {})[document] = int(grade)
+    queries = {q["_id"]: q["text"] for q in map(json.loads, (BUNDLED_BEIR / "queries.jsonl").read_text().splitlines())}
+    query_ids = sorted(qrels)
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+    indices, scores = retriever.retrieve(bm25s.tokenize([queries[q] for q in query_ids], stopwords="en",
+                                                        show_progress=False), k=10, show_progress=False)
+    expected = {q: {documents[int(j)]["_id"]: float(s) for j, s in zip(indices[row], scores[row])}
+                for row, q in enumerate(query_ids)}
+    run = read_trec_run(run_file)
+    assert run.keys() == expected.keys()
+    for query in expected:
+        assert run[query].keys() == expected[query].keys(), query
+        assert run[query] == pytest.approx(expected[query], rel=1e-5)
+    results = load_results(results_file)
+    measures = {"ndcg@10": ir_measures.nDCG @ 10, "mrr@10": ir_measures.RR @ 10, "recall@100": ir_measures.R @ 100,
+                "hits@10": ir_measures.Success @ 10}
+    reference = ir_measures.calc_aggregate(measures.values(), qrels, run)
+    for name, measure in measures.items():
+        assert results.metrics[name] == pytest.approx(reference[measure]), name
+    assert results.model == "bm25" and results.settings["similarity"] == "bm25"
+
+
+def test_evaluate_bm25_refuses_an_encoders_settings(tmp_path, capsys):
+    code = main(["evaluate", "bm25", str(BUNDLED_BEIR), "--pooling", "cls", "--query-prompt", "q: ", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--pooling, --query-prompt" in err and "bm25" in err, err

@@ -522,3 +522,83 @@ def test_run_to_training_file_uses_the_run_scores(tmp_path):
     assert [r["documents"] for r in read_training_file(output, corpus=CORPUS)][1] == [doc_text("d3")]
     with pytest.raises(ValueError, match="1 run queries are not in the queries"):
         run_to_training_file({"q404": {"d1": 1.0}}, output, queries=QUERIES)
+
+
+# --------------------------------------------------------------------------------------------
+# A bi-encoder as the teacher (docs/distillation.md: "or a bi-encoder's scores")
+# --------------------------------------------------------------------------------------------
+
+
+def _bi_encoder_teacher(kind, tok, folder):
+    """A tiny bi-encoder saved in ``folder`` and its scores computed by hand: a Condenser (last-layer CLS, dot
+    product), or a BERT with sentence-transformers files for mean pooling and cosine, or a plain BERT (to be given
+    ``--pooling mean``; sentence-transformers' default similarity, cosine)."""
+    import torch.nn.functional as F
+    from conftest import tiny_bert_config, tiny_condenser_config
+    from transformers import BertModel
+
+    from dense_encoders import CondenserModel
+    from dense_encoders.checkpoints.folder import write_sentence_transformers_files
+
+    torch.manual_seed(0)
+    if kind == "condenser":
+        model = CondenserModel(tiny_condenser_config(vocab_size=len(tok), initializer_range=0.5)).eval()
+    else:
+        model = BertModel(tiny_bert_config(tok, initializer_range=0.5), add_pooling_layer=False).eval()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    if kind == "mean-pooling-cosine":
+        write_sentence_transformers_files(folder, pooling="mean", similarity="cosine")
+
+    def vectors(texts):
+        encoded = tok(texts, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            states = model(**encoded).last_hidden_state
+        if kind == "condenser":
+            return states[:, 0]
+        mask = encoded["attention_mask"][:, :, None].to(states.dtype)
+        return F.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
+
+    return lambda query, documents: (vectors(documents) @ vectors([query])[0]).tolist()
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("kind", ["condenser", "mean-pooling-cosine", "plain-bert"])
+def test_a_bi_encoder_teacher_scores_with_the_similarity_it_declares(kind, tok, tmp_path, capsys):
+    """Before: refused as "not a cross-encoder"."""
+    reference = _bi_encoder_teacher(kind, tok, tmp_path / "teacher")
+    write_inputs(tmp_path)
+    output = tmp_path / "teacher.jsonl"
+    assert main([str(tmp_path / "teacher"), "--run", str(tmp_path / "run.trec"), "--queries",
+                 str(tmp_path / "queries.jsonl"), "--corpus", str(tmp_path / "corpus.jsonl"), "--output", str(output),
+                 "--top-k", str(TOP_K), "--batch-size", "3", "--no-progress",
+                 *(["--pooling", "mean"] if kind == "plain-bert" else [])]) == 0
+    lines = read_lines(output)
+    candidates = expected_candidates(RUN, TOP_K)
+    assert [line["query_id"] for line in lines] == list(candidates)
+    for line in lines:
+        expected = dict(zip(candidates[line["query_id"]],
+                            reference(QUERIES[line["query_id"]], [doc_text(d) for d in candidates[line["query_id"]]])))
+        assert sorted(line["document_ids"]) == sorted(expected)
+        np.testing.assert_allclose(line["scores"], [expected[d] for d in line["document_ids"]], rtol=1e-5, atol=1e-5)
+        assert line["scores"] == sorted(line["scores"], reverse=True)
+    assert max(abs(s) for line in lines for s in line["scores"]) > (2 if kind == "condenser" else 0.1)
+
+
+def test_pooling_is_for_a_bi_encoder_teacher(teacher_setup, tmp_path):
+    write_inputs(tmp_path)
+    with pytest.raises(ValueError, match="applies to a bi-encoder teacher"):
+        main([str(teacher_setup[0]), "--run", str(tmp_path / "run.trec"), "--queries", str(tmp_path / "queries.jsonl"),
+              "--corpus", str(tmp_path / "corpus.jsonl"), "--output", str(tmp_path / "t.jsonl"), "--pooling", "cls"])
+
+
+def test_distill_on_ids_without_a_corpus_names_the_flag(condenser_folder, tmp_path, capsys):
+    """recipes.md's M3SE command lacked --corpus; score-teacher writes ids, so the error now says what to pass."""
+    from dense_encoders.cli import main as cli_main
+
+    path = write_jsonl(tmp_path / "train.jsonl", [GOOD_IDS])
+    code = cli_main(["distill", "--student", str(condenser_folder), "--train-file", str(path),
+                     "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "no corpus was given" in err and "--corpus" in err and "--include-texts" in err

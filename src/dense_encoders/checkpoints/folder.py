@@ -13,6 +13,8 @@ the package asks this module, and the model classes themselves declare their pip
 * :func:`write_sentence_transformers_files` writes sentence-transformers' own files for any folder
   (our models write them in ``save_pretrained`` already; other students need them written);
 * :func:`read_pipeline` reads a folder's declared pooling, similarity and prompts;
+* :func:`has_tokenizer_files` / :func:`refuse_folder_without_tokenizer`: whether a folder holds a tokenizer,
+  which every folder meant to load needs (models carry none: ``tokenizer.save_pretrained(folder)`` writes it);
 * :func:`publishing_problems` lists what makes a folder unfit to upload: remote-code files that
   ``auto_map`` does not reach, config and code that disagree, missing weights or tokenizer;
 * :func:`model_file_kind` says which part of a model a file of the folder is (weights, configuration,
@@ -29,6 +31,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
+import os
 import re
 from pathlib import Path, PurePosixPath
 
@@ -255,12 +258,36 @@ def publishing_problems(folder: str | Path) -> list[str]:
             f"{folder} holds remote-code files that config.json's auto_map does not use: {', '.join(stray)} "
             "(left from another model?). Remove them, or re-save the model into an empty folder."
         )
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+    if not has_tokenizer_files(folder):
         problems.append(
             f"{folder} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...): users could not encode "
             "text with it. Save the tokenizer too: tokenizer.save_pretrained(folder)."
         )
     return problems
+
+
+def has_tokenizer_files(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a tokenizer's vocabulary: ``tokenizer.json``, ``vocab.txt``, ``vocab.json`` or a
+    sentencepiece ``*.model`` (what ``AutoTokenizer.from_pretrained(folder)`` needs besides its settings)."""
+    folder = Path(folder)
+    return any((folder / name).is_file() for name in TOKENIZER_FILES) or any(folder.glob("*.model"))
+
+
+def refuse_folder_without_tokenizer(name_or_path, flag: str = "model", *, alternative: str = "") -> None:
+    """Raise ``ValueError`` (one line: the folder, the fix) when ``name_or_path`` is a local model folder
+    (``config.json`` at its root) without tokenizer files: ``AutoTokenizer`` and ``SentenceTransformer`` would
+    fail on it later with a message that does not say so, and a BERT tokenizer built from nothing (what
+    ``AutoTokenizer`` gives a ``bert`` folder without files) turns every text into [UNK]. Models carry no
+    tokenizer: ``model.save_pretrained`` writes none. ``alternative`` names a flag that gives one instead.
+    Hub ids and folders without ``config.json`` (older sentence-transformers layouts) are left to their loaders."""
+    folder = Path(os.fspath(name_or_path)).expanduser()
+    if not (folder / "config.json").is_file() or has_tokenizer_files(folder):
+        return
+    raise ValueError(
+        f"{flag} {name_or_path} has no tokenizer ({', '.join(TOKENIZER_FILES[:2])}, ...; model.save_pretrained "
+        f"writes none): save the one it was trained with into it, AutoTokenizer.from_pretrained(NAME)"
+        f".save_pretrained('{name_or_path}'){alternative}"
+    )
 
 
 def sentence_transformers_module_folders(folder: str | Path) -> set[PurePosixPath]:
@@ -350,6 +377,7 @@ __all__ = [
     "WEIGHT_PATTERNS",
     "clamp_to_positions",
     "has_sentence_transformers_files",
+    "has_tokenizer_files",
     "is_ours",
     "missing_sentence_transformers_files",
     "model_file_kind",
@@ -358,6 +386,7 @@ __all__ = [
     "position_limit",
     "publishing_problems",
     "read_pipeline",
+    "refuse_folder_without_tokenizer",
     "remote_code_files",
     "sentence_transformers_module_folders",
     "write_sentence_transformers_files",

@@ -33,7 +33,7 @@ from sentence_transformers.sentence_transformer.modules.pooling import Pooling
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
 from ..vectors import POOLING_MODES, refuse_mean_pooling_of_tite
-from .folder import has_sentence_transformers_files, is_ours, native_pipeline
+from .folder import has_sentence_transformers_files, is_ours, native_pipeline, refuse_folder_without_tokenizer
 from .trust import refuse_untrusted_code
 from .weights import (
     check_checkpoint_weights,
@@ -141,9 +141,28 @@ def cross_encoder_model_and_tokenizer(
     return model, tokenizer
 
 
+def _architectures(name: str, *, trust_remote_code: bool) -> list[str]:
+    return AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code).architectures or []
+
+
+def _is_classification(architectures: list[str]) -> bool:
+    return any(architecture.endswith("ForSequenceClassification") for architecture in architectures)
+
+
+def declares_cross_encoder(name: str, *, trust_remote_code: bool = False) -> bool:
+    """Whether the folder / Hub id ``name`` is a cross-encoder: its ``config.json`` declares a
+    sequence-classification architecture (e.g. ``BertForSequenceClassification``); a bi-encoder's does not.
+    One that would run code of its own is refused unless ``trust_remote_code``."""
+    refuse_untrusted_code(name, trust_remote_code)
+    folder = os.path.expanduser(name)
+    if os.path.isfile(os.path.join(folder, "modules.json")) and not os.path.isfile(os.path.join(folder, "config.json")):
+        return False  # sentence-transformers' older layout: the model lives in a module folder
+    return _is_classification(_architectures(name, trust_remote_code=trust_remote_code))
+
+
 def _check_classification_architecture(name: str, *, trust_remote_code: bool) -> None:
-    architectures = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code).architectures or []
-    if not any(architecture.endswith("ForSequenceClassification") for architecture in architectures):
+    architectures = _architectures(name, trust_remote_code=trust_remote_code)
+    if not _is_classification(architectures):
         raise ValueError(
             f"{name} is not a cross-encoder: its architectures {architectures or '(none)'} have no "
             "sequence-classification head (expected e.g. BertForSequenceClassification)"
@@ -156,6 +175,7 @@ def check_cross_encoder(name: str, *, trust_remote_code: bool = False, allow_mis
     sequence-classification architecture and its weights hold every tensor of that model (checked without
     loading it, :func:`~.weights.check_checkpoint_weights`; ``allow_missing_weights`` lifts this last check)."""
     refuse_untrusted_code(name, trust_remote_code)
+    refuse_folder_without_tokenizer(name, "cross-encoder")
     _check_classification_architecture(name, trust_remote_code=trust_remote_code)
     check_checkpoint_weights(
         name,
@@ -196,7 +216,8 @@ def load_sentence_transformer(
 
     A folder or Hub id whose weights miss (or add) tensors of the model it declares is refused
     (:func:`~.weights.check_checkpoint_weights`) unless ``allow_missing_weights``; one that would run code of its
-    own (``auto_map``, custom modules) unless ``trust_remote_code`` (:func:`~.trust.refuse_untrusted_code`)."""
+    own (``auto_map``, custom modules) unless ``trust_remote_code`` (:func:`~.trust.refuse_untrusted_code`); a
+    folder without a tokenizer in one line (:func:`~.folder.refuse_folder_without_tokenizer`)."""
     if pooling is not None and pooling not in POOLING_MODES:
         raise ValueError(f"pooling={pooling!r}: choose one of {POOLING_MODES}")
     if isinstance(model, SentenceTransformer):
@@ -205,6 +226,7 @@ def load_sentence_transformer(
         return model.to(device) if device else model
     name_or_path = str(model)
     refuse_untrusted_code(name_or_path, trust_remote_code)
+    refuse_folder_without_tokenizer(name_or_path)
     report = check_checkpoint_weights(
         name_or_path, allow_missing_weights=allow_missing_weights, trust_remote_code=trust_remote_code
     )
@@ -246,6 +268,7 @@ def _check_pair_tokenizer(tokenizer) -> None:
 __all__ = [
     "check_cross_encoder",
     "cross_encoder_model_and_tokenizer",
+    "declares_cross_encoder",
     "load_checked_model",
     "load_cross_encoder",
     "load_sentence_transformer",

@@ -15,6 +15,7 @@ import torch
 from huggingface_hub import constants
 
 from ..checkpoints import find_format
+from ..checkpoints.folder import refuse_folder_without_tokenizer
 
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps"
 # what huggingface_hub accepts as a repository id: `name` or `namespace/name`
@@ -35,8 +36,8 @@ def _in_hub_cache(repo_id: str) -> bool:
 
 
 def check_model(value: str | None, flag: str = "model") -> None:
-    """A local model folder with ``config.json`` (or a sentence-transformers ``modules.json``), or a string
-    that can be a Hub id (passed on to the Hub logic; offline, it must be in the Hub cache)."""
+    """A local model folder with ``config.json`` (or a sentence-transformers ``modules.json``) and its tokenizer,
+    or a string that can be a Hub id (passed on to the Hub logic; offline, it must be in the Hub cache)."""
     if value is None:
         return
     path = Path(value).expanduser()
@@ -47,6 +48,7 @@ def check_model(value: str | None, flag: str = "model") -> None:
         if foreign is not None and not foreign.loads_as_is:
             raise ValueError(f"{flag} {value} is a folder of {foreign.description}, in another layout than ours: "
                              f"convert it once with `dense-encoders convert {value} OUT` and pass OUT")
+        refuse_folder_without_tokenizer(value, flag)
         return
     if path.exists():
         raise ValueError(f"{flag} {value}: a file, not a model folder; pass a local checkpoint folder or a "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ..checkpoints import SOURCE_FORMATS, convert_checkpoint
+from ..checkpoints.folder import has_tokenizer_files
 from .arguments import make_parser, parse
 from .checks import positive_int
 
@@ -54,8 +55,14 @@ def convert(argv: list[str]) -> int:
     output = convert_checkpoint(options.source, options.output, overwrite=options.overwrite,
                                 skip_from=options.skip_from)
     record = json.loads((output / "conversion.json").read_text(encoding="utf-8"))
-    print(f"converted {options.source} ({_what_was_converted(record)}) -> {output}; load it with "
-          f"AutoModel.from_pretrained({str(output)!r}, trust_remote_code=True) or SentenceTransformer(...)")
+    converted = f"converted {options.source} ({_what_was_converted(record)}) -> {output}"
+    if has_tokenizer_files(output):
+        print(f"{converted}; load it with AutoModel.from_pretrained({str(output)!r}, trust_remote_code=True) or "
+              "SentenceTransformer(...)")
+    else:  # the source had none: AutoTokenizer and SentenceTransformer cannot load the folder yet
+        print(f"{converted}; it has no tokenizer, as {options.source} has none: save the one the source was trained "
+              f"with into it (AutoTokenizer.from_pretrained(NAME).save_pretrained({str(output)!r})) before loading "
+              "it with AutoTokenizer or SentenceTransformer")
     return 0
 
 

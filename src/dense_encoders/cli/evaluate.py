@@ -12,6 +12,10 @@ examples:
   # any sentence-transformers model, as its own configuration prescribes
   dense-encoders evaluate sentence-transformers/all-MiniLM-L6-v2 data/beir-scifact --output scifact.json
 
+  # the first-stage run on the train queries (for score-teacher --run), from an encoder or from BM25
+  dense-encoders evaluate runs/tite data/msmarco --split train --k 100 --run-output tite.train.trec
+  dense-encoders evaluate bm25 data/msmarco --split train --k 100 --run-output bm25.train.trec
+
   # a plain transformers checkpoint: name its pooling; our models (TITE, Condenser) need none
   dense-encoders evaluate bert-base-uncased data/beir-scifact --pooling cls --similarity dot
 
@@ -36,7 +40,8 @@ def build_evaluate_parser():
         EVALUATE_EXAMPLES,
         (EvaluationArguments,),
     )
-    parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel.")
+    parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel; "
+                        "or bm25 for the lexical baseline (bm25s, English stopwords).")
     parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv), a (query, "
                         "positive) pairs file, or a graded pairs file (sentence1, sentence2, score).")
     set_types(parser, positive_int, *POSITIVE_FIELDS)
@@ -47,10 +52,12 @@ def build_evaluate_parser():
 def evaluate(argv: list[str]) -> int:
     # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..evaluation import evaluate_retrieval, format_summary
+    from ..evaluation.harness import BM25
 
     args, positionals = parse(build_evaluate_parser(), argv)
     check_device(args.device)
-    check_model(positionals.model)
+    if positionals.model != BM25:
+        check_model(positionals.model)
     check_model(args.rerank, "--rerank")
     results = evaluate_retrieval(positionals.model, positionals.data, args=args)
     print(format_summary(results))

@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from ..data.retrieval import load_beir, read_corpus_jsonl, read_queries_jsonl
 from ..recipes import load_recipe, recipe_differences
+from ..vectors import POOLING_MODES
 from .arguments import adopt_flags, make_parser, parse, set_types
 from .checks import add_graded_pair_flags, add_trust_remote_code_flag, check_device, check_model, positive_int
 
@@ -167,6 +168,10 @@ examples:
   dense-encoders score-teacher runs/my-cross-encoder --run run.trec --queries queries.jsonl \\
       --corpus corpus.jsonl --output teacher.jsonl --include-texts
 
+  # a bi-encoder as the teacher: the similarity it declares (dot or cosine) of its query and document vectors
+  dense-encoders score-teacher sentence-transformers/all-MiniLM-L6-v2 --run bm25.train.trec --data data/msmarco \\
+      --output teacher.jsonl
+
   # interrupted? run the same command again: finished queries are kept and skipped
 """
 
@@ -174,12 +179,16 @@ examples:
 def build_score_teacher_parser():
     parser = make_parser(
         "dense-encoders score-teacher",
-        "Score each query's top-k documents of a run with a cross-encoder (raw logits) and write the "
-        "distillation training file (jsonl, one query per line, documents by descending teacher score). "
+        "Score each query's top-k documents of a run with a cross-encoder (raw logits) or a bi-encoder (the "
+        "similarity it declares of its query and document vectors) and write the distillation training file "
+        "(jsonl, one query per line, documents by descending teacher score). "
         "Resumable: rerunning the same command continues an interrupted output.",
         SCORE_TEACHER_EXAMPLES,
     )
-    parser.add_argument("cross_encoder", help="A sentence-transformers CrossEncoder: a local path or a Hub id.")
+    parser.add_argument("cross_encoder", metavar="teacher",
+                        help="The teacher, a local path or a Hub id: a cross-encoder (its config declares a "
+                        "sequence-classification head), or a bi-encoder (a sentence-transformers model, one of ours, "
+                        "or a plain checkpoint with --pooling).")
     parser.add_argument("--run", required=True, help="TREC run file (qid Q0 docid rank score tag) with the candidates.")
     parser.add_argument("--data", metavar="BEIR_FOLDER", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/).")
     parser.add_argument("--split", default="train",
@@ -195,8 +204,10 @@ def build_score_teacher_parser():
     parser.add_argument("--include-texts", action="store_true", help="Also write the document texts into each line.")
     parser.add_argument("--device", help="Device for the cross-encoder, e.g. cuda:0 (default: the best available).")
     parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
+    parser.add_argument("--pooling", choices=POOLING_MODES,
+                        help="Pooling of a plain transformers checkpoint used as a bi-encoder teacher.")
     parser.add_argument("--allow-missing-weights", action="store_true",
-                        help="Score with a cross-encoder whose weights miss (or add) tensors of its model; refused "
+                        help="Score with a teacher whose weights miss (or add) tensors of its model; refused "
                         "by default.")
     add_trust_remote_code_flag(parser)
     return parser
@@ -214,7 +225,7 @@ def score_teacher(argv: list[str]) -> int:
     if options.data is None and (options.queries is None or options.corpus is None):
         parser.error("give --data BEIR_FOLDER, or both --queries and --corpus")
     check_device(options.device)
-    check_model(options.cross_encoder, "cross-encoder")
+    check_model(options.cross_encoder, "teacher")
     if options.data is not None:
         dataset = load_beir(options.data, split=options.split)
         queries, corpus = dataset.queries, dataset.corpus
@@ -233,6 +244,7 @@ def score_teacher(argv: list[str]) -> int:
         device=options.device,
         allow_missing_weights=options.allow_missing_weights,
         trust_remote_code=options.trust_remote_code,
+        pooling=options.pooling,
     )
     print(
         f"Wrote teacher scores of {stats['queries_written']} queries ({stats['pairs_scored']} pairs) to "

@@ -136,7 +136,9 @@ def _documents_of(path: Path, line_number: int, record: dict, document_ids: list
         raise DataFormatError(path, line_number, "needs 'documents' texts or 'document_ids'")
     elif corpus is None:
         raise DataFormatError(
-            path, line_number, "no 'documents' texts, and no corpus was given to look up 'document_ids'"
+            path, line_number, "no 'documents' texts, and no corpus was given to look up 'document_ids': pass the "
+            "corpus the ids come from (distill --corpus BEIR_FOLDER or corpus.jsonl; score-teacher writes ids only, "
+            "unless --include-texts)"
         )
     else:
         unknown = [doc_id for doc_id in document_ids if doc_id not in corpus]

@@ -34,6 +34,11 @@ RESULTS_FORMAT = "dense-encoders/retrieval-results/1"
 
 # fields of EvaluationArguments that must be integers >= 1 when given
 POSITIVE_FIELDS = ("query_max_length", "document_max_length", "batch_size", "k", "rerank_top_k")
+# the model name that evaluates the lexical baseline instead of an encoder (evaluate_retrieval("bm25", data))
+BM25 = "bm25"
+# fields of EvaluationArguments that only an encoder uses: refused with BM25
+ENCODER_ONLY_FIELDS = ("pooling", "similarity", "query_prompt", "document_prompt", "query_max_length",
+                       "document_max_length", "cache_dir", "corpus_embeddings", "backend", "device")
 # fields of EvaluationArguments that configure the RetrievalEncoder (besides no_progress)
 ENCODER_FIELDS = ("pooling", "device", "batch_size", "query_prompt", "document_prompt", "query_max_length",
                   "document_max_length", "cache_dir", "allow_missing_weights", "trust_remote_code")
@@ -114,7 +119,9 @@ class RetrievalResults:
     * ``dataset``: ``name``, ``split``, ``source``, ``num_queries``, ``num_documents``; a graded pairs file adds
       ``pair_threshold`` and ``pair_scale`` (its split names the threshold, ``pairs@0.5``).
     * ``settings``: ``k``, ``similarity``, ``search_backend``, ``relevance_level``, the encoder's settings
-      (``batch_size``, ``prompts``, ``max_lengths``, ...) and ``corpus_embeddings``.
+      (``batch_size``, ``prompts``, ``max_lengths``, ...) and ``corpus_embeddings``. The BM25 baseline
+      (``model`` ``"bm25"``): similarity ``bm25``, search backend ``bm25s``, ``stopwords``; its ``timings`` hold only
+      ``search_s`` (indexing included), its throughput ``None``.
     * ``metrics``: measure -> value (``ndcg@10``, ``mrr@10``, ``recall@100``, ``recall@1000``, ``hits@10``);
       ``per_query``: measure -> query id -> value.
     * ``rerank``: ``None``, or ``model``, ``top_k``, ``metrics``, ``per_query``, ``seconds``, ``pairs_per_s``.
@@ -151,8 +158,11 @@ class RetrievalResults:
 
 
 def _environment(encoder: RetrievalEncoder) -> dict:
+    return {"device": str(encoder.model.device), **_environment_versions()}
+
+
+def _environment_versions() -> dict:
     return {
-        "device": str(encoder.model.device),
         "threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -207,6 +217,8 @@ def evaluate_retrieval(
 ) -> RetrievalResults:
     """Evaluate ``model`` (anything :class:`RetrievalEncoder` accepts, or a RetrievalEncoder) on ``data`` with the
     settings ``args`` (:class:`EvaluationArguments`; keyword ``settings`` replace its fields, e.g. ``k=10``).
+    ``model="bm25"`` (:data:`BM25`) evaluates the lexical baseline instead: ``bm25s`` with English stopwords over
+    the corpus (:func:`~dense_encoders.data.bm25.bm25_run`); its run is a first stage like an encoder's.
 
     ``similarity`` defaults to the one the model declares (sentence-transformers ``similarity_fn_name``); the
     encoder settings (pooling, prompts, max lengths, batch size, cache_dir, ...) go to :class:`RetrievalEncoder`.
@@ -231,6 +243,9 @@ def evaluate_retrieval(
     if cross_encoder is not None and args.rerank is not None:
         raise ValueError(f"two cross-encoders to re-rank with: cross_encoder={cross_encoder!r} and "
                          f"rerank={args.rerank!r}; give one")
+    if isinstance(model, str) and model == BM25:
+        return _evaluate_bm25(data, args, cross_encoder=cross_encoder, measures=measures,
+                              rerank_batch_size=rerank_batch_size, rerank_cache=rerank_cache)
     dataset = _dataset(data, args)
     encoder, similarity = _encoder(model, args)
     queries = encoder.encode_queries(dataset.query_texts(dataset.query_ids()))
@@ -252,6 +267,52 @@ def evaluate_retrieval(
                  "search_s": search_seconds, "queries_cached": queries.cached, "documents_cached": documents.cached},
         throughput={"queries_per_s": queries.texts_per_second, "documents_per_s": documents.texts_per_second},
         environment=_environment(encoder), created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    if args.output is not None:
+        save_results(results, args.output)
+    if args.run_output is not None:
+        write_trec_run(run, args.run_output)
+    return results
+
+
+def _evaluate_bm25(data, args: EvaluationArguments, *, cross_encoder, measures, rerank_batch_size: int,
+                   rerank_cache: dict | None) -> RetrievalResults:
+    """:func:`evaluate_retrieval` of the BM25 baseline: the run of :func:`~dense_encoders.data.bm25.bm25_run`,
+    scored (and re-ranked) as an encoder's would be; the encoders' settings are refused."""
+    if Path(BM25).exists():
+        raise ValueError(f"model {BM25!r} names the BM25 baseline, and ./{BM25} exists here too: pass ./{BM25} to "
+                         "evaluate that folder")
+    defaults = EvaluationArguments()
+    given = [name for name in ENCODER_ONLY_FIELDS if getattr(args, name) != getattr(defaults, name)]
+    if given:
+        raise ValueError(f"{', '.join('--' + name.replace('_', '-') for name in given)}: an encoder's settings; "
+                         f"{BM25} (bm25s over the corpus's words) takes none of them")
+    import bm25s  # slow to import: only here
+
+    from ..data.bm25 import bm25_run
+
+    dataset = _dataset(data, args)
+    start = time.perf_counter()
+    run = bm25_run(dataset, args.k)
+    seconds = time.perf_counter() - start
+    metrics, per_query = compute_metrics(dataset.qrels, run, measures or DEFAULT_MEASURES,
+                                         relevance_level=args.relevance_level)
+    cross_encoder = cross_encoder if cross_encoder is not None else args.rerank
+    reranked = None
+    if cross_encoder is not None:
+        reranked = _rerank_stage(
+            cross_encoder, dataset, run, top_k=args.rerank_top_k, batch_size=rerank_batch_size, measures=measures,
+            relevance_level=args.relevance_level, show_progress_bar=not args.no_progress, score_cache=rerank_cache,
+            allow_missing_weights=args.allow_missing_weights, trust_remote_code=args.trust_remote_code,
+        )
+    results = RetrievalResults(
+        model=BM25, model_fingerprint=f"bm25s-{bm25s.__version__}-stopwords-en", dataset=_dataset_record(dataset),
+        settings={"k": args.k, "similarity": "bm25", "search_backend": "bm25s", "relevance_level": args.relevance_level,
+                  "stopwords": "en", "corpus_embeddings": None},
+        metrics=metrics, per_query=per_query, rerank=reranked, timings={"search_s": seconds},
+        throughput={"queries_per_s": None, "documents_per_s": None},
+        environment={**_environment_versions(), "bm25s": bm25s.__version__},
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     if args.output is not None:
         save_results(results, args.output)
@@ -464,6 +525,8 @@ def format_summary(results: RetrievalResults) -> str:
             f"encode: {throughput['documents_per_s']:.1f} documents/s, "
             f"{throughput['queries_per_s']:.1f} queries/s on {results.environment['device']}"
         )
+    elif settings.get("search_backend") == "bm25s":
+        lines.append(f"retrieve: BM25 (bm25s, English stopwords) in {results.timings['search_s']:.1f} s")
     elif settings.get("corpus_embeddings"):
         lines.append(f"encode: documents read from the embedding shards {settings['corpus_embeddings']}")
     else:
@@ -472,6 +535,7 @@ def format_summary(results: RetrievalResults) -> str:
 
 
 __all__ = [
+    "BM25",
     "RESULTS_FORMAT",
     "EvaluationArguments",
     "RetrievalResults",

@@ -28,6 +28,7 @@ from ..data import (
     tokenize_for_condenser,
 )
 from ..data.corpus import JSON_EXTENSIONS, corpus_files
+from ..checkpoints.folder import refuse_folder_without_tokenizer
 from ..checkpoints.weights import checkpoint_tensor_names
 from ..data.format import DataFormatError, document_record, document_text
 from ..hub import model_card
@@ -417,6 +418,11 @@ def _pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
         raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
     if setup.corpus:  # before any folder is made or model loaded (the bundled corpus is known good)
         check_corpus(setup.corpus, streaming=setup.streaming)
+    if setup.tokenizer is None:  # the tokenizer comes from the model folder: it must hold one
+        for flag, folder in (("--backbone", setup.backbone), ("--init-from", setup.init_from)):
+            if folder is not None:
+                refuse_folder_without_tokenizer(folder, flag, alternative=", or pass --tokenizer NAME")
+                break
     # before anything is loaded: a used folder is refused (or cleared with --overwrite_output_dir)
     checkpoint = prepare_trainer_output_dir(
         args, inputs=(setup.init_from, setup.backbone, setup.tokenizer, setup.corpus))

@@ -1,10 +1,12 @@
-"""Teacher scores for distillation: a cross-encoder scores the top of a first-stage run.
+"""Teacher scores for distillation: a cross-encoder or a bi-encoder scores the top of a first-stage run.
 
 ``dense-encoders score-teacher`` (:func:`score_teacher`) takes each query's ``top_k`` candidates of
-a run, scores every (query, document) pair with a sentence-transformers ``CrossEncoder`` and writes
-one JSON line per query in the distillation training format of :mod:`dense_encoders.data.distillation`:
-``"scores"`` are the raw cross-encoder logits, documents in the teacher's ranking order (descending),
-their texts inlined as ``"documents"`` with ``include_texts``.
+a run, scores every (query, document) pair with a sentence-transformers ``CrossEncoder`` (its raw logits)
+or a bi-encoder (a ``SentenceTransformer``, or a folder of one or of our encoders: the similarity it declares,
+dot product or cosine, of its query and document vectors) and writes one JSON line per query in the
+distillation training format of :mod:`dense_encoders.data.distillation`: ``"scores"`` are the teacher's
+scores, documents in the teacher's ranking order (descending), their texts inlined as ``"documents"`` with
+``include_texts``.
 
 Scoring is resumable: the output is appended to and flushed after each query's line, so an
 interrupted run leaves only complete lines (plus at most one partial final line, which the next run
@@ -23,14 +25,21 @@ import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import numpy as np
 import torch
+from sentence_transformers import SentenceTransformer
 from tqdm.auto import tqdm
 
 from ..data.distillation import training_line
 from ..data.files import atomic_write_bytes
 from ..data.format import DataFormatError, document_text
 from ..data.runs import Run, read_trec_run, top_documents
-from ..checkpoints.loading import check_cross_encoder, load_cross_encoder
+from ..checkpoints.loading import (
+    check_cross_encoder,
+    declares_cross_encoder,
+    load_cross_encoder,
+    load_sentence_transformer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +71,8 @@ def _cross_encoder_name(cross_encoder) -> str:
     if isinstance(cross_encoder, (str, os.PathLike)):
         return _normalize_name(os.fspath(cross_encoder))
     model = getattr(cross_encoder, "model", None)  # the transformers model; None on other backends
+    if model is None and isinstance(cross_encoder, SentenceTransformer) and len(cross_encoder):
+        model = getattr(cross_encoder[0], "auto_model", None)
     name = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None)
     if name:
         return _normalize_name(str(name))
@@ -185,11 +196,17 @@ def score_teacher(
     device: str | None = None,
     allow_missing_weights: bool = False,
     trust_remote_code: bool = False,
+    pooling: str | None = None,
 ) -> dict:
-    """Write the cross-encoder's raw scores of each run query's ``top_k`` documents to ``output``.
+    """Write the teacher's scores of each run query's ``top_k`` documents to ``output``.
 
-    ``cross_encoder``: a sentence-transformers ``CrossEncoder`` or a path / Hub id of one (one that runs code of
-    its own is refused unless ``trust_remote_code``); it must give one score per pair (``num_labels=1``). ``run``: a run
+    ``cross_encoder``: the teacher. A sentence-transformers ``CrossEncoder``, or a path / Hub id whose config declares
+    a sequence-classification head (:func:`~dense_encoders.checkpoints.loading.declares_cross_encoder`): its raw
+    logits, one per pair (``num_labels=1``). Or a bi-encoder: a ``SentenceTransformer``, or any other path / Hub id
+    (loaded by :func:`~dense_encoders.checkpoints.loading.load_sentence_transformer`: its sentence-transformers
+    files, our native pipeline, or ``pooling`` for a plain checkpoint): ``model.similarity_pairwise`` of
+    ``encode_query(query)`` and ``encode_document(document)``, i.e. the similarity the model declares (dot product
+    or cosine). One that runs code of its own is refused unless ``trust_remote_code``. ``run``: a run
     dict ``{qid: {docid: score}}`` or a TREC run file. Every run query needs a text in ``queries`` and
     each candidate document an entry in ``corpus`` (else ValueError). Pairs are scored in batches of
     ``batch_size`` filled across queries; a query's line (its documents by descending teacher score,
@@ -204,16 +221,25 @@ def score_teacher(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: must be at least 1")
+    teacher_name = _cross_encoder_name(cross_encoder)
+    bi_encoder = _is_bi_encoder(cross_encoder, trust_remote_code)
+    if pooling is not None and not bi_encoder:
+        raise ValueError(f"pooling={pooling!r} applies to a bi-encoder teacher; a cross-encoder scores pairs itself")
     if isinstance(cross_encoder, (str, os.PathLike)):  # before anything is written
-        check_cross_encoder(str(cross_encoder), allow_missing_weights=allow_missing_weights,
-                            trust_remote_code=trust_remote_code)
+        if bi_encoder:  # loading it is its check (weights, code, tokenizer, pooling)
+            cross_encoder = load_sentence_transformer(
+                str(cross_encoder), pooling=pooling, device=device, allow_missing_weights=allow_missing_weights,
+                trust_remote_code=trust_remote_code)
+        else:
+            check_cross_encoder(str(cross_encoder), allow_missing_weights=allow_missing_weights,
+                                trust_remote_code=trust_remote_code)
     run_path = str(Path(run).resolve()) if isinstance(run, (str, os.PathLike)) else None
     candidates = _candidates(run, top_k, queries, corpus)
     output = Path(output)
     settings = {
         "format": META_FORMAT,
         "version": META_VERSION,
-        "cross_encoder": _cross_encoder_name(cross_encoder),
+        "cross_encoder": teacher_name,
         "top_k": top_k,
         "include_texts": bool(include_texts),
         "run": run_path,
@@ -271,6 +297,14 @@ def _open_output(output: Path, settings: dict, candidates: Mapping[str, list[str
     return set()
 
 
+def _is_bi_encoder(teacher, trust_remote_code: bool) -> bool:
+    """Whether ``teacher`` is scored as a bi-encoder (a ``SentenceTransformer``, or a path / Hub id whose config
+    declares no sequence-classification head) rather than as a cross-encoder."""
+    if isinstance(teacher, (str, os.PathLike)):
+        return not declares_cross_encoder(str(teacher), trust_remote_code=trust_remote_code)
+    return isinstance(teacher, SentenceTransformer)
+
+
 def _one_score_per_pair(count: int) -> ValueError:
     return ValueError(
         f"the cross-encoder gives {count} scores per pair; teacher scores need one relevance "
@@ -280,7 +314,9 @@ def _one_score_per_pair(count: int) -> ValueError:
 
 def _load_teacher(cross_encoder, device: str | None, allow_missing_weights: bool, trust_remote_code: bool = False):
     """The cross-encoder (:func:`~dense_encoders.checkpoints.loading.load_cross_encoder`) on ``device``,
-    refused unless it gives one score per pair."""
+    refused unless it gives one score per pair; a bi-encoder (``SentenceTransformer``) on ``device``."""
+    if isinstance(cross_encoder, SentenceTransformer):
+        return cross_encoder.to(device) if device is not None else cross_encoder
     model = load_cross_encoder(cross_encoder, device=device, allow_missing_weights=allow_missing_weights,
                                trust_remote_code=trust_remote_code)
     if device is not None and not isinstance(cross_encoder, (str, os.PathLike)):
@@ -304,13 +340,12 @@ def _score_pending(
         batch = [pair for _, pair in zip(range(batch_size), pair_iterator)]
         if not batch:
             return
-        scores = model.predict(
-            [(query, document) for _, _, query, document in batch],
-            batch_size=batch_size,
-            show_progress_bar=False,
-            activation_fn=identity,
-            convert_to_numpy=True,
-        )
+        pairs = [(query, document) for _, _, query, document in batch]
+        if isinstance(model, SentenceTransformer):
+            scores = _bi_encoder_scores(model, pairs, batch_size)
+        else:
+            scores = model.predict(pairs, batch_size=batch_size, show_progress_bar=False, activation_fn=identity,
+                                   convert_to_numpy=True)
         scores = scores.reshape(len(batch), -1)
         if scores.shape[1] != 1:
             raise _one_score_per_pair(scores.shape[1])
@@ -325,6 +360,19 @@ def _score_pending(
                 handle.flush()
                 written += 1
         yield {"queries_written": written, "pairs_scored": len(batch)}
+
+
+def _bi_encoder_scores(model: SentenceTransformer, pairs: list[tuple[str, str]], batch_size: int) -> np.ndarray:
+    """The bi-encoder's similarity (``similarity_pairwise``: the function it declares) of each (query, document)
+    pair's ``encode_query`` and ``encode_document`` vectors; each distinct query is encoded once."""
+    queries = list(dict.fromkeys(query for query, _ in pairs))
+    row = {query: index for index, query in enumerate(queries)}
+    options = dict(batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
+    with torch.inference_mode():
+        query_vectors = model.encode_query(queries, **options)
+        document_vectors = model.encode_document([document for _, document in pairs], **options)
+        scores = model.similarity_pairwise(query_vectors[[row[query] for query, _ in pairs]], document_vectors)
+    return scores.float().cpu().numpy()
 
 
 __all__ = ["meta_path", "score_teacher"]

@@ -28,6 +28,9 @@ from .configuration_condenser import CondenserConfig
 from .sentence_transformers_condenser import SentenceTransformersFilesMixin, StrictLoadingMixin
 
 logger = logging.get_logger(__name__)
+# the files that hold a tokenizer's vocabulary, one enough for AutoTokenizer (as checkpoints/folder.py lists them;
+# remote code imports only its siblings)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model")
 
 
 class _BelowErrors:
@@ -214,7 +217,9 @@ class CondenserPreTrainedModel(StrictLoadingMixin, SentenceTransformersFilesMixi
 
         From a pre-training model the export is a ``BertForMaskedLM`` (backbone + MLM head, the
         layout the reference code saved); from :class:`CondenserModel` it is a ``BertModel``.
-        Tools that know nothing of Condenser load it with ``AutoModel`` / ``BertModel``.
+        Tools that know nothing of Condenser load it with ``AutoModel`` / ``BertModel``. A model carries no
+        tokenizer: pass ``tokenizer`` (the backbone's) and it is saved alongside, as those tools (and
+        ``dense-encoders pretrain --backbone``) need it; a folder left without one gets a warning.
         """
         backbone = self.bert if hasattr(self, "bert") else self
         config_dict = {k: v for k, v in self.config.to_dict().items() if k not in CONDENSER_ONLY_KEYS}
@@ -234,6 +239,11 @@ class CondenserPreTrainedModel(StrictLoadingMixin, SentenceTransformersFilesMixi
         plain.save_pretrained(save_directory, **save_kwargs)
         if tokenizer is not None:
             tokenizer.save_pretrained(save_directory)
+        elif not any(os.path.isfile(os.path.join(save_directory, name)) for name in TOKENIZER_FILES):
+            logger.warning(
+                f"export_backbone: {save_directory} holds no tokenizer, which BERT tools need to load it; pass "
+                "tokenizer= (the backbone's, e.g. AutoTokenizer.from_pretrained('bert-base-uncased'))"
+            )
 
 
 class CondenserModel(StrictLoadingMixin, SentenceTransformersFilesMixin, BertModel):
