@@ -1,4 +1,13 @@
-"""What a training run records next to its checkpoint, so model cards can say it without guessing."""
+"""What a training run records next to its checkpoint, so model cards can say it without guessing.
+
+* :func:`training_environment`: hardware and precision (``training_environment.json``);
+* :func:`public_record`: a setup record with no local path: each model named by
+  :func:`~dense_encoders.checkpoints.folder.source_reference` (a Hub id and revision, or a folder's name, the
+  whole reference under ``sources``), each data file or folder by its name;
+* :func:`model_stages` / :func:`write_earlier_stages`: the stages that made the model a run starts from (its
+  ``earlier_stages.json`` and its own setup records), copied into the new run's ``earlier_stages.json`` at
+  training time, since that folder may be gone when the new run is pushed.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,17 @@ import platform
 from pathlib import Path
 
 import torch
+
+from ..checkpoints.folder import source_reference
+from ..data.files import read_json
+
+# the fields of the setup records that name a model, and those that name a data file or folder (or the run's own)
+MODEL_FIELDS = ("student", "backbone", "init_from", "tokenizer", "cross_encoder", "teacher")
+DATA_FIELDS = ("train_file", "corpus", "queries", "qrels", "train_data", "output_dir")
+# the records of a folder that say how its model was made (one stage), and the lineage before that stage
+STAGE_RECORDS = ("conversion.json", "pretraining_setup.json", "distillation_setup.json", "distillation_losses.json",
+                 "infusion_setup.json")
+EARLIER_STAGES = "earlier_stages.json"
 
 
 def training_environment(trainer) -> dict[str, str | int]:
@@ -28,4 +48,60 @@ def write_training_environment(trainer, output_dir: str | Path) -> Path:
     return path
 
 
-__all__ = ["training_environment", "write_training_environment"]
+def public_record(values: dict) -> dict:
+    """``values`` (a setup record) without local paths: each model field (:data:`MODEL_FIELDS`) holds the name
+    :func:`~dense_encoders.checkpoints.folder.source_reference` gives it, the whole reference
+    (``name``, ``hub``, ``revision``) under ``sources``; each data field (:data:`DATA_FIELDS`) holds the file's
+    or folder's name. Fields already named (under ``sources``) are kept."""
+    record = dict(values)
+    sources = dict(record.get("sources") or {})
+    for key in MODEL_FIELDS:
+        value = record.get(key)
+        if isinstance(value, str) and key not in sources:
+            sources[key] = source_reference(value)
+            record[key] = sources[key]["name"]
+    for key in DATA_FIELDS:
+        value = record.get(key)
+        if isinstance(value, str) and value:
+            record[key] = Path(value).name or value
+    if sources:
+        record["sources"] = sources
+    return record
+
+
+def model_stages(name_or_path: str | Path | None) -> list[dict]:
+    """The stages that made the model ``name_or_path``, oldest first, from its folder's records: the stages
+    its ``earlier_stages.json`` lists, then its own (``{"model": its name, "optimizer_steps": N, "records":
+    {record file: content}}`` of the :data:`STAGE_RECORDS` it holds), every record without local paths.
+    Nothing for a Hub id or a folder without records (the card names the model itself)."""
+    if name_or_path is None or not Path(name_or_path).is_dir():
+        return []
+    folder = Path(name_or_path)
+    stages = [dict(stage, records={name: _public(record) for name, record in (stage.get("records") or {}).items()})
+              for stage in read_json(folder / EARLIER_STAGES) or []]
+    records = {name: _public(read_json(folder / name)) for name in STAGE_RECORDS if (folder / name).is_file()}
+    if records:
+        state = read_json(folder / "trainer_state.json") or {}
+        stages.append({"model": source_reference(folder)["name"], "optimizer_steps": state.get("global_step"),
+                       "records": records})
+    return stages
+
+
+def _public(record):
+    return public_record(record) if isinstance(record, dict) else record
+
+
+def write_earlier_stages(output_dir: str | Path, start: str | Path | None) -> Path | None:
+    """``earlier_stages.json`` in ``output_dir``: :func:`model_stages` of the model the run started from
+    (``start``: the student, the checkpoint continued, the backbone); nothing when it records none."""
+    path = Path(output_dir) / EARLIER_STAGES
+    stages = model_stages(start)
+    path.unlink(missing_ok=True)
+    if stages:
+        path.write_text(json.dumps(stages, indent=2) + "\n")
+        return path
+    return None
+
+
+__all__ = ["DATA_FIELDS", "EARLIER_STAGES", "MODEL_FIELDS", "STAGE_RECORDS", "model_stages", "public_record",
+           "training_environment", "write_earlier_stages"]
