@@ -67,7 +67,7 @@ def test_infused_dual_encoder_copies_the_cross_encoder_exactly(cross_encoder_fol
     ce = AutoModelForSequenceClassification.from_pretrained(cross_encoder_folder)
     de, _ = infuse(str(cross_encoder_folder))  # DE-2-CE: 1 copied + 1 new
     assert isinstance(de, InfusedDualEncoderModel) and de.config.num_hidden_layers == 2
-    assert de.config.infused_from == str(cross_encoder_folder)
+    assert de.config.infused_from == cross_encoder_folder.name  # named, never by a local path (config.json goes up)
     for name, tensor in ce.bert.embeddings.state_dict().items():
         assert torch.equal(de.embeddings.state_dict()[name], tensor), name
     for name, tensor in ce.bert.encoder.layer[0].state_dict().items():

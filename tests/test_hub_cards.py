@@ -60,7 +60,9 @@ def test_tite_card_from_records_and_results(distilled_tite, tok):
     data = loaded.data
     assert data.pipeline_tag == "feature-extraction" and data.library_name == "sentence-transformers"
     assert {"tite", "sentence-transformers", "dense-encoders"} <= set(data.tags)
-    assert data.license == "apache-2.0" and data.datasets == ["toy"]
+    # the evaluation data is a local folder: named in the results, never as `datasets:` metadata (Hub datasets)
+    assert data.license == "apache-2.0" and data.datasets is None
+    assert {r.dataset_name for r in data.eval_results} == {"toy"}
     assert data.base_model is None  # trained from a local folder: nothing on the Hub to point at
     by_metric = {r.metric_type: r.metric_value for r in data.eval_results}
     assert by_metric["ndcg_at_10"] == pytest.approx(round(results.metrics["ndcg@10"], 4))
@@ -105,7 +107,9 @@ def test_infused_and_plain_student_cards(tmp_path, tok):
     folder = save_dual_encoder(de, tokenizer, tmp_path / "de-2-ce")
     card = model_card(folder)
     assert "cross-encoder-infused" in card.data.tags
-    assert f"first 1 layer(s) copied from the cross-encoder `{ce}`" in card.text
+    # the cross-encoder is a local folder: named by its name, never by its path (config.json goes to the Hub too)
+    assert "first 1 layer(s) copied from the cross-encoder `ce`" in card.text and str(tmp_path) not in card.text
+    assert json.loads((folder / "config.json").read_text())["infused_from"] == "ce"
     assert "No evaluation results were recorded" in card.text and "## Training" not in card.text
     outputs = run_snippets(str(model_card(folder, repo_id=str(folder))))
     np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-5)

@@ -373,7 +373,7 @@ def test_cli_distill_with_qrels_records_the_positive_sets(tmp_path, tok, capsys)
     assert recorded == {"losses": ["m3se"], "source": "qrels.tsv", "relevance_level": 1, "queries": 4,
                         "labelled_queries": 3, "teacher_best_queries": 1}
     setup = json.loads((output / "distillation_setup.json").read_text())
-    assert setup["qrels"] == str(qrels) and setup["relevance_level"] == 1
+    assert setup["qrels"] == qrels.name and setup["relevance_level"] == 1  # named, no local path
     card = (output / "README.md").read_text()
     assert ("- P (M3SE): judged positives from qrels.tsv (relevance >= 1) for 3 of 4 queries; the teacher's best "
             "document for the other 1") in card

@@ -119,7 +119,8 @@ def _distill_student(name: str, student: str, train_file: Path, corpus: Path, ou
                      settings: QuickstartSettings, **setup_overrides) -> Path:
     """Train one student unless the same settings already produced it (then reuse it)."""
     # slow to import (sentence-transformers): the command line imports this module to build its parser
-    from .trainer.distillation import DistillationArguments, DistillationSetup, distill
+    from .trainer.distillation import DistillationArguments, DistillationSetup, distill, requested_setup
+    from .trainer.records import public_record
 
     setup = DistillationSetup(
         student=student, train_file=str(train_file), corpus=str(corpus), losses="margin_mse+kl+infonce",
@@ -128,7 +129,8 @@ def _distill_student(name: str, student: str, train_file: Path, corpus: Path, ou
         **setup_overrides,
     )
     recorded = output / "distillation_setup.json"
-    if recorded.is_file() and json.loads(recorded.read_text()) == json.loads(json.dumps(setup.__dict__)) and any(
+    asked = requested_setup(json.loads(json.dumps(public_record(setup.__dict__))))
+    if recorded.is_file() and requested_setup(json.loads(recorded.read_text())) == asked and any(
             output.glob("*.safetensors")):
         print(f"[quickstart] {name}: reusing {output}")
         return output

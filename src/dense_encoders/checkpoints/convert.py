@@ -32,6 +32,7 @@ from filelock import FileLock, Timeout
 from huggingface_hub import snapshot_download
 
 from .condenser_reference import CONDENSER_REFERENCE
+from .folder import source_reference
 from .lightning_ir import LIGHTNING_IR, trainer_output_hint
 from .source_format import ConversionError, SourceFormat
 from .tite_authors import TITE_AUTHORS
@@ -75,10 +76,10 @@ def resolve_source(source: str | Path) -> tuple[Path, dict]:
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise ConversionError(f"{source}: no such folder, and the Hub repository could not be fetched ({reason}); "
                                   "download it first (hf download ORG/NAME) and convert the folder.") from None
-    parts = folder.resolve().parts
-    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
-        return folder, {"source": parts[-3][len("models--"):].replace("--", "/"), "source_revision": parts[-1]}
-    return folder, {"source": folder.resolve().name}
+    reference = source_reference(folder)
+    if reference["hub"]:
+        return folder, {"source": reference["name"], "source_revision": reference["revision"]}
+    return folder, {"source": reference["name"]}
 
 
 # ------------------------------------------------------------------------------------------------ output

@@ -20,7 +20,9 @@ the package asks this module, and the model classes themselves declare their pip
 * :func:`model_file_kind` says which part of a model a file of the folder is (weights, configuration,
   tokenizer, remote code, sentence-transformers module, card), or that it is none;
 * :func:`position_limit` / :func:`clamp_to_positions`: the longest input a model's positions take, and a
-  token limit brought down to it.
+  token limit brought down to it;
+* :func:`source_reference`: how records and cards name a model without a local path (a Hub id and its
+  revision, or a folder's name only).
 
 Users of the reference Condenser checkpoints loaded them with ``SentenceTransformer`` and silently got
 mean pooling; every folder we write declares its pooling explicitly.
@@ -35,6 +37,7 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
+from huggingface_hub import try_to_load_from_cache
 from transformers import AutoConfig
 from transformers.dynamic_module_utils import get_relative_import_files
 from transformers.utils import cached_file
@@ -354,6 +357,40 @@ def clamp_to_positions(length: int, config, name: str, model: str = "the model")
     return length
 
 
+def _cache_snapshot(path: Path) -> dict | None:
+    """The Hub repository and revision of a path inside the Hugging Face cache
+    (``models--org--name/snapshots/<revision>/...``), None elsewhere."""
+    parts = path.parts
+    for index in range(len(parts) - 1, 1, -1):
+        if parts[index - 1] == "snapshots" and parts[index - 2].startswith("models--"):
+            return {"name": parts[index - 2][len("models--"):].replace("--", "/"), "hub": True,
+                    "revision": parts[index]}
+    return None
+
+
+def source_reference(name_or_path) -> dict:
+    """How a run's records and a model card name the model ``name_or_path`` without a local path:
+    ``{"name", "hub", "revision"}``.
+
+    A folder inside the Hugging Face cache (``models--org--name/snapshots/<revision>/``) is that repository at
+    that revision; any other existing folder or file is its name only (``hub`` False, no revision); a path that
+    does not exist (absolute, relative with ``./``, or with more than one ``/``) is its last part; anything else
+    is a Hub id, at the revision the local cache holds of it (None when the cache holds none)."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.exists():
+        resolved = path.resolve()
+        return _cache_snapshot(resolved) or {"name": resolved.name, "hub": False, "revision": None}
+    if path.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1 or "\\" in text:
+        return {"name": path.name, "hub": False, "revision": None}
+    try:
+        cached = try_to_load_from_cache(text, "config.json")
+    except Exception:  # not a valid repository id either: a name
+        return {"name": text, "hub": False, "revision": None}
+    snapshot = _cache_snapshot(Path(cached)) if isinstance(cached, str) else None
+    return {"name": text, "hub": True, "revision": snapshot["revision"] if snapshot else None}
+
+
 def missing_sentence_transformers_files(folder: str | Path) -> dict[str, str]:
     """``{relative path: text}`` of the sentence-transformers files one of our models' folder lacks (its
     native pipeline; prompts and similarity kept from ``config_sentence_transformers.json`` if present);
@@ -389,5 +426,6 @@ __all__ = [
     "refuse_folder_without_tokenizer",
     "remote_code_files",
     "sentence_transformers_module_folders",
+    "source_reference",
     "write_sentence_transformers_files",
 ]

@@ -15,7 +15,9 @@ declares is refused (:mod:`.weights`; ``allow_missing_weights`` turns the refusa
   sentence-transformers loads the transformers model inside its own modules and hands back no loading
   report, so these two check the folder before loading it (:func:`~.weights.check_checkpoint_weights`);
   :func:`check_cross_encoder` is that check for a cross-encoder, for callers that refuse a folder before
-  anything is written.
+  anything is written;
+* :func:`model_fingerprint` / :func:`folder_fingerprint`: what identifies a bi-encoder's embeddings (its
+  weights and module configurations), recorded in results JSONs and embedding shards and checked by ``push``.
 
 A folder or Hub id that would run code of its own (``auto_map`` in its ``config.json``, custom
 sentence-transformers modules) is refused unless ``trust_remote_code=True`` (:mod:`.trust`); our own
@@ -24,8 +26,11 @@ families load without it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 
+import torch
 import transformers
 from sentence_transformers import CrossEncoder, SentenceTransformer
 from sentence_transformers.base.modules.transformer import Transformer
@@ -254,6 +259,26 @@ def load_sentence_transformer(
     return SentenceTransformer(modules=modules, device=device, similarity_fn_name=similarity)
 
 
+def model_fingerprint(model) -> str:
+    """sha256 of a SentenceTransformer's weights and module configurations (what decides its embeddings): the
+    ``model_fingerprint`` of a results JSON and the ``fingerprint`` of embedding shards and cache entries."""
+    digest = hashlib.sha256()
+    for index, module in enumerate(model):
+        config = module.get_config_dict() if hasattr(module, "get_config_dict") else {}
+        digest.update(f"{index}:{type(module).__name__}:{json.dumps(config, sort_keys=True, default=str)}".encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def folder_fingerprint(folder, *, pooling: str | None = None) -> str:
+    """The :func:`model_fingerprint` of the model in ``folder`` (or a Hub id) as evaluation loads it
+    (:func:`load_sentence_transformer` with ``pooling``, on the CPU)."""
+    return model_fingerprint(load_sentence_transformer(str(folder), pooling=pooling, device="cpu"))
+
+
 def _check_pair_tokenizer(tokenizer) -> None:
     try:
         encoding = tokenizer("first text", "second text")
@@ -269,8 +294,10 @@ __all__ = [
     "check_cross_encoder",
     "cross_encoder_model_and_tokenizer",
     "declares_cross_encoder",
+    "folder_fingerprint",
     "load_checked_model",
     "load_cross_encoder",
     "load_sentence_transformer",
     "model_and_tokenizer",
+    "model_fingerprint",
 ]

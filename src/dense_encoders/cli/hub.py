@@ -12,7 +12,7 @@ example:
   dense-encoders push runs/tite-msmarco --repo-id me/tite-2-late-msmarco --results eval/trec-dl-19.json \\
       --license apache-2.0
 
-  # the run's records go up too only when named (they hold local paths; the card says what they record)
+  # the run's records go up too only when named (the card says what they record)
   dense-encoders push runs/distilled --repo-id me/distilled --include 'distillation_*.json'
 """
 
@@ -35,7 +35,8 @@ def build_push_parser():
     parser.add_argument("--revision", help="Branch to commit to (created from main when missing).")
     parser.add_argument("--create-pr", action="store_true", help="Open a pull request instead of committing.")
     parser.add_argument("--commit-message")
-    parser.add_argument("--results", nargs="+", help="Results JSONs of `dense-encoders evaluate` for the card.")
+    parser.add_argument("--results", nargs="+", help="Results JSONs of `dense-encoders evaluate` of this folder, for "
+                        "the card; a file whose model_fingerprint is another model's is refused.")
     parser.add_argument("--license", help="License id for the card metadata, e.g. apache-2.0.")
     parser.add_argument("--no-card", action="store_true", help="Upload the folder's own README.md instead.")
     parser.add_argument("--include", action="append", metavar="PATTERN", default=[],

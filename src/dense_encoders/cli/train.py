@@ -288,7 +288,7 @@ def build_infuse_parser():
 def infuse(argv: list[str]) -> int:
     # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
     from ..evaluation.infusion_report import format_report, retrieve_rerank_report
-    from ..trainer.infusion import train_infused
+    from ..trainer.infusion import record_infusion_report, train_infused
 
     (args,) = parse(build_infuse_parser(), argv, command="infuse")
     trained = train_infused(args)
@@ -301,6 +301,7 @@ def infuse(argv: list[str]) -> int:
                                         output=Path(args.output_dir) / "report.json",
                                         trust_remote_code=args.trust_remote_code,
                                         **args.graded_pair_options(args.eval_data))
+        record_infusion_report(trained, report)  # each model's card reports its row
         print(format_report(report))
     print(recipe_summary("infuse", args.recipe, vars(args)), file=sys.stderr)
     return 0

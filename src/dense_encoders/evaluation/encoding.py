@@ -33,23 +33,10 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from ..checkpoints.folder import clamp_to_positions
-from ..checkpoints.loading import load_sentence_transformer
+from ..checkpoints.loading import load_sentence_transformer, model_fingerprint
 from ..data.files import atomic_write
 
 logger = logging.getLogger(__name__)
-
-
-def model_fingerprint(model) -> str:
-    """sha256 of a SentenceTransformer's weights and module configurations (what decides its embeddings)."""
-    digest = hashlib.sha256()
-    for index, module in enumerate(model):
-        config = module.get_config_dict() if hasattr(module, "get_config_dict") else {}
-        digest.update(f"{index}:{type(module).__name__}:{json.dumps(config, sort_keys=True, default=str)}".encode())
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 @dataclass

@@ -118,8 +118,11 @@ class RetrievalResults:
 
     * ``dataset``: ``name``, ``split``, ``source``, ``num_queries``, ``num_documents``; a graded pairs file adds
       ``pair_threshold`` and ``pair_scale`` (its split names the threshold, ``pairs@0.5``).
-    * ``settings``: ``k``, ``similarity``, ``search_backend``, ``relevance_level``, the encoder's settings
-      (``batch_size``, ``prompts``, ``max_lengths``, ...) and ``corpus_embeddings``. The BM25 baseline
+    * ``settings``: ``k``, ``similarity``, ``search_backend`` (``exact``, or ``faiss``: an ``IndexFlatIP``),
+      ``relevance_level``, ``pooling`` (given for a plain checkpoint; None: the model's own), the encoder's
+      settings (``batch_size``, ``prompts``, ``max_lengths``, ...), ``corpus_embeddings`` and
+      ``corpus_embeddings_dtype`` (the stored shards' dtype, float16 by default; None when the documents were
+      encoded in this run). The BM25 baseline
       (``model`` ``"bm25"``): similarity ``bm25``, search backend ``bm25s``, ``stopwords``; its ``timings`` hold only
       ``search_s`` (indexing included), its throughput ``None``.
     * ``metrics``: measure -> value (``ndcg@10``, ``mrr@10``, ``recall@100``, ``recall@1000``, ``hits@10``);
@@ -340,11 +343,16 @@ def _first_stage(encoder: RetrievalEncoder, dataset: RetrievalDataset, queries: 
 
 
 def _settings_record(args: EvaluationArguments, similarity: str, encoder: RetrievalEncoder) -> dict:
-    """The ``settings`` entry of the results."""
+    """The ``settings`` entry of the results: ``pooling`` is the one given for a plain transformers checkpoint
+    (None: the model's own), which ``push`` needs to load the model as it was evaluated;
+    ``corpus_embeddings_dtype`` is the dtype of the stored document embeddings searched (None: encoded here,
+    float32)."""
+    stored = EmbeddingShards.open(args.corpus_embeddings) if args.corpus_embeddings is not None else None
     return {
         "k": args.k, "similarity": similarity, "search_backend": args.backend,
-        "relevance_level": args.relevance_level, **encoder.settings(),
-        "corpus_embeddings": str(args.corpus_embeddings) if args.corpus_embeddings is not None else None,
+        "relevance_level": args.relevance_level, "pooling": args.pooling, **encoder.settings(),
+        "corpus_embeddings": str(args.corpus_embeddings) if stored is not None else None,
+        "corpus_embeddings_dtype": stored.settings.get("dtype") if stored is not None else None,
     }
 
 

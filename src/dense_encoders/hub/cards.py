@@ -4,9 +4,13 @@ Built with huggingface_hub's ``ModelCard`` / ``ModelCardData``. The folder's ``c
 what the architecture is; ``trainer_state.json``, ``pretraining_setup.json`` /
 ``distillation_setup.json`` (with ``distillation_losses.json`` / ``distillation_positives.json``) /
 ``infusion_setup.json`` (with the recipe, if any) and ``training_environment.json``
-say how it was trained; results JSONs
-of the evaluation harness (passed in, or under ``<folder>/evaluation/``) say how well it does.
-Whatever the folder does not record is left out, never invented.
+say how it was trained, with the values the run used (a length clamped to the model's positions, the
+documents per query the training file held) and the teacher; ``earlier_stages.json`` lists the stages
+that made the model the run started from (:mod:`dense_encoders.trainer.records`); results JSONs
+of the evaluation harness (passed in, or under ``<folder>/evaluation/``) and the ``report.json`` of
+``dense-encoders infuse`` say how well it does, and how it was searched. Models and data are named by
+their Hub id and revision, or by their name only: never by a local path. Whatever the folder does not
+record is left out, never invented.
 """
 
 from __future__ import annotations
@@ -17,10 +21,15 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..checkpoints.folder import OUR_MODEL_TYPES, missing_sentence_transformers_files, read_pipeline
+from ..checkpoints.folder import (
+    OUR_MODEL_TYPES,
+    missing_sentence_transformers_files,
+    read_pipeline,
+    source_reference,
+)
 from ..data.files import read_json
 from ..recipes import load_recipe, recipe_differences
-from .condenser_card import condenser_description
+from .condenser_card import COCONDENSER_BIBTEX, CONDENSER_BIBTEX, condenser_description
 
 TITE_BIBTEX = """@inproceedings{schlatt-2025-tite,
   title = {TITE: Token-Independent Text Encoder for Information Retrieval},
@@ -30,8 +39,12 @@ TITE_BIBTEX = """@inproceedings{schlatt-2025-tite,
   doi = {10.1145/3726302.3730094}
 }"""
 
-CE_EMBEDDINGS_BIBTEX = """@misc{ce-sentence-embeddings,
-  title = {Can Cross Encoders Produce Useful Sentence Embeddings?}
+CE_EMBEDDINGS_BIBTEX = """@misc{ananthakrishnan-2025-cross-encoders,
+  title = {Can Cross Encoders Produce Useful Sentence Embeddings?},
+  author = {Ananthakrishnan, Haritha and Dolby, Julian and Kokel, Harsha and Samulowitz, Horst and Srinivas, Kavitha},
+  year = {2025},
+  eprint = {2502.03552},
+  archivePrefix = {arXiv}
 }"""
 
 DISTILLATION_BIBTEX = """@inproceedings{menon-2022-defense,
@@ -44,7 +57,9 @@ DISTILLATION_BIBTEX = """@inproceedings{menon-2022-defense,
 # the records of a run the card is generated from (the trainers and `convert` write them next to the model)
 RECORD_FILES = ("conversion.json", "trainer_state.json", "training_args.json", "training_environment.json",
                 "pretraining_setup.json", "distillation_setup.json", "distillation_losses.json",
-                "distillation_positives.json", "infusion_setup.json")
+                "distillation_positives.json", "infusion_setup.json", "earlier_stages.json", "report.json")
+# how the results were searched, by the results JSON's settings.search_backend
+SEARCH_BACKENDS = {"exact": "exact", "faiss": "FAISS IndexFlatIP"}
 
 RESULT_METRICS = {"ndcg@10": ("ndcg_at_10", "nDCG@10"), "mrr@10": ("mrr_at_10", "MRR@10"),
                   "recall@100": ("recall_at_100", "Recall@100"), "recall@1000": ("recall_at_1000", "Recall@1000"),
@@ -68,8 +83,8 @@ _UNPOOLED_VECTOR = {"first": "no layer pools here: the first token's state", "me
                     "over the text's token states"}
 
 
-def _describe(config: dict) -> tuple[str, list[str], list[str]]:
-    """(architecture paragraph, tags, citations) for a config."""
+def _describe(config: dict, converted: bool = False) -> tuple[str, list[str], list[str]]:
+    """(architecture paragraph, tags, citations) for a config (``converted``: of a checkpoint ``convert`` wrote)."""
     model_type = config.get("model_type")
     architecture = (config.get("architectures") or ["?"])[0]
     if model_type == "tite":
@@ -85,12 +100,13 @@ def _describe(config: dict) -> tuple[str, list[str], list[str]]:
                 + ("." if pooled else f" ({_UNPOOLED_VECTOR[config.get('output_pooling', 'first')]})."))
         return text, ["tite"], [TITE_BIBTEX]
     if model_type == "condenser":
-        return condenser_description(config)
+        return condenser_description(config, converted=converted)
     if model_type == "infused_dual_encoder":
         source = config.get("infused_from")
         copied, new = config.get("num_copied_layers"), config.get("num_new_layers")
-        origin = (f"its embeddings and first {copied} layer(s) copied from the cross-encoder `{source}`"
-                  if source else f"the shape of a cross-encoder's first {copied} layer(s), randomly initialised")
+        origin = (f"its embeddings and first {copied} layer(s) copied from the cross-encoder "
+                  f"`{source_reference(source)['name']}`" if source
+                  else f"the shape of a cross-encoder's first {copied} layer(s), randomly initialised")
         text = (f"`{architecture}`: a {copied + new}-layer dual encoder (hidden size {config.get('hidden_size')}) with "
                 f"{origin} and {new} new layer(s) on top; `pooler_output` is the {config.get('pooling')} over the "
                 "text's tokens.")
@@ -120,44 +136,141 @@ def _recipe_facts(setup: dict, training_args: dict | None) -> list[str]:
     return [line]
 
 
-def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]]:
-    """(facts, extra citations, base model, datasets) from the training records in ``folder``."""
-    facts, citations, base_model, datasets = [], [], None, []
+def _reference(record: dict, key: str) -> str | None:
+    """How the card names the model of ``record[key]``: ``org/name`` at its revision, or a local folder by its
+    name only (the record's ``sources``; a record written before them is named here, never by its path)."""
+    value = record.get(key)
+    if not isinstance(value, str) or not value:
+        return None
+    source = (record.get("sources") or {}).get(key) or source_reference(value)
+    if not source.get("hub"):
+        return f"`{source['name']}` (a local folder)"
+    revision = source.get("revision")
+    return f"`{source['name']}`" + (f" at revision `{revision[:12]}`" if revision else "")
+
+
+def _hub_id(record: dict, key: str) -> str | None:
+    """The Hub id of the model ``record[key]`` names, None when it is a local folder."""
+    value = record.get(key)
+    if not isinstance(value, str) or not value:
+        return None
+    source = (record.get("sources") or {}).get(key) or source_reference(value)
+    return source["name"] if source.get("hub") else None
+
+
+def _name(value) -> str:
+    """A data file or folder by its name only (a record written before names were recorded may hold a path)."""
+    return Path(str(value)).name or str(value)
+
+
+def _asked(record: dict, key: str, reason: str = "") -> str:
+    """``record[key]`` (the value the run used) and, when it differs, the value asked for (``requested``)."""
+    requested = (record.get("requested") or {}).get(key)
+    if requested is None:
+        return str(record[key])
+    return f"{record[key]} ({requested} asked{'; ' + reason if reason else ''})"
+
+
+def _documents_per_query(record: dict) -> str:
+    """The documents per query a distillation used: the most any query got, the fewest when they differ, and
+    the number asked for when the training file held fewer."""
+    used, fewest = record["documents_per_query"], record.get("documents_per_query_min")
+    text = f"{fewest} to {used}" if fewest is not None else str(used)
+    requested = (record.get("requested") or {}).get("documents_per_query")
+    if requested is not None:
+        return f"{text} ({requested} asked; the training file holds {text} per query)"
+    if fewest is not None:
+        return f"{text} (the training file holds fewer than {used} for some queries)"
+    return text
+
+
+def _teacher(record: dict) -> str:
+    """The teacher a distillation record names (``score-teacher``'s record of the training file)."""
+    teacher = _reference(record, "teacher")
+    if teacher is None:
+        why = ("the training file has no `score-teacher` settings file" if "teacher" in record
+               else "the run predates teacher records")
+        return f"not recorded ({why}; the scores come from `{_name(record.get('train_file'))}`)"
+    top_k = record.get("teacher_top_k")
+    kind = record.get("teacher_kind") or "cross-encoder"  # score-teacher's records before bi-encoder teachers
+    return f"the {kind} {teacher}" + (f", scoring the top {top_k} of a first-stage run" if top_k else "")
+
+
+def _distillation_facts(record: dict, folder: Path | None) -> list[str]:
+    facts = [f"- distillation losses: `{record.get('losses')}` (teacher scores from "
+             f"`{_name(record.get('train_file'))}`)"]
+    if folder is not None:
+        facts += _loss_facts(folder)
+    facts.append(f"- teacher: {_teacher(record)}")
+    if (student := _reference(record, "student")) is not None:
+        facts.append(f"- student initialised from: {student}")
+    positions = record.get("student_positions")
+    reason = f"the student has {positions} positions" if positions else ""
+    for key, label in (("student_num_layers", "student layers kept"), ("documents_per_query", "documents per query"),
+                       ("sampling", "document sampling"), ("query_max_length", "query length"),
+                       ("document_max_length", "document length")):
+        if record.get(key) is None:
+            continue
+        value = _documents_per_query(record) if key == "documents_per_query" else _asked(
+            record, key, reason if key.endswith("max_length") else "")
+        facts.append(f"- {label}: {value}")
+    return facts
+
+
+def _pretraining_facts(record: dict) -> list[str]:
+    facts = [f"- pre-training: {record.get('architecture')} objective"]
+    for key, label in (("backbone", "warm start"), ("init_from", "continued from")):
+        if (named := _reference(record, key)) is not None:
+            facts.append(f"- {label}: {named}")
+    for key, label in (("preset", "preset"), ("corpus", "corpus"), ("max_seq_length", "sequence length"),
+                       ("mlm_probability", "masking rate")):
+        if record.get(key) is not None:
+            facts.append(f"- {label}: " + (f"`{_name(record[key])}`" if key == "corpus" else str(record[key])))
+    return facts
+
+
+def _infusion_origin(record: dict) -> str:
+    """What an infused dual encoder was built from: the cross-encoder's weights (DE-N-CE), or its shape only."""
+    cross_encoder = _reference(record, "cross_encoder")
+    if record.get("random_init") or str(record.get("model", "")).endswith("-Rand"):
+        return f"a dual encoder of the shape of the cross-encoder {cross_encoder}'s first layers, randomly initialised,"
+    return f"a dual encoder built from the cross-encoder {cross_encoder}"
+
+
+def _infusion_facts(record: dict) -> list[str]:
+    facts = [f"- {record.get('model')}: {_infusion_origin(record)} and trained with `{record.get('method')}` on "
+             f"`{_name(record.get('train_data'))}`"]
+    for key, label in (("epochs", "epochs"), ("batch_size", "batch size"), ("learning_rate", "learning rate"),
+                       ("warmup_steps", "warm-up"), ("max_length", "token limit"),
+                       ("candidates", "BM25 candidates per query")):
+        if record.get(key) is not None:
+            facts.append(f"- {label}: {record[key]}")
+    return facts
+
+
+def _training(folder: Path) -> tuple[list[str], list[str], str | None]:
+    """(facts, extra citations, base model on the Hub) from the training records in ``folder``."""
+    facts, citations, base_model = [], [], None
     pretraining = read_json(folder / "pretraining_setup.json")
     distillation = read_json(folder / "distillation_setup.json")
     infusion = read_json(folder / "infusion_setup.json")
     training_args = read_json(folder / "training_args.json")
     if infusion:
-        facts.append(f"- {infusion.get('model')}: a dual encoder built from the cross-encoder "
-                     f"`{infusion.get('cross_encoder')}` and trained with `{infusion.get('method')}` on "
-                     f"`{Path(str(infusion.get('train_data'))).name}`")
-        for key, label in (("epochs", "epochs"), ("batch_size", "batch size"), ("learning_rate", "learning rate"),
-                           ("warmup_steps", "warm-up"), ("max_length", "token limit")):
-            if infusion.get(key) is not None:
-                facts.append(f"- {label}: {infusion[key]}")
+        facts += _infusion_facts(infusion)
         facts += _recipe_facts(infusion, None)
     elif pretraining or distillation:
         facts += _recipe_facts(distillation or pretraining, training_args)
     if pretraining:
-        facts.append(f"- pre-training: {pretraining.get('architecture')} objective")
-        for key, label in (("backbone", "warm start"), ("init_from", "continued from"), ("preset", "preset"),
-                           ("corpus", "corpus"), ("max_seq_length", "sequence length"),
-                           ("mlm_probability", "masking rate")):
-            if pretraining.get(key) is not None:
-                facts.append(f"- {label}: {pretraining[key]}")
-        base_model = pretraining.get("backbone") or pretraining.get("init_from")
+        facts += _pretraining_facts(pretraining)
+        base_model = _hub_id(pretraining, "backbone") or _hub_id(pretraining, "init_from")
+        citations += _pretraining_citations(pretraining)
     if distillation:
-        facts.append(f"- distillation losses: `{distillation.get('losses')}` (teacher scores from "
-                     f"`{Path(str(distillation.get('train_file'))).name}`)")
-        facts += _loss_facts(folder)
-        for key, label in (("student", "student initialised from"), ("student_num_layers", "student layers kept"),
-                           ("documents_per_query", "documents per query"), ("sampling", "document sampling"),
-                           ("query_max_length", "query length"), ("document_max_length", "document length")):
-            if distillation.get(key) is not None:
-                facts.append(f"- {label}: {distillation[key]}")
-        base_model = base_model or distillation.get("student")
+        facts += _distillation_facts(distillation, folder)
+        base_model = base_model or _hub_id(distillation, "student")
         citations.append(DISTILLATION_BIBTEX)
         facts += _positive_set_facts(folder)
+    if infusion:
+        citations.append(CE_EMBEDDINGS_BIBTEX)
     state = read_json(folder / "trainer_state.json")
     if state:
         facts.append(f"- optimizer steps: {state.get('global_step')}, epochs: {round(float(state.get('epoch') or 0), 2)}")
@@ -174,9 +287,70 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None, list[str]
     environment = read_json(folder / "training_environment.json")
     if environment:
         facts.append("- hardware: " + ", ".join(f"{k} {v}" for k, v in environment.items()))
-    if base_model and Path(str(base_model)).exists():
-        base_model = None  # a local path means nothing on the Hub
-    return facts, citations, base_model, datasets
+    return facts, citations, base_model
+
+
+def _pretraining_citations(record: dict) -> list[str]:
+    return {"condenser": [CONDENSER_BIBTEX], "cocondenser": [CONDENSER_BIBTEX, COCONDENSER_BIBTEX],
+            "tite": [TITE_BIBTEX]}.get(record.get("architecture"), [])
+
+
+def _stage_line(stage: dict) -> tuple[str, list[str]]:
+    """One earlier stage (``earlier_stages.json``) in a sentence, and the papers it follows."""
+    records = stage.get("records") or {}
+    parts, citations = [], []
+    if conversion := records.get("conversion.json"):
+        revision = conversion.get("source_revision")
+        origin = (f"`{conversion.get('source')}` at revision `{revision}`" if revision
+                  else f"a local folder named `{_name(conversion.get('source'))}`")
+        parts.append(f"converted by `dense-encoders convert` from {origin}, a checkpoint of "
+                     f"{conversion.get('source_description')}")
+    if pretraining := records.get("pretraining_setup.json"):
+        text = f"pre-training with the {pretraining.get('architecture')} objective"
+        if (start := _reference(pretraining, "init_from")) is not None:
+            text += f", continued from {start}"
+        elif (start := _reference(pretraining, "backbone")) is not None:
+            text += f", warm-started from {start}"
+        elif pretraining.get("preset"):
+            text += f", from the preset `{pretraining['preset']}`"
+        if pretraining.get("corpus"):
+            text += f", on `{_name(pretraining['corpus'])}`"
+        text += (f", sequence length {pretraining.get('max_seq_length')}, masking rate "
+                 f"{pretraining.get('mlm_probability')}")
+        parts.append(text)
+        citations += _pretraining_citations(pretraining)
+    if infusion := records.get("infusion_setup.json"):
+        parts.append(f"{infusion.get('model')}, {_infusion_origin(infusion)} trained with `{infusion.get('method')}` "
+                     f"on `{_name(infusion.get('train_data'))}`")
+        citations.append(CE_EMBEDDINGS_BIBTEX)
+    if distillation := records.get("distillation_setup.json"):
+        text = (f"distillation with the losses `{distillation.get('losses')}` of teacher scores from "
+                f"`{_name(distillation.get('train_file'))}` (teacher: {_teacher(distillation)})")
+        if (student := _reference(distillation, "student")) is not None:
+            text += f", student initialised from {student}"
+        text += (f", documents per query {_documents_per_query(distillation)}, document length "
+                 f"{_asked(distillation, 'document_max_length')}")
+        parts.append(text)
+        citations.append(DISTILLATION_BIBTEX)
+    steps = stage.get("optimizer_steps")
+    line = f"`{stage.get('model')}`: " + "; then ".join(parts) + (f"; {steps} optimizer steps" if steps is not None
+                                                                  else "")
+    return line, citations
+
+
+def _earlier_stages(folder: Path) -> tuple[list[str], list[str]]:
+    """The card's section on the stages before this run (``earlier_stages.json``), and their citations."""
+    stages = read_json(folder / "earlier_stages.json") or []
+    if not stages:
+        return [], []
+    lines = ["## Earlier stages", "", "The model this run started from was made in these stages, oldest first "
+             "(their records, copied when this run was trained):", ""]
+    citations = []
+    for number, stage in enumerate(stages, start=1):
+        line, cited = _stage_line(stage)
+        lines.append(f"{number}. {line}")
+        citations += cited
+    return lines + [""], citations
 
 
 def _loss_facts(folder: Path) -> list[str]:
@@ -225,13 +399,56 @@ def _conversion(folder: Path) -> list[str]:
     return lines + [""]
 
 
-def _results(folder: Path, results: list) -> list[dict]:
+def results_files(folder: str | Path, results: list | None = None) -> list[tuple[str, dict]]:
+    """``(where, results JSON)`` of the evaluation results a card of ``folder`` reports: ``results`` (paths or
+    mappings), then the folder's ``evaluation/*.json``; files of another format are skipped."""
     loaded = []
-    for item in list(results or []) + sorted((folder / "evaluation").glob("*.json")):
+    for item in list(results or []) + sorted((Path(folder) / "evaluation").glob("*.json")):
         data = item if isinstance(item, dict) else json.loads(Path(item).read_text())
         if data.get("format", "").startswith("dense-encoders/retrieval-results"):
-            loaded.append(data)
+            loaded.append(("the results given" if isinstance(item, dict) else str(item), data))
     return loaded
+
+
+def _search(result: dict) -> str:
+    """How a result's documents were searched: exact or FAISS, over embeddings encoded in the run (float32) or
+    stored shards (their dtype)."""
+    settings = result.get("settings") or {}
+    backend = settings.get("search_backend", "exact")
+    text = SEARCH_BACKENDS.get(backend, backend)
+    if settings.get("corpus_embeddings"):
+        text += f", {settings.get('corpus_embeddings_dtype') or 'stored'} shards"
+    return text
+
+
+def _infusion_report(folder: Path) -> tuple[dict | None, dict | None]:
+    """(the ``report.json`` of ``dense-encoders infuse`` in ``folder``, this model's row of it), or (None, None)
+    when the folder holds none or the report has no row of the model its ``infusion_setup.json`` names."""
+    report, setup = read_json(folder / "report.json"), read_json(folder / "infusion_setup.json")
+    if not isinstance(report, dict) or not setup or not isinstance(report.get("rows"), list):
+        return None, None
+    row = next((row for row in report["rows"] if row.get("model") == setup.get("model")), None)
+    return (report, row) if row is not None else (None, None)
+
+
+def _report_lines(report: dict, model: str) -> list[str]:
+    """The card's section on the retrieve + rerank report of ``dense-encoders infuse``."""
+    graded = f" (graded pairs, relevant from {report['pair_threshold']})" if report.get("pair_threshold") else ""
+    lines = ["## Retrieve and rerank", "",
+             f"The `dense-encoders infuse` report on {report.get('dataset')} ({report.get('split')}){graded}: each "
+             f"dual encoder retrieves, the cross-encoder `{source_reference(report.get('cross_encoder'))['name']}` "
+             f"re-ranks its top {report.get('top_k')}; encode speeds measured side by side in the same run (speed-up "
+             f"relative to {report.get('baseline')}).", "",
+             "| model | Hits@10 | MRR@10 | Hits@10 +rerank | MRR@10 +rerank | documents/s | speed-up |",
+             "|:--|--:|--:|--:|--:|--:|--:|"]
+    for row in report["rows"]:
+        label = f"{row['model']} (this model)" if row["model"] == model else (  # the command's baseline: named
+            f"{row['model']} (`{source_reference(row['path'])['name']}`)" if row["model"] == "baseline DE"
+            and row.get("path") else row["model"])
+        lines.append(f"| {label} | {row['retrieve']['hits@10']:.4f} | {row['retrieve']['mrr@10']:.4f} | "
+                     f"{row['rerank']['hits@10']:.4f} | {row['rerank']['mrr@10']:.4f} | "
+                     f"{row['documents_per_s']:.1f} | {row['speedup']:.2f}x |")
+    return lines + [""]
 
 
 def _sides(folder: Path) -> tuple[dict[str, str], dict[str, int]]:
@@ -345,10 +562,12 @@ def model_card(
     if config is None:
         raise FileNotFoundError(f"{folder} has no config.json: save the model with save_pretrained first")
     name = repo_id or folder.name
-    description, tags, citations = _describe(config)
-    facts, training_citations, recorded_base, _ = _training(folder)
+    description, tags, citations = _describe(config, converted=(folder / "conversion.json").is_file())
+    facts, training_citations, recorded_base = _training(folder)
+    stage_lines, stage_citations = _earlier_stages(folder)
     pooling, similarity, normalised = _st_settings(folder)
-    evaluations = _results(folder, results)
+    evaluations = [data for _, data in results_files(folder, results)]
+    report, report_row = _infusion_report(folder)
     eval_results = []
     for result in evaluations:
         dataset = result["dataset"]
@@ -360,13 +579,21 @@ def model_card(
                     dataset_name=dataset["name"], dataset_split=dataset["split"], metric_type=metric_type,
                     metric_value=round(float(value), 4), metric_name=metric_name,
                 ))
-    data = ModelCardData(
+    if report_row is not None:
+        for key, value in report_row["retrieve"].items():
+            if key in RESULT_METRICS:
+                metric_type, metric_name = RESULT_METRICS[key]
+                eval_results.append(EvalResult(
+                    task_type="retrieval", task_name="Retrieval", dataset_type=report["dataset"],
+                    dataset_name=report["dataset"], dataset_split=report["split"], metric_type=metric_type,
+                    metric_value=round(float(value), 4), metric_name=metric_name,
+                ))
+    data = ModelCardData(  # no `datasets:`: evaluation data are local folders, not Hub datasets
         model_name=name,
         library_name="sentence-transformers" if pooling is not None else "transformers",
         pipeline_tag="feature-extraction",
         tags=[*tags, "dense-encoders", "sentence-transformers", "dense-retrieval", "feature-extraction"],
         base_model=base_model or recorded_base,
-        datasets=sorted({r["dataset"]["name"] for r in evaluations}) or None,
         license=license,
         eval_results=eval_results or None,
     )
@@ -374,11 +601,12 @@ def model_card(
     if similarity or pooling:
         lines += [f"Sentence-transformers configuration: {pooling or 'model'} pooling, {similarity or 'cosine'} "
                   "similarity.", ""]
+    lines += stage_lines
     if facts:
         lines += ["## Training", "", *facts, ""]
     if evaluations:
         lines += ["## Results", "", "| dataset | split | " + " | ".join(RESULT_METRICS[k][1] for k in RESULT_METRICS)
-                  + " | documents/s |", "|:--|:--|" + "--:|" * (len(RESULT_METRICS) + 1)]
+                  + " | search | documents/s |", "|:--|:--|" + "--:|" * len(RESULT_METRICS) + ":--|--:|"]
         levels = sorted({r.get("settings", {}).get("relevance_level", 1) for r in evaluations})
         for result in evaluations:
             cells = [f"{result['metrics'][k]:.4f}" if k in result["metrics"] else "-" for k in RESULT_METRICS]
@@ -387,27 +615,36 @@ def model_card(
             level = result.get("settings", {}).get("relevance_level", 1)
             split = result["dataset"]["split"] + (f" (relevance level {level})" if len(levels) > 1 else "")
             lines.append(f"| {result['dataset']['name']} | {split} | " + " | ".join(cells)
-                         + f" | {f'{speed:.1f} ({device})' if speed else '-'} |")
-        lines += ["", "Measured with `dense-encoders evaluate` (exact search, ir-measures); relevance level "
+                         + f" | {_search(result)} | {f'{speed:.1f} ({device})' if speed else '-'} |")
+        lines += ["", "Measured with `dense-encoders evaluate` and ir-measures; the search column says how the "
+                  "documents were searched (exact: every document scored with float32 embeddings encoded in the run; "
+                  "FAISS IndexFlatIP: FAISS's exact inner-product index; shards: the stored document embeddings of "
+                  "`dense-encoders encode`, in the dtype named); relevance level "
                   f"{', '.join(map(str, levels))}: MRR, Recall and Hits count a judgement of at least that grade "
                   "as relevant, nDCG uses the graded judgements.", ""]
+    if report is not None:
+        lines += _report_lines(report, report_row["model"])
     lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity, normalised,
                                      *_sides(folder)), ""]
     limitations = []
     if config.get("model_type") == "tite":
         limitations.append(f"Texts longer than {config.get('max_position_embeddings')} tokens must be truncated: "
                            "the pooling schedule reaches one vector only up to that length.")
-    if not evaluations:
+    if not evaluations and report is None:
         limitations.append("No evaluation results were recorded with this checkpoint.")
     if pretraining := read_json(folder / "pretraining_setup.json"):
         limitations.append(f"Pre-trained with the {pretraining.get('architecture')} objective only: fine-tune it on "
                            "relevance data before using it for retrieval.")
     if limitations:
         lines += ["## Limitations", "", *[f"- {item}" for item in limitations], ""]
-    all_citations = citations + [c for c in training_citations if c not in citations]
+    all_citations = []
+    for citation in citations + stage_citations + training_citations:
+        if citation not in all_citations:
+            all_citations.append(citation)
     if all_citations:
         lines += ["## Citation", "", "```bibtex", "\n\n".join(all_citations), "```", ""]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
 
 
-__all__ = ["CE_EMBEDDINGS_BIBTEX", "DISTILLATION_BIBTEX", "RECORD_FILES", "TITE_BIBTEX", "model_card"]
+__all__ = ["CE_EMBEDDINGS_BIBTEX", "DISTILLATION_BIBTEX", "RECORD_FILES", "SEARCH_BACKENDS", "TITE_BIBTEX",
+           "model_card", "results_files"]

@@ -44,22 +44,30 @@ _FAMILIES = {
     ),
 }
 
-def condenser_description(config: dict) -> tuple[str, list[str], list[str]]:
-    """(architecture paragraph, tags, citations) of a Condenser / coCondenser config."""
+def condenser_description(config: dict, *, converted: bool = False) -> tuple[str, list[str], list[str]]:
+    """(architecture paragraph, tags, citations) of a Condenser / coCondenser config. A pre-training checkpoint
+    (``CondenserForPreTraining`` / ``CoCondenserForPreTraining``) states its objective; the encoder alone
+    (``CondenserModel``: a distilled student, an exported backbone) does not, since its config cannot tell which
+    objective pre-trained it: the card's training records say that. ``converted``: a checkpoint of another
+    implementation, whose own run is not recorded: the objective is the one continued pre-training uses."""
     architecture = (config.get("architectures") or ["CondenserForPreTraining"])[0]
     if architecture not in _FAMILIES and architecture != "CondenserModel":
         raise ValueError(f"a {architecture} is not a Condenser checkpoint; expected one of {sorted(_FAMILIES)}")
-    tag, description, objective, citations = _FAMILIES.get(architecture, _FAMILIES["CondenserForPreTraining"])
     shape = (f"{config['num_hidden_layers']} layers, hidden size {config['hidden_size']}, "
              f"{config['num_attention_heads']} heads, vocabulary {config['vocab_size']}")
+    if architecture == "CondenserModel":
+        text = (f"`{architecture}` ({shape}): the encoder of a Condenser-architecture model (layer "
+                f"{config.get('skip_from')} feeds the {config.get('n_head_layers')}-layer pre-training head, which "
+                "this checkpoint does not hold: continuing pre-training from it starts a fresh head). For retrieval, "
+                "`AutoModel` gives `CondenserModel`; embed with the last-layer CLS vector (`pooler_output`).")
+        return text, ["condenser"], [CONDENSER_BIBTEX]
+    tag, description, objective, citations = _FAMILIES[architecture]
     late = " + masked-LM cross-entropy of the last layer" if config.get("late_mlm") else ""
-    head = ("this checkpoint is the encoder alone (no Condenser head): continuing pre-training from it starts a "
-            "fresh head" if architecture == "CondenserModel" else
-            "the checkpoint keeps the pre-training head, so pre-training can continue from it")
     text = (f"`{architecture}` ({shape}): " + description.format(**config) + ". For retrieval, load the encoder "
             "(`AutoModel` gives `CondenserModel`, the head is not used) and embed with the last-layer CLS vector "
-            f"(`pooler_output`); {head}.\n\n"
-            "Pre-training objective: " + objective.format(late=late) + " (each weight 1).")
+            "(`pooler_output`); the checkpoint keeps the pre-training head, so pre-training can continue from it.\n\n"
+            + ("Objective of continued pre-training (the source run's own settings are not recorded): " if converted
+               else "Pre-training objective: ") + objective.format(late=late) + " (each weight 1).")
     return text, [tag], list(citations)
 
 

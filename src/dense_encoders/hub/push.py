@@ -3,7 +3,8 @@
 :func:`push_to_hub` uploads a checkpoint folder (or a model) in ONE commit: the files a model is made of
 (:func:`dense_encoders.checkpoints.folder.model_file_kind`: safetensors weights, ``config.json`` with
 ``auto_map``, the remote-code files, tokenizer, sentence-transformers files and module folders) and a model
-card generated from the folder's records (:func:`dense_encoders.hub.cards.model_card`). Any other file is
+card generated from the folder's records (:func:`dense_encoders.hub.cards.model_card`); results JSONs for the
+card whose ``model_fingerprint`` is not the folder's are refused (:func:`check_results`). Any other file is
 refused by name unless ``include`` names it; the run's records the card summarises (``RECORD_FILES``),
 training state (optimizer, scheduler, RNG states, pickled training arguments) and the folders of a run
 (``checkpoint-N``, ``runs``, ``evaluation``, hidden ones) stay local. A symbolic link is followed only when it
@@ -40,7 +41,7 @@ from ..checkpoints.folder import (
     publishing_problems,
     sentence_transformers_module_folders,
 )
-from .cards import RECORD_FILES, model_card
+from .cards import RECORD_FILES, model_card, results_files
 
 logger = logging.getLogger(__name__)
 
@@ -251,6 +252,29 @@ def _stage(folder: Path, files: dict[Path, Path], card_text: str | None) -> Path
     return staging
 
 
+def check_results(folder: str | Path, results: list | None = None) -> None:
+    """Refuse results the card of ``folder`` would report (``results`` and the folder's ``evaluation/*.json``,
+    :func:`~dense_encoders.hub.cards.results_files`) whose ``model_fingerprint`` is not the folder's: the
+    :func:`~dense_encoders.checkpoints.loading.folder_fingerprint` of the model as evaluation loaded it (with the
+    ``pooling`` the results record). The ValueError names both fingerprints."""
+    loaded = results_files(folder, results)
+    if not loaded:
+        return
+    from ..checkpoints.loading import folder_fingerprint  # loads sentence-transformers: only when needed
+
+    ours: dict[str | None, str] = {}
+    for source, data in loaded:
+        pooling = (data.get("settings") or {}).get("pooling")
+        if pooling not in ours:
+            ours[pooling] = folder_fingerprint(folder, pooling=pooling)
+        theirs = data.get("model_fingerprint")
+        if theirs != ours[pooling]:
+            raise ValueError(
+                f"{source} holds results of another model: its model_fingerprint is {theirs}, the fingerprint of "
+                f"{folder} is {ours[pooling]}; nothing was uploaded. Evaluate this folder "
+                f"(dense-encoders evaluate {folder} DATA --output FILE) and pass that file to --results.")
+
+
 def push_to_hub(
     path_or_model,
     repo_id: str,
@@ -274,7 +298,8 @@ def push_to_hub(
     request opened).
 
     ``revision`` is a branch (created from ``main`` when missing); ``create_pr`` opens a pull request
-    instead of committing to it; ``results`` are evaluation-harness results JSONs for the card; ``include``:
+    instead of committing to it; ``results`` are evaluation-harness results JSONs for the card, refused when they
+    are another model's (:func:`check_results`); ``include``:
     globs of further files of the folder to upload (:func:`upload_files` says what goes up without them);
     ``skip_nested_models`` leaves the folders of other models inside ``folder`` local (refused otherwise).
     """
@@ -287,6 +312,8 @@ def push_to_hub(
             if tokenizer is not None:
                 tokenizer.save_pretrained(folder)
         files = _upload_sources(folder, include, skip_nested_models)
+        if card:
+            check_results(folder, results)
         card_text = str(model_card(folder, repo_id=repo_id, results=results, license=license)) if card else None
         files = {path: source for path, source in files.items() if not (card and path.as_posix() == "README.md")}
         staging = _stage(folder, files, card_text)
@@ -349,4 +376,4 @@ def push_command(folder, repo_id: str, *, private: bool | None = None, revision:
     return shlex.join(argv)
 
 
-__all__ = ["PushError", "PushResult", "nested_model_folders", "push_command", "push_to_hub", "upload_files"]
+__all__ = ["PushError", "PushResult", "check_results", "nested_model_folders", "push_command", "push_to_hub", "upload_files"]

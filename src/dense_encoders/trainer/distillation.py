@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -37,6 +37,8 @@ from ..checkpoints.folder import (
     is_ours,
     native_pipeline,
     native_pooling,
+    position_limit,
+    source_reference,
     write_sentence_transformers_files,
 )
 from ..checkpoints.trust import refuse_untrusted_code
@@ -48,6 +50,7 @@ from ..data.distillation import (
     training_records_to_dataset,
     uses_labelled_positives,
 )
+from ..data.files import read_json
 from ..data.retrieval import check_relevance_level, read_corpus_jsonl, read_queries_jsonl
 from ..hub import model_card
 from ..models.condenser.modeling_condenser import gather_with_local_grad
@@ -64,7 +67,9 @@ from .pretraining import CollatorEpochCallback
 from ..hub.trainer_push import HubPushMixin
 from ..recipes import RECIPE_HELP
 from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
-from .records import check_mixed_precision, write_training_environment
+from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
+from .teacher import META_FORMAT as TEACHER_META_FORMAT
+from .teacher import meta_path
 from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
@@ -479,6 +484,52 @@ def _drop_unused_labels(setup: DistillationSetup, records: list[dict],
         record["relevance"] = None
 
 
+def teacher_reference(train_file: str | Path) -> dict | None:
+    """The teacher that scored ``train_file``, as its ``score-teacher`` settings file (``<train_file>.meta.json``)
+    names it (:func:`~dense_encoders.checkpoints.folder.source_reference`: a Hub id and revision, or a folder's
+    name), with ``top_k``; None when the file has no such record (it was not written by ``score-teacher``)."""
+    recorded = read_json(meta_path(train_file))
+    if not isinstance(recorded, dict) or recorded.get("format") != TEACHER_META_FORMAT:
+        return None
+    reference = recorded.get("teacher") or source_reference(recorded.get("cross_encoder", "?"))
+    return {**reference, "top_k": recorded.get("top_k")}
+
+
+def distillation_record(setup: DistillationSetup, records: list[dict], lengths: dict[str, int], config) -> dict:
+    """``distillation_setup.json``: the setup with the values the run used, not those asked for: the query and
+    document lengths after clamping to the student's positions, the documents per query the training file gave
+    (at most ``documents_per_query`` of each query's; ``documents_per_query_min`` when queries got fewer), the
+    values asked for under ``requested`` where they differ, the teacher (:func:`teacher_reference`), and every
+    model and file named without a local path (:func:`~dense_encoders.trainer.records.public_record`)."""
+    values = dict(setup.__dict__)
+    used = [min(setup.documents_per_query, len(record["documents"])) for record in records]
+    actual = {"query_max_length": lengths["query"], "document_max_length": lengths["document"],
+              "documents_per_query": max(used)}
+    requested = {key: values[key] for key, value in actual.items() if value != values[key]}
+    values.update(actual)
+    if min(used) != max(used):
+        values["documents_per_query_min"] = min(used)
+    if {"query_max_length", "document_max_length"} & set(requested):
+        values["student_positions"] = position_limit(config)
+    teacher = teacher_reference(setup.train_file)
+    values["teacher"] = teacher["name"] if teacher else None
+    values["teacher_top_k"] = teacher["top_k"] if teacher else None
+    values["teacher_kind"] = teacher.get("kind", "cross-encoder") if teacher else None
+    if teacher:
+        values["sources"] = {"teacher": {key: teacher[key] for key in ("name", "hub", "revision")}}
+    record = public_record(values)
+    if requested:
+        record["requested"] = requested
+    return record
+
+
+def requested_setup(record: dict) -> dict:
+    """The setup a ``distillation_setup.json`` says was asked for: its :class:`DistillationSetup` fields, with the
+    values under ``requested`` where the run used others."""
+    names = {item.name for item in fields(DistillationSetup)}
+    return {**{key: value for key, value in record.items() if key in names}, **(record.get("requested") or {})}
+
+
 def distill(setup: DistillationSetup, args: DistillationArguments, *, check_output_dir: bool = True) -> Path:
     """Train ``setup.student`` on ``setup.train_file`` and save it to ``args.output_dir``.
 
@@ -542,7 +593,9 @@ def _distill(setup: DistillationSetup, args: DistillationArguments, *, check_out
     if trainer.args.should_save:  # the records first: the card (and a push) read them
         output_dir.mkdir(parents=True, exist_ok=True)
         trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
-        (output_dir / "distillation_setup.json").write_text(json.dumps(setup.__dict__, indent=2) + "\n")
+        record = distillation_record(setup, records, lengths, dual.config)
+        (output_dir / "distillation_setup.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_earlier_stages(output_dir, setup.student)
         (output_dir / "distillation_positives.json").write_text(json.dumps(positives, indent=2) + "\n")
         (output_dir / "distillation_losses.json").write_text(json.dumps(objective.describe(), indent=2) + "\n")
         write_training_environment(trainer, output_dir)
@@ -560,7 +613,10 @@ __all__ = [
     "DualEncoder",
     "build_student",
     "distill",
+    "distillation_record",
     "keep_first_layers",
     "pool",
+    "requested_setup",
     "student_conventions",
+    "teacher_reference",
 ]

@@ -12,7 +12,8 @@ layers, M new layers. Two ways to train a DE-2-CE (or DE-2-Rand):
 
 :class:`InfusionArguments` (the flags of ``dense-encoders infuse``) says what to train how;
 :func:`train_infused` trains it and writes each model's ``infusion_setup.json`` and model card. The retrieve
-+ rerank report of the trained encoders is :mod:`dense_encoders.evaluation.infusion_report`.
++ rerank report of the trained encoders is :mod:`dense_encoders.evaluation.infusion_report`;
+:func:`record_infusion_report` puts it into each model's folder (``report.json``), whose card reports it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sentence_transformers import SentenceTransformer, SentenceTransformerTraine
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from sentence_transformers.sentence_transformer.training_args import BatchSamplers
 
-from ..checkpoints.folder import native_pooling, write_sentence_transformers_files
+from ..checkpoints.folder import native_pooling, source_reference, write_sentence_transformers_files
 from ..checkpoints.loading import cross_encoder_model_and_tokenizer
 from ..data.bm25 import bm25_run, mine_bm25_triplets
 from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
@@ -36,6 +37,7 @@ from ..models.infused import InfusedDualEncoderModel
 from ..recipes import RECIPE_HELP
 from .distillation import DistillationArguments, DistillationSetup, distill
 from .output_dir import DASHED_FLAGS, output_dir_lock, prepare_output_dir, write_training_args
+from .records import public_record
 from .teacher import score_teacher
 
 logger = logging.getLogger(__name__)
@@ -149,6 +151,7 @@ def infuse(
     folder or Hub id that runs code of its own is refused unless ``trust_remote_code``."""
     model, tokenizer = cross_encoder_model_and_tokenizer(cross_encoder, tokenizer, trust_remote_code=trust_remote_code)
     name = str(cross_encoder) if isinstance(cross_encoder, (str, Path)) else getattr(model, "name_or_path", None)
+    name = source_reference(name)["name"] if name else None  # saved in config.json: a Hub id or a name, no path
     if seed is not None:
         torch.manual_seed(seed)
     dual = InfusedDualEncoderModel.from_cross_encoder(
@@ -262,14 +265,24 @@ def write_infusion_record(folder: str | Path, name: str, args: InfusionArguments
     permissions ``overwrite_output_dir`` and ``trust_remote_code``) and the model card made from it."""
     setup = {key: value for key, value in asdict(args).items()
              if key not in (*PERMISSION_FIELDS, *REPORT_FIELDS)}
-    (Path(folder) / "infusion_setup.json").write_text(json.dumps({"model": name, **setup}, indent=2) + "\n")
+    record = public_record({"model": name, **setup})
+    (Path(folder) / "infusion_setup.json").write_text(json.dumps(record, indent=2) + "\n")
     model_card(folder).save(Path(folder) / "README.md")
+
+
+def record_infusion_report(trained: dict[str, str | Path], report: dict) -> None:
+    """The retrieve + rerank report of the trained dual encoders (name -> folder) as each folder's
+    ``report.json``, and each card made again from it (the card reports the folder's own row)."""
+    for folder in trained.values():
+        (Path(folder) / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        model_card(folder).save(Path(folder) / "README.md")
 
 
 __all__ = [
     "METHODS",
     "InfusionArguments",
     "infuse",
+    "record_infusion_report",
     "save_dual_encoder",
     "train_dual_encoder",
     "train_infused",

@@ -50,7 +50,7 @@ from ..models.condenser.modeling_condenser import (
 from ..models.condenser.presets import CONDENSER_PRESETS, condenser_preset
 from ..models.tite import TINY_PRESETS, TITE_PRESETS, TiteForPreTraining, tite_preset
 from ..recipes import RECIPE_HELP
-from .records import check_mixed_precision, write_training_environment
+from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
 from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
@@ -403,6 +403,19 @@ def check_corpus(source, *, streaming: bool = False) -> None:
         )
 
 
+def pretraining_record(setup: PreTrainingSetup, config) -> dict:
+    """``pretraining_setup.json``: the setup with the values the run used (the default preset of a model built
+    from scratch; the model's ``skip_from``, ``n_head_layers`` and ``late_mlm``), every model and corpus named
+    without a local path (:func:`~dense_encoders.trainer.records.public_record`)."""
+    values = dict(vars(setup))
+    if values["preset"] is None and not (setup.backbone or setup.init_from):
+        values["preset"] = DEFAULT_PRESETS[setup.architecture]
+    for key in ("skip_from", "n_head_layers", "late_mlm"):  # a continued checkpoint keeps its own head
+        if getattr(config, key, None) is not None:
+            values[key] = getattr(config, key)
+    return public_record(values)
+
+
 def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state,
     sentence-transformers files (CLS pooling, dot product; written by ``save_pretrained``) and a model card to ``args.output_dir``.
@@ -453,7 +466,9 @@ def _pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
         final.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
         trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
-        (output_dir / "pretraining_setup.json").write_text(json.dumps(vars(setup), indent=2) + "\n")
+        (output_dir / "pretraining_setup.json").write_text(
+            json.dumps(pretraining_record(setup, final.config), indent=2) + "\n")
+        write_earlier_stages(output_dir, setup.init_from or setup.backbone)
         write_training_environment(trainer, output_dir)
         write_training_args(args, output_dir)
         model_card(output_dir, repo_id=trainer.hub_model_id).save(output_dir / "README.md")
@@ -472,5 +487,6 @@ __all__ = [
     "build_dataset_and_collator",
     "build_model",
     "pretrain",
+    "pretraining_record",
     "split_batch",
 ]

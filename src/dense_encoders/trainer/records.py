@@ -1,4 +1,13 @@
-"""What a training run records next to its checkpoint, so model cards can say it without guessing."""
+"""What a training run records next to its checkpoint, so model cards can say it without guessing.
+
+* :func:`training_environment`: hardware and precision (``training_environment.json``);
+* :func:`public_record`: a setup record with no local path: each model named by
+  :func:`~dense_encoders.checkpoints.folder.source_reference` (a Hub id and revision, or a folder's name, the
+  whole reference under ``sources``), each data file or folder by its name;
+* :func:`model_stages` / :func:`write_earlier_stages`: the stages that made the model a run starts from (its
+  ``earlier_stages.json`` and its own setup records), copied into the new run's ``earlier_stages.json`` at
+  training time, since that folder may be gone when the new run is pushed.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +17,17 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoints.folder import source_reference
+from ..data.files import read_json
 from ..recipes import load_recipe
+
+# the fields of the setup records that name a model, and those that name a data file or folder (or the run's own)
+MODEL_FIELDS = ("student", "backbone", "init_from", "tokenizer", "cross_encoder", "teacher")
+DATA_FIELDS = ("train_file", "corpus", "queries", "qrels", "train_data", "output_dir")
+# the records of a folder that say how its model was made (one stage), and the lineage before that stage
+STAGE_RECORDS = ("conversion.json", "pretraining_setup.json", "distillation_setup.json", "distillation_losses.json",
+                 "infusion_setup.json")
+EARLIER_STAGES = "earlier_stages.json"
 
 # what makes --fp16 or --bf16 train as asked on this machine
 FP16_ADVICE = "add --fp16 false to train in fp32, or --fp16 false --bf16 --use_cpu to train in bf16 on the CPU"
@@ -66,12 +85,74 @@ def write_training_environment(trainer, output_dir: str | Path) -> Path:
     return path
 
 
+def public_record(values: dict) -> dict:
+    """``values`` (a setup record) without local paths: each model field (:data:`MODEL_FIELDS`) holds the name
+    :func:`~dense_encoders.checkpoints.folder.source_reference` gives it, the whole reference
+    (``name``, ``hub``, ``revision``) under ``sources``; each data field (:data:`DATA_FIELDS`) holds the file's
+    or folder's name. Fields already named (under ``sources``) are kept."""
+    record = dict(values)
+    sources = dict(record.get("sources") or {})
+    for key in MODEL_FIELDS:
+        value = record.get(key)
+        if isinstance(value, str) and key not in sources:
+            sources[key] = source_reference(value)
+            record[key] = sources[key]["name"]
+    for key in DATA_FIELDS:
+        value = record.get(key)
+        if isinstance(value, str) and value:
+            record[key] = Path(value).name or value
+    if sources:
+        record["sources"] = sources
+    return record
+
+
+def model_stages(name_or_path: str | Path | None) -> list[dict]:
+    """The stages that made the model ``name_or_path``, oldest first, from its folder's records: the stages
+    its ``earlier_stages.json`` lists, then its own (``{"model": its name, "optimizer_steps": N, "records":
+    {record file: content}}`` of the :data:`STAGE_RECORDS` it holds), every record without local paths.
+    Nothing for a Hub id or a folder without records (the card names the model itself)."""
+    if name_or_path is None or not Path(name_or_path).is_dir():
+        return []
+    folder = Path(name_or_path)
+    stages = [dict(stage, records={name: _public(record) for name, record in (stage.get("records") or {}).items()})
+              for stage in read_json(folder / EARLIER_STAGES) or []]
+    records = {name: _public(read_json(folder / name)) for name in STAGE_RECORDS if (folder / name).is_file()}
+    if records:
+        state = read_json(folder / "trainer_state.json") or {}
+        stages.append({"model": source_reference(folder)["name"], "optimizer_steps": state.get("global_step"),
+                       "records": records})
+    return stages
+
+
+def _public(record):
+    return public_record(record) if isinstance(record, dict) else record
+
+
+def write_earlier_stages(output_dir: str | Path, start: str | Path | None) -> Path | None:
+    """``earlier_stages.json`` in ``output_dir``: :func:`model_stages` of the model the run started from
+    (``start``: the student, the checkpoint continued, the backbone); nothing when it records none."""
+    path = Path(output_dir) / EARLIER_STAGES
+    stages = model_stages(start)
+    path.unlink(missing_ok=True)
+    if stages:
+        path.write_text(json.dumps(stages, indent=2) + "\n")
+        return path
+    return None
+
+
 __all__ = [
     "BF16_ADVICE",
+    "DATA_FIELDS",
+    "EARLIER_STAGES",
     "FP16_ADVICE",
+    "MODEL_FIELDS",
+    "STAGE_RECORDS",
     "check_mixed_precision",
+    "model_stages",
     "precision_origin",
+    "public_record",
     "training_environment",
     "training_precision",
+    "write_earlier_stages",
     "write_training_environment",
 ]

@@ -12,7 +12,9 @@ Scoring is resumable: the output is appended to and flushed after each query's l
 interrupted run leaves only complete lines (plus at most one partial final line, which the next run
 removes). Rerunning the same command skips the queries already written. A sidecar
 ``<output>.meta.json`` records the settings that determine the output (the cross-encoder, ``top_k``,
-``include_texts``, a hash of the candidates of the run); resuming with other settings is refused.
+``include_texts``, a hash of the candidates of the run); resuming with other settings is refused. It also
+names the teacher without a local path (``teacher``: a Hub id and revision, or a folder's name), which
+``distill`` records with the student it trains.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ..data.distillation import training_line
 from ..data.files import atomic_write_bytes
 from ..data.format import DataFormatError, document_text
 from ..data.runs import Run, read_trec_run, top_documents
+from ..checkpoints.folder import source_reference
 from ..checkpoints.loading import (
     check_cross_encoder,
     declares_cross_encoder,
@@ -78,6 +81,15 @@ def _cross_encoder_name(cross_encoder) -> str:
         return _normalize_name(str(name))
     cls = type(cross_encoder)
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _teacher_reference(cross_encoder) -> dict:
+    """How the records name the teacher (:func:`~dense_encoders.checkpoints.folder.source_reference`: a Hub id
+    and revision, or a folder's name); a model object without a name is named by its class."""
+    name = _cross_encoder_name(cross_encoder)
+    if not isinstance(cross_encoder, (str, os.PathLike)) and name.endswith(type(cross_encoder).__qualname__):
+        return {"name": type(cross_encoder).__name__, "hub": False, "revision": None}
+    return source_reference(name)
 
 
 def _candidates_sha256(candidates: Mapping[str, list[str]]) -> str:
@@ -221,7 +233,7 @@ def score_teacher(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: must be at least 1")
-    teacher_name = _cross_encoder_name(cross_encoder)
+    teacher_name, teacher_reference = _cross_encoder_name(cross_encoder), _teacher_reference(cross_encoder)
     bi_encoder = _is_bi_encoder(cross_encoder, trust_remote_code)
     if pooling is not None and not bi_encoder:
         raise ValueError(f"pooling={pooling!r} applies to a bi-encoder teacher; a cross-encoder scores pairs itself")
@@ -240,6 +252,8 @@ def score_teacher(
         "format": META_FORMAT,
         "version": META_VERSION,
         "cross_encoder": teacher_name,
+        # for the records of a distillation: no local path, and what kind of model scored
+        "teacher": {**teacher_reference, "kind": "bi-encoder" if bi_encoder else "cross-encoder"},
         "top_k": top_k,
         "include_texts": bool(include_texts),
         "run": run_path,
