@@ -583,6 +583,15 @@ def test_a_bi_encoder_teacher_scores_with_the_similarity_it_declares(kind, tok, 
         np.testing.assert_allclose(line["scores"], [expected[d] for d in line["document_ids"]], rtol=1e-5, atol=1e-5)
         assert line["scores"] == sorted(line["scores"], reverse=True)
     assert max(abs(s) for line in lines for s in line["scores"]) > (2 if kind == "condenser" else 0.1)
+    # the record a distillation reads says what kind of model scored, by the folder's name only
+    from dense_encoders.hub.cards import _teacher
+    from dense_encoders.trainer.distillation import teacher_reference
+
+    teacher = teacher_reference(output)
+    assert teacher["kind"] == "bi-encoder" and teacher["name"] == "teacher" and teacher["top_k"] == TOP_K
+    record = {"teacher": teacher["name"], "teacher_top_k": TOP_K, "teacher_kind": teacher["kind"], "sources": {
+        "teacher": {key: teacher[key] for key in ("name", "hub", "revision")}}}
+    assert _teacher(record) == f"the bi-encoder `teacher` (a local folder), scoring the top {TOP_K} of a first-stage run"
 
 
 def test_pooling_is_for_a_bi_encoder_teacher(teacher_setup, tmp_path):
