@@ -34,7 +34,7 @@ import shutil
 import socket
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -89,28 +89,6 @@ class Flags:
 
 TRAINER_FLAGS = Flags()
 DASHED_FLAGS = Flags("--output-dir", "--overwrite-output-dir", None)
-
-
-def overwrite_output_dir_field():
-    """The ``--overwrite_output_dir`` field of our TrainingArguments subclasses (transformers 5 has none)."""
-    return field(
-        default=False,
-        metadata={
-            "help": "Delete the contents of --output_dir before training. Without it, a non-empty --output_dir is "
-            "refused unless --resume_from_checkpoint names a checkpoint inside it (or 'latest')."
-        },
-    )
-
-
-def resume_from_checkpoint_field():
-    """The ``--resume_from_checkpoint`` field of our TrainingArguments subclasses, with its help text."""
-    return field(
-        default=None,
-        metadata={
-            "help": "Continue a run: a checkpoint-N folder (optimizer, scheduler and RNG state included; a warning "
-            "names what is missing), or 'latest' for the newest checkpoint-N in --output_dir."
-        },
-    )
 
 
 def _entries(folder: Path) -> list[str]:
