@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from .data.distillation import run_to_training_file
 from .data.retrieval import load_beir
 from .hub import model_card, push_to_hub
 from .models.tite import TiteModel, tite_preset
+from .settings.quickstart import QuickstartSettings  # re-exported: --help reads it there, without torch
 
 SENTENCES = [
     "Dense retrieval encodes queries and passages into single vectors.",
@@ -47,20 +48,6 @@ SENTENCES = [
 def default_data() -> Path:
     """The retrieval set written for the package (BEIR layout)."""
     return Path(str(resources.files("dense_encoders") / "resources" / "quickstart_beir"))
-
-
-@dataclass
-class QuickstartSettings:
-    data: str | None = None
-    teacher: str | None = None
-    tite_preset: str = "minilm-l6-4-late"
-    student_layers: int = 2
-    epochs: float = 2.0
-    batch_size: int = 16
-    documents_per_query: int = 4
-    candidates: int = 20
-    learning_rate: float = 1e-4
-    seed: int = 42
 
 
 MARKER = "quickstart.json"  # the settings this folder's caches were made with

@@ -43,9 +43,9 @@ from ..models.tite.configuration_tite import TiteConfig
 from ..models.tite.modeling_tite import TiteModel
 from ..models.tite.presets import TINY_PRESETS, TITE_PRESETS, tite_preset
 from .flops import bert_macs, infused_macs, tite_macs
-from .workloads import MAX_LENGTH, VOCAB_SIZE
+from ..settings.benchmarking import ATTENTION_CHOICES, MAX_LENGTH, default_presets  # noqa: F401 (re-exported)
+from .workloads import VOCAB_SIZE
 
-ATTENTION_CHOICES = ("sdpa", "eager", "flash_attention_2")
 BERT_BASE_SHAPE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 
 
@@ -57,16 +57,6 @@ def tiny_bert_config() -> BertConfig:
 
 def bert_base_config(max_length: int = MAX_LENGTH) -> BertConfig:
     return BertConfig(vocab_size=VOCAB_SIZE, max_position_embeddings=max_length, **BERT_BASE_SHAPE)
-
-
-def default_presets(max_length: int = MAX_LENGTH) -> list[str]:
-    """Every preset of ``TITE_PRESETS`` whose pooling schedule reaches one vector at ``max_length``."""
-    return [name for name, settings in TITE_PRESETS.items() if _reaches(settings, max_length)]
-
-
-def _reaches(settings: Mapping, max_length: int) -> bool:
-    pools = any(kernel is not None for kernel in (settings.get("kernel_sizes") or []))
-    return not pools or settings.get("max_position_embeddings", 512) >= max_length
 
 
 @dataclass

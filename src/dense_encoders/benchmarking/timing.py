@@ -32,9 +32,7 @@ import torch
 
 from ..models.tite.pooling_tite import DeviceArrays, PoolPlan, pool_planned, triton_pooling_backward
 from .rows import Row
-from .workloads import MAX_LENGTH
-
-DTYPE_CHOICES = ("fp32", "bf16")
+from ..settings.benchmarking import DTYPE_CHOICES, MAX_LENGTH  # noqa: F401 (DTYPE_CHOICES re-exported)
 
 
 def synchronize(device: torch.device) -> None:

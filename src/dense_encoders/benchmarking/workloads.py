@@ -28,22 +28,17 @@ import torch
 
 from ..data.format import document_text
 from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
+from ..settings.benchmarking import DEFAULT_SIZES, MAX_LENGTH, QUICK_SETTINGS  # noqa: F401 (re-exported)
 from ..tokenization.wordpiece import load_tokenizer
 
 VOCAB_SIZE = 30522  # bert-base-uncased
 PAD_ID, CLS_ID, SEP_ID = 0, 101, 102
 FIRST_ORDINARY_ID = 999  # ids below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK], single characters
 QUERY_LENGTH = 32
-MAX_LENGTH = 512
 
 # document length mixture (see the module docstring)
 PASSAGE_MEDIAN, PASSAGE_SIGMA, PASSAGE_MIN = 80.0, 0.5, 8
 LONG_FRACTION, LONG_MEDIAN, LONG_SIGMA, LONG_MIN = 0.12, 380.0, 0.5, 64
-
-# `dense-encoders bench --quick`: tiny random models (the tiny-* TITE presets, a 4 x 32 BERT) at 16 tokens
-QUICK_SETTINGS = dict(num_queries=8, query_batch=8, num_docs=8, doc_batch=4, rounds=1, warmup=1,
-                      max_length=16, query_length=8)
-DEFAULT_SIZES = dict(num_queries=128, query_batch=64, num_docs=64, doc_batch=16, rounds=3)
 
 
 def document_lengths(count: int, generator: torch.Generator, max_length: int = MAX_LENGTH) -> list[int]:

@@ -24,76 +24,60 @@ given on the command line win over the file.
 Errors in what was given (flags, paths, files, devices) are one or two lines on stderr and exit code 2;
 Ctrl-C exits with 130 and names the checkpoint to resume from (``encode``: the command that continues).
 ``--debug`` (anywhere on the command line) or ``DENSE_ENCODERS_DEBUG=1`` shows the full traceback instead, for
-bug reports, and transformers' "Loading weights" progress bar, hidden otherwise.
+bug reports, and transformers' "Loading weights" progress bar, hidden otherwise. (TrainingArguments' own
+``debug`` field is ``--trainer-debug`` on pretrain and distill.)
 """
 
 # One module per subcommand group (train, evaluate, hub, bench, quickstart) builds its parsers and runs
 # the library; `arguments` holds the conventions they share. Library code never imports this package.
+# A subcommand's module is imported when the subcommand runs or its parser is built, and `--help` builds
+# only that parser from light modules (no torch, no model), so that help is quick: see `help_parser`.
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import shlex
 import sys
 from pathlib import Path
 
-import huggingface_hub.utils as hub_utils
-import torch
-from transformers.utils import logging as transformers_logging
-
 from .arguments import expand_config_file, parse
-from .bench import bench, build_bench_parser
-from .convert import build_convert_parser, convert
-from .corpus import build_encode_parser, build_index_parser, build_search_parser, encode, index, search
-from .evaluate import build_evaluate_parser, build_layerwise_parser, evaluate, layerwise
-from .hub import build_push_parser, push
-from .quickstart import build_quickstart_parser, quickstart
-from .recipes import build_recipes_parser, recipes
-from .train import (
-    build_distill_parser,
-    build_infuse_parser,
-    build_pretrain_parser,
-    build_score_teacher_parser,
-    distill,
-    infuse,
-    pretrain,
-    score_teacher,
-)
 
-COMMANDS = {
-    "quickstart": quickstart,
-    "pretrain": pretrain,
-    "evaluate": evaluate,
-    "encode": encode,
-    "index": index,
-    "search": search,
-    "score-teacher": score_teacher,
-    "distill": distill,
-    "layerwise": layerwise,
-    "infuse": infuse,
-    "convert": convert,
-    "push": push,
-    "bench": bench,
-    "recipes": recipes,
+# command -> (module of this package, its function running the command, its function building the parser)
+_HOMES = {
+    "quickstart": ("quickstart", "quickstart", "build_quickstart_parser"),
+    "pretrain": ("train", "pretrain", "build_pretrain_parser"),
+    "evaluate": ("evaluate", "evaluate", "build_evaluate_parser"),
+    "encode": ("corpus", "encode", "build_encode_parser"),
+    "index": ("corpus", "index", "build_index_parser"),
+    "search": ("corpus", "search", "build_search_parser"),
+    "score-teacher": ("train", "score_teacher", "build_score_teacher_parser"),
+    "distill": ("train", "distill", "build_distill_parser"),
+    "layerwise": ("evaluate", "layerwise", "build_layerwise_parser"),
+    "infuse": ("train", "infuse", "build_infuse_parser"),
+    "convert": ("convert", "convert", "build_convert_parser"),
+    "push": ("hub", "push", "build_push_parser"),
+    "bench": ("bench", "bench", "build_bench_parser"),
+    "recipes": ("recipes", "recipes", "build_recipes_parser"),
 }
-PARSERS = {
-    "quickstart": build_quickstart_parser,
-    "pretrain": build_pretrain_parser,
-    "evaluate": build_evaluate_parser,
-    "encode": build_encode_parser,
-    "index": build_index_parser,
-    "search": build_search_parser,
-    "score-teacher": build_score_teacher_parser,
-    "distill": build_distill_parser,
-    "layerwise": build_layerwise_parser,
-    "infuse": build_infuse_parser,
-    "convert": build_convert_parser,
-    "push": build_push_parser,
-    "bench": build_bench_parser,
-    "recipes": build_recipes_parser,
-}
+
+
+def _imported(module: str, name: str):
+    """A function of this package's ``module``, imported on first call (the modules import the library)."""
+
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(f".{module}", __name__), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``dense_encoders.cli.{module}.{name}``, imported when called."
+    return call
+
+
+COMMANDS = {command: _imported(module, run) for command, (module, run, _) in _HOMES.items()}
+# each subcommand's parser, as it parses (pretrain, distill: with transformers' TrainingArguments)
+PARSERS = {command: _imported(module, build) for command, (module, _, build) in _HOMES.items()}
 # what to lower when a command runs out of memory
 MEMORY_FLAGS = {
     "pretrain": "--per-device-train-batch-size (or set --grad-cache-chunk-size for coCondenser)",
@@ -111,8 +95,32 @@ MEMORY_FLAGS = {
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or (
+    torch = sys.modules.get("torch")  # a torch error comes from a command that imported torch
+    return isinstance(error, MemoryError) or (torch is not None and isinstance(error, torch.OutOfMemoryError)) or (
         isinstance(error, RuntimeError) and "out of memory" in str(error).lower())
+
+
+def _asks_for_help(argv: list[str]) -> bool:
+    """Whether a subcommand's arguments ask for its help (``-h`` / ``--help`` before any ``--``): argparse
+    would print it whatever else is given."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    return "-h" in argv[:end] or "--help" in argv[:end]
+
+
+def help_parser(command: str, argv: list[str] = ()):
+    """The parser whose help ``dense-encoders COMMAND ARGV --help`` prints, built without loading any model, torch or
+    the library's training and evaluation code: the command's parser, or where that one needs transformers'
+    ``TrainingArguments`` (``pretrain``, ``distill``), its ``build_..._help_parser`` (``pretrain ARCHITECTURE``:
+    that architecture's options first)."""
+    module, _, build = _HOMES[command]
+    module = importlib.import_module(f".{module}", __name__)
+    builder = getattr(module, f"build_{command.replace('-', '_')}_help_parser", None)
+    return builder(list(argv)) if builder is not None else getattr(module, build)()
+
+
+def help_text(command: str, argv: list[str] = ()) -> str:
+    """What ``dense-encoders COMMAND ARGV --help`` prints (:func:`help_parser`)."""
+    return help_parser(command, argv).format_help()
 
 
 def _debug(argv: list[str]) -> tuple[bool, list[str]]:
@@ -149,6 +157,9 @@ def _interrupted_message(command: str, argv: list[str]) -> str:
 def _model_loading_bars(shown: bool):
     """transformers' own progress bars ("Loading weights", once per command) hidden unless ``shown``; the
     Hub's download bars and every other bar stay as they are. Restored afterwards."""
+    import huggingface_hub.utils as hub_utils
+    from transformers.utils import logging as transformers_logging
+
     before, downloads = transformers_logging.is_progress_bar_enabled(), not hub_utils.are_progress_bars_disabled()
     if not shown:
         transformers_logging.disable_progress_bar()  # turns the Hub's bars off too
@@ -172,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     command = argv[0]
+    if _asks_for_help(argv[1:]):
+        print(help_text(command, argv[1:]), end="")
+        return 0
     parse.last = None
     try:
         with _model_loading_bars(shown=debug):
@@ -194,4 +208,4 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
-__all__ = ["COMMANDS", "MEMORY_FLAGS", "PARSERS", "expand_config_file", "main"]
+__all__ = ["COMMANDS", "MEMORY_FLAGS", "PARSERS", "expand_config_file", "help_parser", "help_text", "main"]

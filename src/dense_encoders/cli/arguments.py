@@ -14,6 +14,11 @@ line with :func:`parse`, which does, in this order:
    and ``--output-dir`` are the same flag for every subcommand, so ``TrainingArguments`` users keep
    their habits. ``--help`` shows the dashed spelling only.
 4. The parser parses: a namespace, or the dataclasses of an ``HfArgumentParser``.
+
+Every parser's help shows each flag once, dashed, with its default (:class:`DashedHelpFormatter`); an
+``HfArgumentParser``'s ``--no-X`` switch says what it turns off, and ``TrainingArguments``' own ``debug`` field is
+``--trainer-debug``, since ``--debug`` (anywhere on the command line) means full tracebacks
+(:func:`finish_parser`). Nothing here imports transformers until a parser over dataclasses is built.
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ import argparse
 import copy
 import json
 import re
+import textwrap
+from enum import Enum
 from pathlib import Path
 
 import yaml
-from transformers import HfArgumentParser
 
 from ..recipes import load_recipe
 
@@ -36,8 +42,23 @@ def _dashed(option: str) -> str:
     return "--" + option[2:].replace("_", "-") if option.startswith("--") else option
 
 
+def shown_default(value) -> str | None:
+    """How a flag's default reads in ``--help``; None where there is nothing to show (no default, an empty one)."""
+    if value is None or value is argparse.SUPPRESS:
+        return None
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(item) for item in value) or None
+    if isinstance(value, dict):
+        return json.dumps(value) if value else None
+    return str(value) if str(value) != "" else None
+
+
 class DashedHelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Help that lists each flag once, dashed (``--output-dir``), although ``--output_dir`` is accepted too."""
+    """Help that lists each flag once, dashed (``--output-dir``), although ``--output_dir`` is accepted too, and
+    ends each flag's text with its default (``(default: 32)``) unless the text already speaks of its default or the
+    flag is a switch (``store_true``: off unless given)."""
 
     def _format_action_invocation(self, action):
         if action.option_strings:
@@ -45,6 +66,13 @@ class DashedHelpFormatter(argparse.RawDescriptionHelpFormatter):
             action.option_strings = [option for option in action.option_strings
                                      if option == _dashed(option) or _dashed(option) not in action.option_strings]
         return super()._format_action_invocation(action)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        shown = None if action.nargs == 0 or not action.option_strings else shown_default(action.default)
+        if shown is None or "default" in text.lower():
+            return text
+        return f"{text} (default: {shown.replace('%', '%%')})".lstrip()
 
 
 def dashed_first(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -54,17 +82,50 @@ def dashed_first(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def make_parser(prog: str, description: str, examples: str, dataclasses: tuple = ()) -> argparse.ArgumentParser:
+def make_parser(prog: str, description: str, examples: str, dataclasses: tuple = (),
+                usage: str | None = None) -> argparse.ArgumentParser:
     """A subcommand's parser: ``HfArgumentParser`` over ``dataclasses`` when given, else argparse's own;
-    dashed help, and the ``--config`` convention stated under the examples."""
+    dashed help with defaults, and the ``--config`` and ``--debug`` conventions stated under the examples.
+    ``usage`` replaces argparse's usage line (which would list every flag)."""
     epilog = examples.rstrip("\n") + (
         "\n\nEvery flag may also come from --config FILE (JSON or YAML: flag names to values, `args` for "
-        "positionals);\nflags on the command line win. --foo-bar and --foo_bar are the same flag.\n"
+        "positionals);\nflags on the command line win. --foo-bar and --foo_bar are the same flag. --debug "
+        "(anywhere on the\ncommand line) shows the full traceback of an error instead of its one-line message.\n"
     )
-    settings = dict(prog=prog, description=description, epilog=epilog, formatter_class=DashedHelpFormatter)
+    if "\n" not in description:  # argparse prints a raw description as it is: one line per paragraph
+        description = textwrap.fill(description, width=100, break_on_hyphens=False)
+    settings = dict(prog=prog, description=description, epilog=epilog, formatter_class=DashedHelpFormatter,
+                    usage=usage)
     if dataclasses:
-        return one_line_errors(dashed_first(HfArgumentParser(dataclasses, **settings)))
+        from transformers import HfArgumentParser  # imports transformers (not torch): only where dataclasses are
+
+        return one_line_errors(finish_parser(HfArgumentParser(dataclasses, **settings)))
     return one_line_errors(argparse.ArgumentParser(**settings))
+
+
+TRAINER_DEBUG_HELP = ("TrainingArguments' debug field, spelt --trainer-debug here because --debug shows full "
+                      "tracebacks: ")
+
+
+def finish_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """An ``HfArgumentParser``'s flags as the command line shows them (again after flags were added): the dashed
+    spelling first; each ``--no-X`` switch saying that it turns ``--X`` off (transformers gives it ``--X``'s
+    text); ``TrainingArguments.debug`` as ``--trainer-debug``, ``--debug`` being the command line's own."""
+    dashed_first(parser)
+    debug = parser._option_string_actions.get("--debug")
+    if debug is not None and debug.dest == "debug":
+        for option in debug.option_strings:
+            del parser._option_string_actions[option]
+        debug.option_strings = ["--trainer-debug", "--trainer_debug"]
+        parser._option_string_actions.update(dict.fromkeys(debug.option_strings, debug))
+        debug.help = TRAINER_DEBUG_HELP + (debug.help or "")
+    for action in parser._actions:
+        negated = next((option for option in action.option_strings if option.startswith("--no-")), None)
+        if isinstance(action, argparse._StoreFalseAction) and negated and action.help != argparse.SUPPRESS:
+            positive = parser._option_string_actions.get("--" + negated[len("--no-"):])
+            if positive is not None and positive.dest == action.dest:
+                action.help = f"Same as {positive.option_strings[0]} false."
+    return parser
 
 
 def _actions_by_dest(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -285,10 +346,12 @@ __all__ = [
     "dashed_first",
     "expand_config_file",
     "expand_recipe",
+    "finish_parser",
     "make_parser",
     "normalize_flags",
     "one_line_errors",
     "parse",
     "read_config",
     "set_types",
+    "shown_default",
 ]

@@ -8,22 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-import torch
-import transformers
-
-from ..benchmarking import (
-    ATTENTION_CHOICES,
-    DEFAULT_SIZES,
-    DTYPE_CHOICES,
-    QUICK_SETTINGS,
-    default_presets,
-    efficiency_report,
-    format_report,
-    load_lengths,
-    save_lengths,
-    tiny_bert_config,
-)
 from ..models.tite.presets import TINY_PRESETS, TITE_PRESETS
+from ..settings.benchmarking import ATTENTION_CHOICES, DEFAULT_SIZES, DTYPE_CHOICES, QUICK_SETTINGS, default_presets
 from .arguments import make_parser, parse
 from .checks import check_device
 
@@ -47,7 +33,7 @@ examples:
   dense-encoders bench --device cuda --weights-dtype fp32 --autocast
 
   # real lengths: tokenize a BEIR folder here (bundled bert-base-uncased WordPiece), keep them as JSON
-  dense-encoders bench --lengths-from ../shared/data/msmarco-sample --save-lengths msmarco-lengths.json --quick
+  dense-encoders bench --lengths-from data/msmarco-sample --save-lengths msmarco-lengths.json --quick
 
   # ... and use the JSON on a GPU machine that has neither the data nor the tokenizer package
   dense-encoders bench --device cuda --lengths-from msmarco-lengths.json --presets tite-2-late tite-2-staggered \\
@@ -75,8 +61,7 @@ def build_bench_parser():
         f"{CUDA_SIZES['doc_batch']}.", width=100),
         BENCH_EXAMPLES,
     )
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu, cuda, cuda:1, ... (default: %(default)s).")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when torch sees a GPU, else cpu).")
     parser.add_argument("--weights-dtype", choices=DTYPE_CHOICES,
                         help="Cast every model with model.to(dtype), as deployed. Default: bf16 on CUDA, fp32 on CPU.")
     parser.add_argument("--dtype", choices=DTYPE_CHOICES,
@@ -136,8 +121,16 @@ def _add_workload_sizes(parser, default_sizes: dict, quick_settings: dict) -> No
 
 
 def bench(argv: list[str]) -> int:
+    # slow to import (torch, transformers' models): only when the command runs
+    import torch
+    import transformers
+
+    from ..benchmarking import efficiency_report, format_report, load_lengths, save_lengths, tiny_bert_config
+
     parser = build_bench_parser()
     options = parse(parser, argv)
+    if options.device is None:
+        options.device = "cuda" if torch.cuda.is_available() else "cpu"
     check_device(options.device)
     try:
         device = torch.device(options.device)

@@ -11,11 +11,7 @@ import os
 import re
 from pathlib import Path
 
-import torch
 from huggingface_hub import constants
-
-from ..checkpoints import find_format
-from ..checkpoints.folder import refuse_folder_without_tokenizer
 
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps"
 # what huggingface_hub accepts as a repository id: `name` or `namespace/name`
@@ -40,6 +36,9 @@ def check_model(value: str | None, flag: str = "model") -> None:
     or a string that can be a Hub id (passed on to the Hub logic; offline, it must be in the Hub cache)."""
     if value is None:
         return
+    from ..checkpoints import find_format  # slow to import (torch): only when a command runs
+    from ..checkpoints.folder import refuse_folder_without_tokenizer
+
     path = Path(value).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
@@ -65,6 +64,8 @@ def check_device(value: str | None, flag: str = "--device") -> None:
     """``cpu``, ``cuda``, ``cuda:N`` or ``mps``, and present on this machine."""
     if value is None:
         return
+    import torch  # slow to import: only when a command runs
+
     try:
         device = torch.device(value)
     except (RuntimeError, ValueError, TypeError):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from ..checkpoints import SOURCE_FORMATS, convert_checkpoint
-from ..checkpoints.folder import has_tokenizer_files
 from .arguments import make_parser, parse
 from .checks import positive_int
 
@@ -17,21 +15,28 @@ examples:
 """
 
 
+# the formats `convert` reads (dense_encoders.checkpoints.SOURCE_FORMATS, whose modules import torch: tests check
+# that these are their names)
+FORMAT_NAMES = ("lightning-ir", "tite-authors", "condenser-reference")
+
+
 def build_convert_parser():
-    formats = "; ".join(f"{f.name}: {f.description}" for f in SOURCE_FORMATS)
     parser = make_parser(
         "dense-encoders convert",
         "Convert a checkpoint folder that another implementation wrote into one of ours: safetensors weights, "
         "remote code (AutoModel.from_pretrained(OUT, trust_remote_code=True) needs no dense-encoders), the "
         "source's tokenizer, sentence-transformers files that reproduce the source's vectors, conversion.json and "
-        f"a model card naming the source. The format is detected: {formats}.",
+        f"a model card naming the source. The format is detected: {', '.join(FORMAT_NAMES)} (the examples show "
+        "one folder of each).",
         CONVERT_EXAMPLES,
     )
     parser.add_argument("source", help="The folder to convert (it is only read), or a Hub id (org/name) to download.")
     parser.add_argument("output", help="Where the converted folder goes (new or empty; see --overwrite).")
     parser.add_argument("--skip-from", type=positive_int, default=None,
-                        help="Condenser folders: the backbone layer whose token states feed the head (default 6, "
-                             "as in the paper; the output of layer N, hidden_states[N]).")
+                        help="condenser-reference folders with a head (model.pt): the backbone layer whose token "
+                             "states feed the head, the output of layer N (hidden_states[N]). Default: half the "
+                             "backbone's depth (6 of BERT-base's 12, as in the paper); give the run's own value if "
+                             "it trained with another. Refused for a folder without a head.")
     parser.add_argument("--overwrite", action="store_true",
                         help="Replace an output folder that an earlier conversion wrote (it holds conversion.json); "
                              "any other non-empty folder, the current directory, the home folder and a filesystem "
@@ -51,6 +56,10 @@ def _what_was_converted(record: dict) -> str:
 
 
 def convert(argv: list[str]) -> int:
+    # slow to import (transformers' models, torch): only when the command runs
+    from ..checkpoints import convert_checkpoint
+    from ..checkpoints.folder import has_tokenizer_files
+
     options = parse(build_convert_parser(), argv)
     output = convert_checkpoint(options.source, options.output, overwrite=options.overwrite,
                                 skip_from=options.skip_from)
@@ -66,4 +75,4 @@ def convert(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["build_convert_parser", "convert"]
+__all__ = ["FORMAT_NAMES", "build_convert_parser", "convert"]

@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..data.embedding_shards import EmbeddingShards, iterate_texts, text_source
-from ..data.runs import write_trec_run
 from ..vectors import POOLING_MODES, SIMILARITIES
 from .arguments import make_parser, parse
 from .checks import add_trust_remote_code_flag, check_device, check_model, positive_int
@@ -67,7 +65,7 @@ def build_encode_parser():
 
 
 def encode(argv: list[str]) -> int:
-    # slow to import (sentence_transformers via evaluation); keeps `dense-encoders --help` fast
+    # slow to import (sentence_transformers via evaluation, torch): only when the command runs
     from ..evaluation.corpus_encoding import encode_corpus
 
     options = parse(build_encode_parser(), argv)
@@ -123,7 +121,8 @@ def build_index_parser():
 
 
 def index(argv: list[str]) -> int:
-    # slow to import (sentence_transformers via evaluation); keeps `dense-encoders --help` fast
+    # slow to import (sentence_transformers via evaluation, torch): only when the command runs
+    from ..data.embedding_shards import EmbeddingShards
     from ..evaluation.shard_search import build_faiss_index
 
     options = parse(build_index_parser(), argv)
@@ -177,7 +176,9 @@ def build_search_parser():
 
 
 def search(argv: list[str]) -> int:
-    # slow to import (sentence_transformers via evaluation); keeps `dense-encoders --help` fast
+    # slow to import (sentence_transformers via evaluation, torch): only when the command runs
+    from ..data.embedding_shards import EmbeddingShards
+    from ..data.runs import write_trec_run
     from ..evaluation.shard_search import open_faiss_index, run_from_topk, search_faiss_index, search_shards
 
     options = parse(build_search_parser(), argv)
@@ -215,7 +216,8 @@ def _written(run: dict, k: int, count: int, output) -> str:
 
 def _queries_for(documents, options):
     """Query ids and embeddings: from query shards (same model checked), or encoded here with the corpus's model."""
-    # slow to import (sentence_transformers via evaluation); keeps `dense-encoders --help` fast
+    # slow to import (sentence_transformers via evaluation, torch): only when the command runs
+    from ..data.embedding_shards import iterate_texts, text_source
     from ..evaluation.encoding import RetrievalEncoder
     from ..evaluation.shard_search import check_compatible, load_query_embeddings
 

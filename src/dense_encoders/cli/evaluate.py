@@ -29,9 +29,7 @@ examples:
 
 
 def build_evaluate_parser():
-    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
-    from ..evaluation.harness import POSITIVE_FIELDS, EvaluationArguments
-    from ..evaluation.metrics import DEFAULT_MEASURES
+    from ..settings.evaluation import DEFAULT_MEASURES, POSITIVE_FIELDS, EvaluationArguments
 
     parser = make_parser(
         "dense-encoders evaluate",
@@ -50,7 +48,7 @@ def build_evaluate_parser():
 
 
 def evaluate(argv: list[str]) -> int:
-    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
+    # slow to import (sentence-transformers, torch): only when the command runs
     from ..evaluation import evaluate_retrieval, format_summary
     from ..evaluation.harness import BM25
 
@@ -90,24 +88,25 @@ def build_layerwise_parser():
     parser.add_argument("--dual-encoder", required=True, help="Dual encoder (folder or Hub id).")
     parser.add_argument("--data", nargs="+", required=True,
                         help="BEIR folder(s), pairs files or graded pairs files (e.g. STSB).")
-    parser.add_argument("--split", default="test")
+    parser.add_argument("--split", default="test",
+                        help="Qrels split of each BEIR folder, or the rows of a graded pairs tsv with that split.")
     add_graded_pair_flags(parser)
     parser.add_argument("--layers", type=int, nargs="+", help="Layers (0 = embeddings; default: all).")
     parser.add_argument("--copies", choices=["both", "first"], default="both",
                         help="Pool both copies of the (text, text) pair (default) or the first only.")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32, help="Texts (or pairs) per forward.")
     parser.add_argument("--max-length", type=int, help="Token limit of a pair / a text (default: the tokenizer's).")
     parser.add_argument("--output-dir", default="layerwise",
                         help="Where the CSV, JSON and PNG go: a new or empty folder (default: %(default)s).")
     parser.add_argument("--overwrite-output-dir", action="store_true",
                         help="Delete the contents of a non-empty --output-dir first (refused without it).")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="Hide the progress bars.")
     add_trust_remote_code_flag(parser)
     return parser
 
 
 def layerwise(argv: list[str]) -> int:
-    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
+    # slow to import (sentence-transformers, torch): only when the command runs
     from ..evaluation.layerwise import format_layerwise, layerwise_analysis
 
     options = parse(build_layerwise_parser(), argv)

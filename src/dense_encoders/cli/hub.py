@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from ..hub import PushError, push_to_hub
 from .arguments import make_parser, parse
 
 PUSH_EXAMPLES = """\
@@ -34,7 +33,8 @@ def build_push_parser():
     visibility.add_argument("--public", action="store_false", dest="private", help="Create it public.")
     parser.add_argument("--revision", help="Branch to commit to (created from main when missing).")
     parser.add_argument("--create-pr", action="store_true", help="Open a pull request instead of committing.")
-    parser.add_argument("--commit-message")
+    parser.add_argument("--commit-message",
+                        help="Message of the commit (default: 'Upload FOLDER with dense-encoders').")
     parser.add_argument("--results", nargs="+", help="Results JSONs of `dense-encoders evaluate` of this folder, for "
                         "the card; a file whose model_fingerprint is another model's is refused.")
     parser.add_argument("--license", help="License id for the card metadata, e.g. apache-2.0.")
@@ -51,6 +51,8 @@ def build_push_parser():
 
 
 def push(argv: list[str]) -> int:
+    from ..hub import PushError, push_to_hub  # slow to import (torch): only when the command runs
+
     options = parse(build_push_parser(), argv)
     try:
         commit = push_to_hub(

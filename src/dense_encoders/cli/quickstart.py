@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ..quickstart import QuickstartSettings, run_quickstart
+from ..settings.quickstart import QuickstartSettings
 from .arguments import make_parser, parse
 
 QUICKSTART_EXAMPLES = """\
 examples:
   dense-encoders quickstart
-  dense-encoders quickstart --data ../shared/data/beir-scifact --output-dir runs/quickstart-scifact
+  dense-encoders quickstart --data data/beir-scifact --output-dir runs/quickstart-scifact
   dense-encoders quickstart --push me/quickstart
 """
 
@@ -35,9 +35,10 @@ def build_quickstart_parser():
                         help="TITE student preset (default: %(default)s).")
     parser.add_argument("--student-layers", type=int, default=defaults.student_layers,
                         help="Teacher layers the small student keeps (default: %(default)s).")
-    parser.add_argument("--epochs", type=float, default=defaults.epochs)
+    parser.add_argument("--epochs", type=float, default=defaults.epochs, help="Training epochs of each student.")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="Queries per training step.")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--seed", type=int, default=defaults.seed,
+                        help="Seed of the students' training (TrainingArguments' seed).")
     parser.add_argument("--push", metavar="REPO_PREFIX", help="Push the students to REPO_PREFIX-tite and -N-layer.")
     parser.add_argument("--overwrite-output-dir", action="store_true",
                         help="Delete the contents of --output-dir first (also this quickstart's own caches).")
@@ -45,6 +46,8 @@ def build_quickstart_parser():
 
 
 def quickstart(argv: list[str]) -> int:
+    from ..quickstart import run_quickstart  # slow to import (torch, transformers): only when the command runs
+
     options = parse(build_quickstart_parser(), argv)
     run_quickstart(output_dir=options.output_dir, push=options.push, overwrite_output_dir=options.overwrite_output_dir,
                    data=options.data, teacher=options.teacher,

@@ -51,8 +51,7 @@ def command_defaults(command: str) -> dict:
     if defaults.get("max_steps") == -1:
         defaults["max_steps"] = "- (epochs)"
     if name == "pretrain":
-        # slow to import (sentence_transformers via trainer); keeps `dense-encoders --help` fast
-        from ..trainer.pretraining import DEFAULT_PRESETS, PreTrainingSetup
+        from ..settings.pretraining import DEFAULT_PRESETS, PreTrainingSetup
 
         setup = PreTrainingSetup(architecture=architecture)
         defaults.update({key: value for key, value in vars(setup).items() if value is not None})

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
-import torch.distributed as dist
-
-from ..data.retrieval import load_beir, read_corpus_jsonl, read_queries_jsonl
 from ..recipes import load_recipe, recipe_differences
 from ..vectors import POOLING_MODES
 from .arguments import adopt_flags, make_parser, parse, set_types
 from .checks import add_graded_pair_flags, add_trust_remote_code_flag, check_device, check_model, positive_int
+from .training_arguments import add_training_arguments
 
 # ------------------------------------------------------------------------------------------------ pretrain
 
@@ -40,32 +39,73 @@ examples:
 """
 
 
-def build_pretrain_parser():
-    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
-    from ..trainer.pretraining import ARCHITECTURES, PreTrainingArguments, PreTrainingSetup
+PRETRAIN_DESCRIPTION = (
+    "Pre-training on transformers.Trainer: Condenser / coCondenser (Gao & Callan 2021, 2022) and TITE (Schlatt et al. "
+    "2025). The first argument names the architecture; every TrainingArguments flag applies. `dense-encoders pretrain "
+    "ARCHITECTURE --help` lists that architecture's own options first, then the TrainingArguments flags.")
 
-    return make_parser(
-        f"dense-encoders pretrain {{{','.join(ARCHITECTURES)}}}",
-        "Pre-training on transformers.Trainer: Condenser / coCondenser (Gao & Callan 2021, 2022) and TITE "
-        "(Schlatt et al. 2025). The first argument names the architecture; every TrainingArguments flag applies.",
-        PRETRAIN_EXAMPLES,
-        (PreTrainingSetup, PreTrainingArguments),
+
+def _pretrain_parser(dataclasses: tuple, architecture: str | None = None):
+    from ..settings.pretraining import ARCHITECTURE_NAMES
+
+    prog = f"dense-encoders pretrain {architecture or '{' + ','.join(ARCHITECTURE_NAMES) + '}'}"
+    parser = make_parser(prog, PRETRAIN_DESCRIPTION, PRETRAIN_EXAMPLES, dataclasses, usage=f"{prog} [FLAGS]")
+    # the architecture is the first argument; a config file's `architecture` must agree with it
+    next(action for action in parser._actions if action.dest == "architecture").help = argparse.SUPPRESS
+    return parser
+
+
+def build_pretrain_parser():
+    """The parser of ``pretrain``'s flags: :class:`~dense_encoders.settings.pretraining.PreTrainingSetup` and
+    :class:`~dense_encoders.trainer.PreTrainingArguments` (every ``TrainingArguments`` flag)."""
+    # slow to import (transformers' Trainer, torch): only when the command runs
+    from ..trainer.pretraining import PreTrainingArguments, PreTrainingSetup
+
+    return _pretrain_parser((PreTrainingSetup, PreTrainingArguments))
+
+
+def build_pretrain_help_parser(argv: list[str]):
+    """``pretrain [ARCHITECTURE] --help``: the architecture's own options (those of the others hidden), then every
+    ``TrainingArguments`` flag (:func:`~.training_arguments.add_training_arguments`), without importing torch."""
+    from ..settings.pretraining import (
+        ARCHITECTURE_NAMES,
+        PreTrainingSetup,
+        PreTrainingTrainerFields,
+        preset_help,
+        unread_fields,
     )
+
+    architecture = argv[0] if argv and argv[0] in ARCHITECTURE_NAMES else None
+    parser = add_training_arguments(_pretrain_parser((PreTrainingSetup, PreTrainingTrainerFields), architecture))
+    if architecture is None:
+        parser._optionals.title = ("options of every architecture (`dense-encoders pretrain ARCHITECTURE --help`: one "
+                                   "architecture's)")
+    else:
+        parser._optionals.title = f"{architecture} options"
+        hidden = unread_fields(architecture)
+        for action in parser._actions:
+            if action.dest in hidden:
+                action.help = argparse.SUPPRESS
+            elif action.dest == "preset":
+                action.help = preset_help(architecture)
+    return parser
 
 
 def pretrain(argv: list[str]) -> int:
-    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
-    from ..trainer.pretraining import ARCHITECTURES, pretrain as run_pretraining
+    from ..settings.pretraining import ARCHITECTURE_NAMES
 
-    parser = build_pretrain_parser()
     if not argv or argv[0] in ("-h", "--help"):
-        parser.print_help()
+        print(build_pretrain_help_parser(argv).format_help(), end="")
         return 0
     architecture, rest = argv[0], argv[1:]
-    if architecture not in ARCHITECTURES:
+    if architecture not in ARCHITECTURE_NAMES:
         print(f"dense-encoders pretrain: unknown architecture {architecture!r}; choose one of "
-              f"{sorted(ARCHITECTURES)}.", file=sys.stderr)
+              f"{sorted(ARCHITECTURE_NAMES)}.", file=sys.stderr)
         return 2
+    # slow to import (transformers' Trainer, torch): only when the command runs
+    from ..trainer.pretraining import pretrain as run_pretraining
+
+    parser = build_pretrain_parser()
     parser.set_defaults(architecture=architecture)
     setup, args = parse(parser, rest, command=f"pretrain {architecture}")
     if setup.architecture != architecture:
@@ -94,6 +134,8 @@ def recipe_summary(command: str, recipe: str | None, values: dict) -> str:
 
 def end_distributed() -> None:
     """Under torchrun: shut the process group down together, not at interpreter exit."""
+    import torch.distributed as dist
+
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -110,14 +152,14 @@ examples:
 
   # In Defense of Dual-Encoders: M3SE over the teacher's top 20 (`dense-encoders recipes menon-m3se`)
   dense-encoders distill --recipe menon-m3se --student bert-base-uncased --student-num-layers 6 \\
-      --train-file train.jsonl --output-dir runs/m3se
+      --train-file train.jsonl --corpus msmarco --output-dir runs/m3se
 
   # a 2-layer student cut from all-MiniLM-L6-v2 (pooling and cosine taken from its own configuration)
   dense-encoders distill --student sentence-transformers/all-MiniLM-L6-v2 --student-num-layers 2 \\
-      --train-file train.jsonl --losses m3se+sce:0.5 --sce-temperature 4 --output-dir runs/minilm-2
+      --train-file train.jsonl --corpus msmarco --losses m3se+sce:0.5 --sce-temperature 4 --output-dir runs/minilm-2
 
   # M3SE / RankDistil-B with judged positives P from qrels (grade >= 2) instead of the teacher's best document
-  dense-encoders distill --student runs/tite --train-file train.jsonl --corpus msmarco \
+  dense-encoders distill --student runs/tite --train-file train.jsonl --corpus msmarco \\
       --qrels msmarco/qrels/train.tsv --relevance-level 2 --losses m3se+rankdistil_b --output-dir runs/tite-m3se
 
   # data parallel with in-batch negatives across processes
@@ -128,23 +170,38 @@ examples:
 """
 
 
-def build_distill_parser():
-    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
-    from ..trainer.distillation import DistillationArguments, DistillationSetup
+DISTILL_DESCRIPTION = (
+    "Distil teacher scores into a dual encoder on transformers.Trainer (Menon et al. 2022, In Defense of "
+    "Dual-Encoders for Neural Ranking; Schlatt et al. 2025, TITE: Token-Independent Text Encoder for "
+    "Information Retrieval, Sec. 3.4). Its own options come first, then every TrainingArguments flag.")
 
-    parser = make_parser(
-        "dense-encoders distill",
-        "Distil teacher scores into a dual encoder on transformers.Trainer (Menon et al. 2022, In Defense of "
-        "Dual-Encoders for Neural Ranking; Schlatt et al. 2025, TITE: Token-Independent Text Encoder for "
-        "Information Retrieval, Sec. 3.4). Every TrainingArguments flag applies.",
-        DISTILL_EXAMPLES,
-        (DistillationSetup, DistillationArguments),
-    )
+
+def _distill_parser(dataclasses: tuple):
+    prog = "dense-encoders distill"
+    parser = make_parser(prog, DISTILL_DESCRIPTION, DISTILL_EXAMPLES, dataclasses, usage=f"{prog} [FLAGS]")
     return adopt_flags(parser, add_trust_remote_code_flag, ("help",))
 
 
+def build_distill_parser():
+    """The parser of ``distill``'s flags: :class:`~dense_encoders.settings.distillation.DistillationSetup` and
+    :class:`~dense_encoders.trainer.DistillationArguments` (every ``TrainingArguments`` flag)."""
+    # slow to import (transformers' Trainer, torch): only when the command runs
+    from ..trainer.distillation import DistillationArguments, DistillationSetup
+
+    return _distill_parser((DistillationSetup, DistillationArguments))
+
+
+def build_distill_help_parser(argv: list[str]):
+    """``distill --help``: its own options, then every ``TrainingArguments`` flag, without importing torch."""
+    from ..settings.distillation import DistillationSetup, DistillationTrainerFields
+
+    parser = _distill_parser((DistillationSetup, DistillationTrainerFields))
+    parser._optionals.title = "distill options"
+    return add_training_arguments(parser)
+
+
 def distill(argv: list[str]) -> int:
-    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
+    # slow to import (sentence-transformers, torch): only when the command runs
     from ..trainer.distillation import distill as run_distillation
 
     setup, args = parse(build_distill_parser(), argv, command="distill")
@@ -215,7 +272,8 @@ def build_score_teacher_parser():
 
 def score_teacher(argv: list[str]) -> int:
     """``dense-encoders score-teacher``; errors are raised (ValueError / FileNotFoundError)."""
-    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
+    # slow to import (sentence-transformers, torch): only when the command runs
+    from ..data.retrieval import load_beir, read_corpus_jsonl, read_queries_jsonl
     from ..trainer.teacher import score_teacher as run_scoring
 
     parser = build_score_teacher_parser()
@@ -269,8 +327,7 @@ examples:
 
 
 def build_infuse_parser():
-    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
-    from ..trainer.infusion import POSITIVE_FIELDS, InfusionArguments
+    from ..settings.infusion import POSITIVE_FIELDS, InfusionArguments
 
     parser = make_parser(
         "dense-encoders infuse",
@@ -286,7 +343,7 @@ def build_infuse_parser():
 
 
 def infuse(argv: list[str]) -> int:
-    # slow to import (sentence-transformers): keeps `dense-encoders --help` fast
+    # slow to import (sentence-transformers, torch): only when the command runs
     from ..evaluation.infusion_report import format_report, retrieve_rerank_report
     from ..trainer.infusion import record_infusion_report, train_infused
 
@@ -308,8 +365,10 @@ def infuse(argv: list[str]) -> int:
 
 
 __all__ = [
+    "build_distill_help_parser",
     "build_distill_parser",
     "build_infuse_parser",
+    "build_pretrain_help_parser",
     "build_pretrain_parser",
     "build_score_teacher_parser",
     "distill",

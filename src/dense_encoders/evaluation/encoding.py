@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from safetensors import safe_open
 from safetensors.numpy import save_file
 

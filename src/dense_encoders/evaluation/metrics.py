@@ -32,21 +32,9 @@ import numpy as np
 from scipy import stats
 
 from ..data.retrieval import check_relevance_level
+from ..settings.evaluation import DEFAULT_MEASURES  # re-exported (--help reads it there, without ir-measures)
 
 __all__ = ["DEFAULT_MEASURES", "compute_metrics", "holm_bonferroni", "paired_t_test"]
-
-#: Our result names -> ir-measures measure strings.  ``RR``, ``R`` and ``Success`` use
-#: ir-measures' default ``rel=1`` (qrels grade >= 1 is relevant); ``nDCG`` uses the raw
-#: qrels grade as gain (trec_eval convention, not ``2**grade - 1``) with log2 discounts.
-#: ``hits@10`` (``Success@10``) is sentence-transformers' ``accuracy@10``: 1 if at least one
-#: relevant document is in the top 10, else 0.
-DEFAULT_MEASURES: dict[str, str] = {
-    "ndcg@10": "nDCG@10",
-    "mrr@10": "RR@10",
-    "recall@100": "R@100",
-    "recall@1000": "R@1000",
-    "hits@10": "Success@10",
-}
 
 
 def _parse_measures(measures: Mapping[str, str]) -> dict[str, object]:

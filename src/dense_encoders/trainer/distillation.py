@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -44,28 +44,25 @@ from ..checkpoints.folder import (
 from ..checkpoints.trust import refuse_untrusted_code
 from ..checkpoints.weights import check_checkpoint_weights, from_pretrained_kwargs, load_report_hidden
 from ..data.distillation import (
-    SAMPLING_STRATEGIES,
     DistillationCollator,
     read_training_file,
     training_records_to_dataset,
     uses_labelled_positives,
 )
 from ..data.files import read_json
-from ..data.retrieval import check_relevance_level, read_corpus_jsonl, read_queries_jsonl
+from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
 from ..hub import model_card
 from ..models.condenser.modeling_condenser import gather_with_local_grad
 from ..models.infused.modeling_infused import mean_pool
-from .losses import DistillationObjective, LossSettings, positive_set_loss_names
-from .output_dir import (
-    output_dir_lock,
-    overwrite_output_dir_field,
-    prepare_trainer_output_dir,
-    resume_from_checkpoint_field,
-    write_training_args,
-)
+from .losses import DistillationObjective, positive_set_loss_names
+from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
 from .pretraining import CollatorEpochCallback
 from ..hub.trainer_push import HubPushMixin
-from ..recipes import RECIPE_HELP
+from ..settings.distillation import (  # noqa: F401 (re-exported: --help reads them there, without torch)
+    POOLINGS,
+    DistillationSetup,
+    DistillationTrainerFields,
+)
 from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
 from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
 from .teacher import META_FORMAT as TEACHER_META_FORMAT
@@ -73,9 +70,6 @@ from .teacher import meta_path
 from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
-
-POOLINGS = (*POOLING_MODES, "pooler")  # "pooler": the model's own pooler_output
-
 
 # --------------------------------------------------------------------------------------------
 # The student as one module
@@ -268,24 +262,9 @@ def write_student_sentence_transformers_files(folder: str | Path, pooling: str, 
 
 
 @dataclass
-class DistillationArguments(TrainingArguments):
-    """``TrainingArguments`` with defaults for distillation (TITE fine-tuning, Sec. 4.1)."""
-
-    output_dir: str = field(default="runs/distill", metadata={"help": "Where checkpoints and the student go."})
-    learning_rate: float = field(default=2e-5, metadata={"help": "AdamW learning rate."})
-    warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up (a fraction of the steps, or a count)."})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "Queries per device and step."})
-    remove_unused_columns: bool = field(default=False, metadata={"help": "Keep the collator's columns."})
-    logging_steps: float = field(default=10, metadata={"help": "Log every N steps."})
-    save_strategy: str | None = field(default=None, metadata={
-        "help": "Checkpoints during training: no / steps / epoch / best. Default: steps when --save_steps is given, "
-        "else no."})
-    save_steps: float | None = field(default=None, metadata={
-        "help": "Save a checkpoint every N steps (< 1: a fraction of the run); giving it turns --save_strategy steps "
-        "on unless --save_strategy is given too (default with --save_strategy steps: 500)."})
-    report_to: str = field(default="none", metadata={"help": "Loggers (tensorboard, wandb, ...)."})
-    overwrite_output_dir: bool = overwrite_output_dir_field()
-    resume_from_checkpoint: str | None = resume_from_checkpoint_field()
+class DistillationArguments(DistillationTrainerFields, TrainingArguments):
+    """``TrainingArguments`` with defaults for distillation (TITE fine-tuning, Sec. 4.1): the fields of
+    :class:`~dense_encoders.settings.distillation.DistillationTrainerFields`."""
 
     def __post_init__(self):
         # checkpoints are off by default (unlike TrainingArguments), but --save_steps alone asks for them
@@ -294,64 +273,6 @@ class DistillationArguments(TrainingArguments):
         if self.save_steps is None:
             self.save_steps = 500  # TrainingArguments' default
         super().__post_init__()
-
-
-@dataclass
-class _DistillationData:
-    """The student, its training data and its losses: the first fields of :class:`DistillationSetup`."""
-
-    student: str = field(default=None, metadata={"help": "Student checkpoint: folder or Hub id (any encoder)."})
-    train_file: str = field(default=None, metadata={"help": "Training jsonl (query, documents or ids, teacher scores)."})
-    corpus: str | None = field(default=None, metadata={"help": "corpus.jsonl or BEIR folder resolving document_ids."})
-    queries: str | None = field(default=None, metadata={"help": "queries.jsonl (or BEIR folder) resolving query_ids."})
-    recipe: str | None = field(default=None, metadata={"help": RECIPE_HELP})
-    losses: str = field(default="margin_mse+kl+infonce", metadata={"help": "Losses, '+'-joined, optional ':weight'."})
-
-
-@dataclass
-class DistillationSetup(LossSettings, _DistillationData):
-    """What is distilled into what (everything that is not a Trainer setting). The losses' options
-    (``sce_temperature``, ``infonce_theta``, ...) are the fields the registered losses declare
-    (:class:`~dense_encoders.trainer.losses.LossSettings`)."""
-
-    pooling: str | None = field(default=None, metadata={"help": "cls / mean / pooler; default: the student's own."})
-    similarity: str | None = field(default=None, metadata={"help": "dot / cosine; default: the student's own."})
-    student_num_layers: int | None = field(default=None, metadata={"help": "Keep only the first N layers (BERT family)."})
-    documents_per_query: int = field(default=8, metadata={"help": "Documents sampled per query and step."})
-    sampling: str = field(default="random", metadata={"help": "random / top / log-random (teacher's best always kept)."})
-    query_max_length: int = field(default=32, metadata={"help": "Query token limit."})
-    document_max_length: int = field(default=512, metadata={"help": "Document token limit."})
-    qrels: str | None = field(default=None, metadata={
-        "help": "Relevance judgements (BEIR qrels .tsv 'query-id corpus-id score' with a header, or TREC qrels "
-        "'qid 0 docid grade') grading each line's documents by its query_id and document_ids: the judged positives "
-        "are P of m3se / rankdistil_b. They replace a 'relevance' field of the training file (with a warning)."})
-    relevance_level: int = field(default=1, metadata={
-        "help": "Grade from which a judged document counts as a positive of m3se / rankdistil_b (TREC DL: 2); "
-        "lower grades are negatives; queries without such a positive and a negative keep the teacher's best as P."})
-    allow_missing_weights: bool = field(
-        default=False, metadata={"help": "Train a student whose weights miss (or add) tensors of its model (refused by default)."}
-    )
-    trust_remote_code: bool = field(default=False, metadata={
-        "help": "Run code the student carries or names (auto_map, custom modules); refused by default. Our own "
-        "model families need no consent."})
-
-    def __post_init__(self):
-        if not self.student:
-            raise ValueError("--student is required: a folder or Hub id of the encoder to train")
-        if not self.train_file:
-            raise ValueError("--train_file is required: a jsonl of queries with teacher-scored documents")
-        if self.sampling not in SAMPLING_STRATEGIES:
-            raise ValueError(f"--sampling {self.sampling!r}: choose one of {SAMPLING_STRATEGIES}")
-        if self.pooling is not None and self.pooling not in POOLINGS:
-            raise ValueError(f"--pooling {self.pooling!r}: choose one of {POOLINGS}")
-        if self.similarity is not None and self.similarity not in SIMILARITIES:
-            raise ValueError(f"--similarity {self.similarity!r}: choose one of {SIMILARITIES}")
-        check_relevance_level(self.relevance_level, "--relevance-level ")
-        self.build_objective()  # unknown losses and options fail here, before any model is loaded
-
-    def build_objective(self) -> DistillationObjective:
-        """The :class:`DistillationObjective` of ``losses`` with this setup's loss options."""
-        return DistillationObjective(self.losses, settings=self)
 
 
 def student_conventions(name_or_path: str, model_kwargs: dict | None = None, *, trust_remote_code: bool = False

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -31,10 +31,10 @@ from sentence_transformers.sentence_transformer.training_args import BatchSample
 from ..checkpoints.folder import native_pooling, source_reference, write_sentence_transformers_files
 from ..checkpoints.loading import cross_encoder_model_and_tokenizer
 from ..data.bm25 import bm25_run, mine_bm25_triplets
-from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
+from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..hub import model_card
 from ..models.infused import InfusedDualEncoderModel
-from ..recipes import RECIPE_HELP
+from ..settings.infusion import METHODS, POSITIVE_FIELDS, InfusionArguments  # noqa: F401 (re-exported)
 from .distillation import DistillationArguments, DistillationSetup, distill
 from .output_dir import DASHED_FLAGS, output_dir_lock, prepare_output_dir, write_training_args
 from .records import public_record
@@ -42,98 +42,10 @@ from .teacher import score_teacher
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("mnrl", "distill")
-# fields of InfusionArguments that must be integers >= 1
-POSITIVE_FIELDS = ("batch_size", "max_length")
 # fields of InfusionArguments that set up the retrieve + rerank report, not the training (not in the record)
 REPORT_FIELDS = ("eval_data", "eval_split", "baseline", "rerank_top_k")
 # fields of InfusionArguments that are permissions, not settings (not in the record)
 PERMISSION_FIELDS = ("overwrite_output_dir", "trust_remote_code")
-
-
-@dataclass(kw_only=True)
-class InfusionArguments:
-    """What ``dense-encoders infuse`` trains how: each field is one of its flags. The ``eval_*``, ``baseline``
-    and ``rerank_top_k`` fields set up the retrieve + rerank report run after training
-    (:func:`dense_encoders.evaluation.infusion_report.retrieve_rerank_report`)."""
-
-    recipe: str | None = field(default=None, metadata={"help": RECIPE_HELP + " The paper's: --recipe ce-infusion."})
-    cross_encoder: str = field(metadata={"help": "Sequence-classification cross-encoder."})
-    train_data: str = field(metadata={
-        "help": "BEIR folder with qrels/<split>.tsv, a (query, positive) pairs file or a graded pairs file "
-        "(sentence1, sentence2, score) for training."})
-    split: str = "train"
-    pair_threshold: float | None = field(default=None, metadata={
-        "help": "Graded pair files: a pair is relevant when its score >= this fraction of the scale (default 0.5)."})
-    pair_scale: float | None = field(default=None, metadata={
-        "help": "Largest possible score of a graded pair file: 1 or 5 (default: inferred from the scores)."})
-    output_dir: str = field(metadata={
-        "help": "A new or empty folder (models, initial/, teacher scores, report.json); a non-empty one is refused."})
-    overwrite_output_dir: bool = field(default=False, metadata={
-        "help": "Delete the contents of --output-dir (an earlier run) before training."})
-    method: str = field(default="mnrl", metadata={
-        "choices": METHODS,
-        "help": "mnrl: MultipleNegativesRankingLoss + BM25 negatives (as in the paper); distill: the CE's scores."})
-    num_copied_layers: int = field(default=1, metadata={"help": "CE layers copied (default 1)."})
-    num_new_layers: int = field(default=1, metadata={"help": "Freshly initialised layers (default 1)."})
-    random_init: bool = field(default=False, metadata={"help": "DE-2-Rand: same shape, nothing copied."})
-    also_random: bool = field(default=False, metadata={"help": "Also train the DE-Rand of the same shape."})
-    epochs: float = field(default=1.0, metadata={
-        "help": "Training epochs (default %(default)s; the paper's recipe: 10)."})
-    batch_size: int = field(default=32, metadata={
-        "help": "Queries per batch (default %(default)s; the paper's recipe: 64)."})
-    learning_rate: float = field(default=5e-5, metadata={
-        "help": "Peak learning rate (default %(default)s; the paper's recipe: 2e-5)."})
-    warmup_steps: float = field(default=0.1, metadata={
-        "help": "Warm-up: a fraction of training if < 1, else steps (default %(default)s; the paper's recipe: 1000)."})
-    max_length: int = field(default=256, metadata={
-        "help": "Token limit of queries and documents (default %(default)s; the paper's recipe: 300)."})
-    losses: str = field(default="margin_mse+infonce", metadata={"help": "Losses of --method distill."})
-    candidates: int = field(default=30, metadata={"help": "BM25 candidates per query (negatives / teacher)."})
-    seed: int = 0
-    eval_data: str | None = field(default=None, metadata={
-        "help": "BEIR folder, pairs or graded pairs file for the retrieve + rerank report."})
-    eval_split: str = "test"
-    baseline: str | None = field(default=None, metadata={
-        "help": "A baseline dual encoder for the report (its speed is the 1.00x)."})
-    rerank_top_k: int = 50
-    trust_remote_code: bool = field(default=False, metadata={
-        "help": "Run code the cross-encoder or the baseline carries or names (auto_map, custom modules); refused "
-        "by default."})
-
-    def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(f"--method {self.method!r}: choose one of {METHODS}")
-        for name in POSITIVE_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} {value!r}: must be a positive integer")
-
-    def graded_pair_options(self, data: str | None) -> dict:
-        """``pair_threshold`` / ``pair_scale`` for ``data`` when it is a graded pairs file, else nothing: the two
-        flags go to whichever of ``train_data`` and ``eval_data`` is one."""
-        if data is None or not is_graded_pairs_file(data):
-            return {}
-        return {"pair_threshold": self.pair_threshold, "pair_scale": self.pair_scale}
-
-    def check_graded_pairs(self) -> None:
-        """Refuse ``pair_threshold`` / ``pair_scale`` when neither the training nor the evaluation data is a graded
-        pairs file (sentence1, sentence2, score)."""
-        if (self.pair_threshold is not None or self.pair_scale is not None) and not (
-                self.graded_pair_options(self.train_data) or self.graded_pair_options(self.eval_data)):
-            raise ValueError("--pair-threshold / --pair-scale apply to graded pair files (sentence1, sentence2, "
-                             "score); neither --train-data nor --eval-data is one: leave them out")
-
-    def models(self) -> dict[str, tuple[Path, bool]]:
-        """The dual encoders to train: name -> (folder, random_init). DE-N-Rand goes to ``output_dir/random``
-        when trained besides DE-N-CE."""
-        output, layers = Path(self.output_dir), self.num_copied_layers + self.num_new_layers
-        models = {}
-        if self.random_init or self.also_random:
-            models[f"DE-{layers}-Rand"] = (output / "random" if self.also_random else output, True)
-        if not self.random_init:
-            models[f"DE-{layers}-CE"] = (output, False)
-        return models
 
 
 def infuse(

@@ -33,7 +33,6 @@ import re
 import socket
 import tempfile
 import time
-from dataclasses import field
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -84,26 +83,6 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _RESUME_STATE = re.compile(r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$")
 
 
-def overwrite_output_dir_field():
-    """The ``--overwrite_output_dir`` field of our TrainingArguments subclasses (transformers 5 has none)."""
-    return field(
-        default=False,
-        metadata={
-            "help": "Delete the contents of --output_dir before training. Without it, a non-empty --output_dir is "
-            "refused unless --resume_from_checkpoint names a checkpoint inside it (or 'latest')."
-        },
-    )
-
-
-def resume_from_checkpoint_field():
-    """The ``--resume_from_checkpoint`` field of our TrainingArguments subclasses, with its help text."""
-    return field(
-        default=None,
-        metadata={
-            "help": "Continue a run: a checkpoint-N folder (optimizer, scheduler and RNG state included; a warning "
-            "names what is missing), or 'latest' for the newest checkpoint-N in --output_dir."
-        },
-    )
 
 
 def checkpoints(folder: str | Path) -> list[Path]:

@@ -13,7 +13,7 @@ import functools
 import inspect
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,13 +33,7 @@ from ..checkpoints.weights import checkpoint_tensor_names
 from ..data.format import DataFormatError, document_record, document_text
 from ..hub import model_card
 from ..tokenization import load_tokenizer
-from .output_dir import (
-    output_dir_lock,
-    overwrite_output_dir_field,
-    prepare_trainer_output_dir,
-    resume_from_checkpoint_field,
-    write_training_args,
-)
+from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
 from ..hub.trainer_push import HubPushMixin
 from ..models.condenser.modeling_condenser import (
     CoCondenserForPreTraining,
@@ -47,46 +41,26 @@ from ..models.condenser.modeling_condenser import (
     at_least_float32,
     span_contrastive_loss,
 )
-from ..models.condenser.presets import CONDENSER_PRESETS, condenser_preset
-from ..models.tite import TINY_PRESETS, TITE_PRESETS, TiteForPreTraining, tite_preset
-from ..recipes import RECIPE_HELP
+from ..models.condenser.presets import condenser_preset
+from ..models.tite import TiteForPreTraining, tite_preset
+from ..settings.pretraining import (  # noqa: F401 (re-exported: --help reads them there, without torch)
+    ARCHITECTURE_NAMES,
+    DEFAULT_PRESETS,
+    PRESETS,
+    PreTrainingSetup,
+    PreTrainingTrainerFields,
+)
 from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
 from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
-ARCHITECTURES = {
-    "condenser": CondenserForPreTraining,
-    "cocondenser": CoCondenserForPreTraining,
-    "tite": TiteForPreTraining,
-}
-PRESETS = {
-    "condenser": sorted(CONDENSER_PRESETS),
-    "cocondenser": sorted(CONDENSER_PRESETS),
-    "tite": sorted(TITE_PRESETS) + sorted(TINY_PRESETS),
-}
-DEFAULT_PRESETS = {"condenser": "tiny", "cocondenser": "tiny", "tite": "tite-2-late"}
-
+ARCHITECTURES = dict(zip(ARCHITECTURE_NAMES, (CondenserForPreTraining, CoCondenserForPreTraining, TiteForPreTraining)))
 
 
 @dataclass
-class PreTrainingArguments(TrainingArguments):
-    """``TrainingArguments`` plus the gradient cache switch (paper recipe defaults for the rest)."""
-
-    grad_cache_chunk_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "coCondenser only: encode each batch in chunks of this many spans without a graph, "
-            "compute the contrastive loss over the whole batch, then re-run chunk by chunk with the cached "
-            "representation gradients. Parameter gradients equal the un-chunked step's; memory is one chunk's."
-        },
-    )
-    remove_unused_columns: bool = field(default=False, metadata={"help": "Batches come from our collators."})
-    # paper recipe (Gao & Callan 2021): lr 1e-4, 10 % warm-up, weight decay 0.01
-    learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate (paper: 1e-4)."})
-    warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up: a fraction of training if < 1 (paper: 0.1)."})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay (paper: 0.01)."})
-    overwrite_output_dir: bool = overwrite_output_dir_field()
-    resume_from_checkpoint: str | None = resume_from_checkpoint_field()
+class PreTrainingArguments(PreTrainingTrainerFields, TrainingArguments):
+    """``TrainingArguments`` plus the gradient cache switch (paper recipe defaults for the rest): the fields of
+    :class:`~dense_encoders.settings.pretraining.PreTrainingTrainerFields`."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -261,60 +235,6 @@ class PreTrainingTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
 def _has_contrastive_loss(model_class: type) -> bool:
     """Whether the model computes coCondenser's contrastive loss (also for remote-code classes)."""
     return "compute_contrastive_loss" in inspect.signature(model_class.forward).parameters
-
-
-@dataclass
-class PreTrainingSetup:
-    """What to pre-train on what: model source, corpus and masking (``dense-encoders pretrain``)."""
-
-    architecture: str = field(default="condenser", metadata={"help": "condenser, cocondenser or tite."})
-    recipe: str | None = field(default=None, metadata={"help": RECIPE_HELP})
-    backbone: str | None = field(
-        default=None,
-        metadata={"help": "BERT-family checkpoint (folder or Hub id) to warm-start from (paper: bert-base-uncased)."},
-    )
-    init_from: str | None = field(
-        default=None, metadata={"help": "A saved pre-training checkpoint (with its heads) to continue from."}
-    )
-    preset: str | None = field(
-        default=None,
-        metadata={
-            "help": "Config preset: condenser/cocondenser "
-            f"{', '.join(PRESETS['condenser'])} (default tiny); tite {', '.join(PRESETS['tite'])} "
-            "(default tite-2-late; with --backbone it gives the pooling schedule)."
-        },
-    )
-    tokenizer: str | None = field(
-        default=None,
-        metadata={"help": "Tokenizer folder or id; defaults to the backbone's, else the bundled bert-base-uncased."},
-    )
-    corpus: str | None = field(
-        default=None,
-        metadata={"help": "Text (.txt line per document), .jsonl (text/title) or folder; default: the bundled corpus."},
-    )
-    streaming: bool = field(default=False, metadata={"help": "Stream the corpus (large files; needs --max_steps)."})
-    max_seq_length: int = field(default=128, metadata={"help": "Tokens per sequence incl. [CLS]/[SEP]."})
-    mlm_probability: float | None = field(
-        default=None,
-        metadata={"help": "Whole-word masking rate of the input (Condenser paper: 0.15; TITE: 0, no input masking)."},
-    )
-    n_head_layers: int = field(default=2, metadata={"help": "Condenser head layers (paper: 2)."})
-    skip_from: int | None = field(default=None, metadata={"help": "Early layer feeding the head (default: half depth)."})
-    late_mlm: bool = field(default=True, metadata={"help": "Add the backbone's own MLM loss (paper: on)."})
-    min_span_tokens: int = field(default=80, metadata={"help": "coCondenser: shortest span in tokens."})
-    max_span_tokens: int = field(default=128, metadata={"help": "coCondenser: longest span in tokens."})
-
-    def __post_init__(self):
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(f"architecture={self.architecture!r}: choose one of {sorted(ARCHITECTURES)}.")
-        if self.backbone and self.init_from:
-            raise ValueError("Give either --backbone (warm start from BERT) or --init_from (a Condenser checkpoint).")
-        if self.preset is not None and self.preset not in PRESETS[self.architecture]:
-            raise ValueError(
-                f"Unknown {self.architecture} preset {self.preset!r}; choose one of {PRESETS[self.architecture]}."
-            )
-        if self.mlm_probability is None:
-            self.mlm_probability = 0.0 if self.architecture == "tite" else 0.15
 
 
 def build_model(setup: PreTrainingSetup, vocab_size: int):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from .configuration_condenser import CondenserConfig
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .configuration_condenser import CondenserConfig
 
 # Paper recipe: BERT-base, 6 early + 6 late layers (skip_from=6), 2 head layers, late MLM on.
 CONDENSER_PRESETS: dict[str, dict] = {
@@ -26,4 +29,6 @@ def condenser_preset(name: str, **overrides) -> CondenserConfig:
     """A :class:`CondenserConfig` from a named preset (``bert-base``, ``small``, ``tiny``) plus overrides."""
     if name not in CONDENSER_PRESETS:
         raise ValueError(f"Unknown Condenser preset {name!r}; choose one of {sorted(CONDENSER_PRESETS)}.")
+    from .configuration_condenser import CondenserConfig  # imports transformers and torch: the table does not
+
     return CondenserConfig(**{**CONDENSER_PRESETS[name], **overrides})

@@ -1,17 +1,31 @@
 """TITE (Schlatt et al., SIGIR 2025): token-independent text encoder. Files here are shipped as remote code."""
 
-from .configuration_tite import TiteConfig, pooled_length
-from .modeling_tite import TiteForPreTraining, TiteModel, TitePreTrainedModel, bert_to_tite_state_dict
-from .presets import TINY_PRESETS, TITE_PRESETS, tite_preset
+import importlib
 
-__all__ = [
-    "TiteConfig",
-    "TiteModel",
-    "TiteForPreTraining",
-    "TitePreTrainedModel",
-    "bert_to_tite_state_dict",
-    "pooled_length",
-    "tite_preset",
-    "TITE_PRESETS",
-    "TINY_PRESETS",
-]
+_EXPORTS = {
+    "TiteConfig": ".configuration_tite",
+    "pooled_length": ".configuration_tite",
+    "TiteModel": ".modeling_tite",
+    "TiteForPreTraining": ".modeling_tite",
+    "TitePreTrainedModel": ".modeling_tite",
+    "bert_to_tite_state_dict": ".modeling_tite",
+    "tite_preset": ".presets",
+    "TITE_PRESETS": ".presets",
+    "TINY_PRESETS": ".presets",
+}
+
+
+def __getattr__(name: str):
+    """Each name is imported on first access: importing the package (e.g. for its presets) loads no model code."""
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS})
+
+
+__all__ = list(_EXPORTS)

@@ -5,7 +5,10 @@ Package-side (not shipped as remote code): the saved ``config.json`` holds the r
 
 from __future__ import annotations
 
-from .configuration_tite import TiteConfig
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .configuration_tite import TiteConfig
 
 K2_LATE = [None] * 3 + [2] * 9  # 512 -> 1 in the last nine layers
 K2_STAGGERED = [None, 2, 2, 2] * 3  # layers 2-4, 6-8, 10-12 pool
@@ -78,6 +81,8 @@ def tite_preset(name: str, **overrides) -> TiteConfig:
     presets = {**TITE_PRESETS, **TINY_PRESETS}
     if name not in presets:
         raise ValueError(f"Unknown TITE preset {name!r}; choose one of {sorted(presets)}.")
+    from .configuration_tite import TiteConfig  # imports transformers and torch: the tables above do not
+
     return TiteConfig(**{**presets[name], **overrides})
 
 

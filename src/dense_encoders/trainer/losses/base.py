@@ -24,6 +24,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from ...settings.losses import LossSetting
+
 __all__ = ["DistillationLoss", "LossSetting", "ScoreBatch"]
 
 
@@ -43,17 +45,6 @@ class ScoreBatch:
     global_mask: Tensor | None = None
     query_offset: int = 0
     positives: Tensor | None = None
-
-
-@dataclass(frozen=True)
-class LossSetting:
-    """A loss option settable from the command line: ``flag`` is the ``DistillationSetup`` field (and
-    ``--flag``), ``option`` the keyword of the loss's constructor."""
-
-    flag: str
-    option: str
-    default: float
-    help: str
 
 
 class DistillationLoss(torch.nn.Module):

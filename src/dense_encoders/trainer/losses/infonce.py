@@ -12,9 +12,9 @@ import math
 import torch
 from torch import Tensor
 
+from ...settings.losses import LOSS_OPTIONS
 from .base import (
     DistillationLoss,
-    LossSetting,
     ScoreBatch,
     check_finite,
     check_float,
@@ -177,10 +177,7 @@ class InfoNCELoss(DistillationLoss):
     equation = ("-log softmax(s / tau)_+ over the positive, in-sample negatives (t_+ - t_k >= theta) and in-batch "
                 "negatives")
     needs_batch_scores = True
-    settings = (
-        LossSetting("infonce_theta", "theta", 3.0, "In-sample negatives: teacher score <= best - theta."),
-        LossSetting("infonce_temperature", "temperature", 1.0, "Temperature of 'infonce'."),
-    )
+    settings = LOSS_OPTIONS["infonce"]  # the command-line options (dense_encoders.settings.losses)
     # in-batch negatives on (TITE's recipe) or off (in-sample negatives only): the Python API's choice
     extra_options = {"in_batch": True}
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .base import DistillationLoss, LossSetting, check_temperature, masked_log_softmax, validate
+from ...settings.losses import LOSS_OPTIONS
+from .base import DistillationLoss, check_temperature, masked_log_softmax, validate
 
 
 def kl_divergence_loss(
@@ -39,4 +40,4 @@ class KLDivergenceLoss(DistillationLoss):
     citation = ("TITE: Token-Independent Text Encoder for Information Retrieval (Schlatt et al., SIGIR 2025), "
                 "Sec. 3.4; Distilling the Knowledge in a Neural Network (Hinton et al., 2015)")
     equation = "tau^2 * KL(softmax(t / tau) || softmax(s / tau))"
-    settings = (LossSetting("kl_temperature", "temperature", 1.0, "Temperature of 'kl'."),)
+    settings = LOSS_OPTIONS["kl"]  # the command-line options (dense_encoders.settings.losses)

@@ -9,7 +9,8 @@ import math
 import torch
 from torch import Tensor
 
-from .base import DistillationLoss, LossSetting, positive_sets, validate
+from ...settings.losses import LOSS_OPTIONS
+from .base import DistillationLoss, positive_sets, validate
 
 
 def rankdistil_b_loss(
@@ -44,4 +45,4 @@ class RankDistilBLoss(DistillationLoss):
                 "RankDistil: Knowledge Distillation for Ranking (Reddi et al., AISTATS 2021)")
     equation = "sum_{i in P} (t_i - s_i)^2 + sum_{j in N} relu(s_j - gamma)^2"
     uses_positives = True
-    settings = (LossSetting("rankdistil_gamma", "gamma", 0.0, "RankDistil-B threshold for negatives."),)
+    settings = LOSS_OPTIONS["rankdistil_b"]  # the command-line options (dense_encoders.settings.losses)

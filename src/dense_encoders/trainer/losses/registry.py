@@ -1,13 +1,15 @@
 """The losses a spec such as ``"margin_mse+kl+infonce"`` may name. A new loss is one file in this folder
-(a :class:`~dense_encoders.trainer.losses.base.DistillationLoss` subclass) and one line in ``REGISTERED``."""
+(a :class:`~dense_encoders.trainer.losses.base.DistillationLoss` subclass) and one line in ``REGISTERED``; the
+options of it that the command line sets, if any, go in :data:`dense_encoders.settings.losses.LOSS_OPTIONS`
+(read by ``--help`` without importing torch), which the loss names as its ``settings``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field, make_dataclass
 
 from torch import Tensor
 
+from ...settings.losses import LOSS_OPTIONS, LossSettings
 from .base import DistillationLoss
 from .infonce import InfoNCELoss
 from .kl_divergence import KLDivergenceLoss
@@ -40,17 +42,12 @@ def positive_set_loss_names() -> list[str]:
     return [name for name, loss in LOSS_CLASSES.items() if loss.uses_positives]
 
 
-def _loss_settings_dataclass() -> type:
-    settings = [setting for loss in REGISTERED for setting in loss.settings]
-    flags = [setting.flag for setting in settings]
-    if len(set(flags)) != len(flags):
-        raise ValueError(f"two registered losses declare the same setting: {flags}")
-    fields = [(s.flag, float, field(default=s.default, metadata={"help": s.help})) for s in settings]
-    cls = make_dataclass("LossSettings", fields)
-    cls.__module__ = __name__
-    cls.__doc__ = "The registered losses' options as fields (command-line flags) of a setup dataclass."
-    return cls
+def _check_loss_options() -> None:
+    """Each registered loss's ``settings`` are its entry of ``LOSS_OPTIONS``, and each entry a registered loss's."""
+    declared = {loss.name: tuple(loss.settings) for loss in REGISTERED if loss.settings}
+    if declared != LOSS_OPTIONS:
+        raise ValueError(f"the losses' settings {declared} are not dense_encoders.settings.losses.LOSS_OPTIONS "
+                         f"{LOSS_OPTIONS}: name each loss's options there, and only there")
 
 
-#: a dataclass with one field per ``LossSetting`` of the registered losses (``sce_temperature``, ...)
-LossSettings = _loss_settings_dataclass()
+_check_loss_options()

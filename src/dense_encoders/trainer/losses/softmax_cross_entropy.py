@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .base import DistillationLoss, LossSetting, check_temperature, masked_log_softmax, validate
+from ...settings.losses import LOSS_OPTIONS
+from .base import DistillationLoss, check_temperature, masked_log_softmax, validate
 
 
 def softmax_cross_entropy_loss(
@@ -31,6 +32,4 @@ class SoftmaxCrossEntropyLoss(DistillationLoss):
     display_name = "softmax CE"
     citation = "In Defense of Dual-Encoders for Neural Ranking (Menon et al., ICML 2022), Eq. 1"
     equation = "-sum_k softmax(t / tau)_k log softmax(s / tau)_k"
-    settings = (LossSetting("sce_temperature", "temperature", 1.0,
-                            "Temperature of 'sce' (Eq. 1 of Menon et al. 2022, In Defense of Dual-Encoders for "
-                            "Neural Ranking)."),)
+    settings = LOSS_OPTIONS["sce"]  # the command-line options (dense_encoders.settings.losses)

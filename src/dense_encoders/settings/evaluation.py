@@ -1,0 +1,99 @@
+"""What ``dense-encoders evaluate`` takes: :class:`EvaluationArguments` (one field per flag; the model and the data
+are its positional arguments), and the measures it computes (:data:`DEFAULT_MEASURES`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..vectors import POOLING_MODES, SIMILARITIES
+
+#: Our result names -> ir-measures measure strings.  ``RR``, ``R`` and ``Success`` use
+#: ir-measures' default ``rel=1`` (qrels grade >= 1 is relevant); ``nDCG`` uses the raw
+#: qrels grade as gain (trec_eval convention, not ``2**grade - 1``) with log2 discounts.
+#: ``hits@10`` (``Success@10``) is sentence-transformers' ``accuracy@10``: 1 if at least one
+#: relevant document is in the top 10, else 0.
+DEFAULT_MEASURES: dict[str, str] = {
+    "ndcg@10": "nDCG@10",
+    "mrr@10": "RR@10",
+    "recall@100": "R@100",
+    "recall@1000": "R@1000",
+    "hits@10": "Success@10",
+}
+
+# fields of EvaluationArguments that must be integers >= 1 when given
+POSITIVE_FIELDS = ("query_max_length", "document_max_length", "batch_size", "k", "rerank_top_k")
+# fields of EvaluationArguments that configure the RetrievalEncoder (besides no_progress)
+ENCODER_FIELDS = ("pooling", "device", "batch_size", "query_prompt", "document_prompt", "query_max_length",
+                  "document_max_length", "cache_dir", "allow_missing_weights", "trust_remote_code")
+
+
+@dataclass
+class EvaluationArguments:
+    """The settings of one retrieval evaluation: each field is a flag of ``dense-encoders evaluate`` (whose
+    positional arguments are the model and the data)."""
+
+    split: str = field(default="test", metadata={
+        "help": "qrels split of a BEIR folder, or the rows of a graded pairs tsv with a split column "
+        "(default: %(default)s)."})
+    pair_threshold: float | None = field(default=None, metadata={
+        "help": "Graded pair files: a pair is relevant when its score >= this fraction of the scale (default 0.5)."})
+    pair_scale: float | None = field(default=None, metadata={
+        "help": "Largest possible score of a graded pair file: 1 or 5 (default: inferred from the scores)."})
+    pooling: str | None = field(default=None, metadata={
+        "choices": list(POOLING_MODES), "help": "Pooling of a plain transformers checkpoint."})
+    similarity: str | None = field(default=None, metadata={
+        "choices": list(SIMILARITIES), "help": "Default: what the model declares."})
+    query_prompt: str | None = field(default=None, metadata={
+        "help": "Prefix of every query (default: the model's 'query' prompt)."})
+    document_prompt: str | None = field(default=None, metadata={
+        "help": "Prefix of every document (default: the model's 'document' prompt)."})
+    query_max_length: int | None = field(default=None, metadata={
+        "help": "Token limit of queries (default: the model's)."})
+    document_max_length: int | None = field(default=None, metadata={
+        "help": "Token limit of documents (default: the model's)."})
+    batch_size: int = field(default=32, metadata={"help": "Encoding batch size (default: %(default)s)."})
+    k: int = field(default=1000, metadata={"help": "Documents retrieved per query (default: %(default)s)."})
+    backend: str = field(default="exact", metadata={
+        "choices": ["exact", "faiss"], "help": "Search (default: %(default)s)."})
+    cache_dir: str | None = field(default=None, metadata={
+        "help": "Cache embeddings here (safetensors), keyed by model, settings and texts."})
+    corpus_embeddings: str | None = field(default=None, metadata={
+        "metavar": "DIR",
+        "help": "Embedding shards of this corpus (`dense-encoders encode`), searched shard by shard instead of "
+        "encoding the documents; refused when model, prompt, length or ids differ."})
+    rerank: str | None = field(default=None, metadata={
+        "metavar": "CROSS_ENCODER", "help": "Re-score the top of the run with this cross-encoder."})
+    rerank_top_k: int = field(default=100, metadata={
+        "help": "Documents re-scored per query (default: %(default)s)."})
+    device: str | None = field(default=None, metadata={
+        "help": "cpu, cuda, cuda:1, ... (default: sentence-transformers' choice)."})
+    output: str | None = field(default=None, metadata={"help": "Write the results JSON here."})
+    run_output: str | None = field(default=None, metadata={"help": "Write the first-stage run here (TREC format)."})
+    no_progress: bool = field(default=False, metadata={"help": "No progress bars."})
+    relevance_level: int = field(default=1, metadata={
+        "metavar": "N",
+        "help": "Grade from which RR, Recall and Hits count a document as relevant (TREC DL: 2); nDCG stays "
+        "graded; evaluated queries have a document at or above it (default: %(default)s)."})
+    allow_empty_documents: bool = field(default=False, metadata={
+        "help": "Keep corpus documents without title or text (with a warning); refused by default."})
+    allow_missing_weights: bool = field(default=False, metadata={
+        "help": "Evaluate a checkpoint whose weights miss (or add) tensors of its model; refused by default."})
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "Run code the model (or --rerank cross-encoder) carries or names (auto_map, custom modules); "
+        "refused by default. Our own model families need no consent."})
+
+    def __post_init__(self):
+        from ..data.retrieval import check_relevance_level  # reads nothing, but imports data/: not for --help
+
+        check_relevance_level(self.relevance_level, "--relevance-level ")
+        for name in POSITIVE_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"--{name.replace('_', '-')} {value!r}: must be a positive integer")
+
+    def encoder_options(self) -> dict:
+        """The keyword arguments of :class:`RetrievalEncoder` these settings give."""
+        return {**{name: getattr(self, name) for name in ENCODER_FIELDS}, "show_progress_bar": not self.no_progress}
+
+
+__all__ = ["DEFAULT_MEASURES", "ENCODER_FIELDS", "POSITIVE_FIELDS", "EvaluationArguments"]
