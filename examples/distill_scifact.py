@@ -10,9 +10,9 @@
 3. nDCG@10 on SciFact TEST, through the evaluation harness, for the teacher, the 2-layer student
    before distillation, and after.
 
-Usage (repository root; SciFact in ../shared/data, or --data)::
+Usage (repository root; ``--data``: SciFact as a BEIR folder, e.g. BEIR's ``scifact.zip`` unpacked)::
 
-    python examples/distill_scifact.py --work-dir runs/distill-scifact
+    python examples/distill_scifact.py --data scifact --work-dir runs/distill-scifact
 
 About 15 minutes on 2 CPU cores, most of it encoding the 5,183 SciFact documents three times
 (embeddings are cached in --work-dir, so a rerun only retrains and re-evaluates the student).
@@ -41,7 +41,8 @@ from dense_encoders.data.distillation import run_to_training_file  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(REPO_ROOT.parent / "shared" / "data" / "beir-scifact"))
+    parser.add_argument("--data", required=True, help="A BEIR folder of SciFact: corpus.jsonl, queries.jsonl, "
+                        "qrels/train.tsv and qrels/test.tsv (BEIR's scifact.zip, unpacked).")
     parser.add_argument("--work-dir", default="runs/distill-scifact")
     parser.add_argument("--top-k", type=int, default=30, help="Teacher-scored documents per train query.")
     parser.add_argument("--losses", default="margin_mse+kl+infonce")

@@ -16,7 +16,7 @@ format as Lightning IR's source (github.com/webis-de/lightning-ir) defines it:
 * encoding: ``[QUE] text`` truncated to ``query_length`` tokens (the marker counted), ``[DOC] text`` to
   ``doc_length``; backbone -> first pooling -> projection -> L2 normalisation when asked.
 
-The backbone is the TITE authors' tiny model (../shared/reference/tite-authors/late), so the backbone's
+The backbone is the TITE authors' tiny model (tests/fixtures/tite_authors/late), so the backbone's
 vectors are the ones their code computed; the expected bi-encoder vectors are those vectors through the
 projection, computed by hand.
 """
@@ -31,15 +31,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env, write_tite_tokenizer
+from conftest import FLOAT64_TOLERANCE, TITE_AUTHORS, cpu_only_env, write_tite_tokenizer
 
 from dense_encoders import TiteModel
 from dense_encoders.checkpoints import ConversionError, convert_checkpoint
 from dense_encoders.checkpoints.folder import publishing_problems
 
-AUTHORS = REPO_ROOT.parent / "shared" / "reference" / "tite-authors" / "late"
-pytestmark = pytest.mark.skipif(not (AUTHORS / "expected.safetensors").is_file(),
-                                reason="../shared/reference/tite-authors is absent")
+AUTHORS = TITE_AUTHORS
 QUERY_LENGTH, DOC_LENGTH = 6, 12
 
 
