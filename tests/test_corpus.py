@@ -177,7 +177,8 @@ def test_streamed_errors_count_lines_from_1_like_file_errors(tmp_path):
     cases = {
         '{"text": "ok"}\n\n{"text": "broken"\n{"text": "later"}\n': r"3: not valid JSON",
         '{"text": "ok"}\n{"text": "fine"}\n{"text": 3}\n': r"3: field 'text' must be a string, got int",
-        '{"text": "ok"}\n{"text": "fine"}\n{"body": "x"}\n': r"3: missing field 'text' or 'contents' \(fields: \['body'\]\)",
+        '{"text": "ok"}\n{"text": "fine"}\n{"body": "x"}\n':
+            r"3: missing field 'text' or 'contents' \(fields: \['body'\]\)",
     }
     for content, problem in cases.items():
         path.write_text(content, encoding="utf-8")
