@@ -28,6 +28,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 
+from dense_encoders.data.distillation import run_to_training_file  # noqa: E402
 from dense_encoders.data.retrieval import load_beir  # noqa: E402
 from dense_encoders.evaluation import evaluate_retrieval  # noqa: E402
 from dense_encoders.trainer.distillation import (  # noqa: E402
@@ -36,7 +37,6 @@ from dense_encoders.trainer.distillation import (  # noqa: E402
     build_student,
     distill,
 )
-from dense_encoders.data.distillation import run_to_training_file  # noqa: E402
 
 
 def main() -> None:
@@ -102,7 +102,8 @@ def main() -> None:
         throughput = results.throughput["documents_per_s"]
         rows.append((name, results.metrics["ndcg@10"], results.metrics["recall@100"], throughput))
     lines = ["| model | nDCG@10 | Recall@100 | documents/s |", "|:--|--:|--:|--:|"]
-    lines += [f"| {n} | {ndcg:.4f} | {recall:.4f} | {tp:.1f} |" if tp else f"| {n} | {ndcg:.4f} | {recall:.4f} | cached |"
+    lines += [f"| {n} | {ndcg:.4f} | {recall:.4f} | {tp:.1f} |" if tp
+              else f"| {n} | {ndcg:.4f} | {recall:.4f} | cached |"
               for n, ndcg, recall, tp in rows]
     state = json.loads((work / "student" / "trainer_state.json").read_text())
     runtime = next((h["train_runtime"] for h in state["log_history"] if "train_runtime" in h), float("nan"))

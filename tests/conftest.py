@@ -34,9 +34,10 @@ if os.environ.get("DENSE_ENCODERS_DETERMINISTIC", "") not in ("", "0"):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
 
+from transformers import BertConfig  # noqa: E402
+
 import dense_encoders  # noqa: F401,E402  (registers the Auto classes)
 from dense_encoders import CondenserConfig  # noqa: E402
-from transformers import BertConfig  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"

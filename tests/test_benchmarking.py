@@ -135,8 +135,8 @@ def test_report_has_one_entry_per_row(report):
         "DE-2 (from a 4-layer BERT 4x32 cross-encoder)",
     ]
     assert [row["model"] for row in report["rows"]] == expected
-    assert [row["kind"] for row in report["rows"]] == ["baseline", "baseline_sorted", "condenser", "tite", "tite", "source",
-                                                      "infused"]
+    assert [row["kind"] for row in report["rows"]] == ["baseline", "baseline_sorted", "condenser", "tite", "tite",
+                                                      "source", "infused"]
     assert all(row["attention"] == "sdpa" for row in report["rows"])
     for name in ("queries", "documents"):
         assert [row["model"] for row in report["workloads"][name]["rows"]] == expected

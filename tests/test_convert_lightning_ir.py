@@ -126,7 +126,8 @@ def test_converted_bi_encoder_gives_lightning_irs_vectors(tmp_path, variant):
         backbone = expected[f"{name}.float64"]
         by_hand = backbone if weight is None else backbone @ weight.double().T + (0 if bias is None else bias.double())
         with torch.no_grad():
-            vectors = model(expected[f"{name}.input_ids"], attention_mask=expected[f"{name}.attention_mask"]).pooler_output
+            vectors = model(expected[f"{name}.input_ids"],
+                            attention_mask=expected[f"{name}.attention_mask"]).pooler_output
         print(f"{variant} {name}: max abs difference {(vectors - by_hand).abs().max().item():.1e}")  # pytest -s
         torch.testing.assert_close(vectors, by_hand, **FLOAT64_TOLERANCE)
 
@@ -174,7 +175,8 @@ def test_conversion_record_tokenizer_and_resave(tmp_path):
     assert record["source_format"] == "lightning-ir" and record["markers"] == {"query": "[QUE] ", "document": "[DOC] "}
     assert record["lengths"] == {"query_length": QUERY_LENGTH, "document_length": DOC_LENGTH}
     tokenizer = AutoTokenizer.from_pretrained(out)  # no Lightning IR needed
-    assert tokenizer("[QUE] river")["input_ids"] == [built["markers"]["[QUE]"], tokenizer.convert_tokens_to_ids("river")]
+    assert tokenizer("[QUE] river")["input_ids"] == [built["markers"]["[QUE]"],
+                                                     tokenizer.convert_tokens_to_ids("river")]
     card = (out / "README.md").read_text()
     assert "Converted from" in card and "Lightning IR" in card
     assert publishing_problems(out) == []  # pushes like any folder of ours

@@ -172,7 +172,8 @@ def test_interleaved_rotary_equals_rotate_half_after_the_row_permutation():
             for m in range(head_dim // 2):
                 angle = torch.tensor(position * 10000.0 ** (-2 * m / head_dim), dtype=torch.float64)
                 a, b = x[row, 0, 2 * m], x[row, 0, 2 * m + 1]
-                out[row, 0, 2 * m], out[row, 0, 2 * m + 1] = a * angle.cos() - b * angle.sin(), b * angle.cos() + a * angle.sin()
+                out[row, 0, 2 * m], out[row, 0, 2 * m + 1] = (a * angle.cos() - b * angle.sin(),
+                                                              b * angle.cos() + a * angle.sin())
         return out
 
     order = interleaved_to_half_rows(head_dim)
@@ -217,7 +218,8 @@ def test_the_position_table_is_folded_through_the_down_projection(tmp_path):
     t = tensors
     by_hand = t["embeddings.word_embeddings.weight"][ids] @ t["embeddings.downscale.weight"].T + \
         t["embeddings.position_embeddings.weight"][positions] @ t["embeddings.downscale.weight"].T
-    by_hand = torch.nn.functional.layer_norm(by_hand, (32,), t["embeddings.norm.weight"], t["embeddings.norm.bias"], 1e-12)
+    by_hand = torch.nn.functional.layer_norm(by_hand, (32,), t["embeddings.norm.weight"], t["embeddings.norm.bias"],
+                                             1e-12)
     torch.testing.assert_close(model.eval().embeddings(ids, positions, None), by_hand, **FLOAT64_TOLERANCE)
 
 

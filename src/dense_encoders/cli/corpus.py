@@ -38,8 +38,8 @@ def build_encode_parser():
     )
     parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel.")
     parser.add_argument("texts", help="A BEIR folder (its corpus.jsonl, or queries.jsonl with --queries), a .jsonl "
-                        "with _id (or id, docid), title and text (or contents), a .tsv of id<TAB>text, or a .txt with one text per line (ids: line "
-                        "numbers from 1).")
+                        "with _id (or id, docid), title and text (or contents), a .tsv of id<TAB>text, or a .txt "
+                        "with one text per line (ids: line numbers from 1).")
     parser.add_argument("--output", required=True, help="Folder of the shards: new, or an unfinished run to continue.")
     parser.add_argument("--queries", action="store_true",
                         help="Encode queries: the model's query prompt and length instead of the document ones.")

@@ -317,8 +317,8 @@ INFUSE_EXAMPLES = """\
 examples:
   # the paper's DE-2-CE and DE-2-Rand (MNRL + BM25 negatives, the recipe of the sentence-transformers
   # script it follows), then Table 1 against a baseline DE
-  dense-encoders infuse --recipe ce-infusion --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 --train-data msmarco \\
-      --output-dir runs/de-2-ce --also-random --eval-data nfcorpus \\
+  dense-encoders infuse --recipe ce-infusion --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 \\
+      --train-data msmarco --output-dir runs/de-2-ce --also-random --eval-data nfcorpus \\
       --baseline sentence-transformers/msmarco-MiniLM-L-12-v3 --rerank-top-k 50
 
   # distil the cross-encoder's own scores instead

@@ -3,7 +3,8 @@ sentence pairs (STSB-style, thresholded into a retrieval task).
 
 A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``; ``id`` / ``docid`` and ``contents``
 are read too, :func:`corpus_record`), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv``
-(``query-id  corpus-id  score`` with a header). Every malformed line raises :class:`~dense_encoders.data.format.DataFormatError` naming the file and the line number.
+(``query-id  corpus-id  score`` with a header). Every malformed line raises
+:class:`~dense_encoders.data.format.DataFormatError` naming the file and the line number.
 """
 
 from __future__ import annotations
@@ -17,8 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from .format import (
-    DOCUMENT_ID_FIELDS, DataFormatError, UniqueIds, document_record, document_text, is_json_number, json_lines,
-    parses_as_number, require_file, string_field, text_lines,
+    DOCUMENT_ID_FIELDS,
+    DataFormatError,
+    UniqueIds,
+    document_record,
+    document_text,
+    is_json_number,
+    json_lines,
+    parses_as_number,
+    require_file,
+    string_field,
+    text_lines,
 )
 
 logger = logging.getLogger(__name__)
@@ -257,7 +267,8 @@ def load_beir(folder: str | Path, split: str = "test", *, allow_empty_documents:
         raise ValueError(f"{folder / 'corpus.jsonl'} has no documents: a BEIR corpus needs one JSON object per line")
     all_queries = read_queries_jsonl(folder / "queries.jsonl")
     if not all_queries:
-        raise ValueError(f"{folder / 'queries.jsonl'} has no queries: a BEIR queries file needs one JSON object per line")
+        raise ValueError(
+            f"{folder / 'queries.jsonl'} has no queries: a BEIR queries file needs one JSON object per line")
     qrels = read_beir_qrels(qrels_path)
     if not qrels:
         raise ValueError(f"{qrels_path} has no judgements: expected query-id, corpus-id, score rows")
@@ -294,7 +305,8 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
             if not row or not "".join(row).strip():
                 continue
             if len(row) != 2:
-                raise DataFormatError(path, line_number, f"expected 2 tab-separated columns (query, positive), got {len(row)}")
+                raise DataFormatError(path, line_number,
+                                      f"expected 2 tab-separated columns (query, positive), got {len(row)}")
             pairs.append((line_number, row[0], row[1]))
     else:
         raise ValueError(f"{path}: pairs must be a .tsv (query<TAB>positive) or .jsonl file, got {path.suffix!r}")
@@ -334,7 +346,8 @@ def _score(path: Path, line_number: int, value) -> float:
     if number is None or not math.isfinite(number):
         raise DataFormatError(path, line_number, f"score {value!r} is not a number; give the relatedness as a number")
     if number < 0:
-        raise DataFormatError(path, line_number, f"score {value!r} is negative; scores run from 0 to the scale (1 or 5)")
+        raise DataFormatError(path, line_number,
+                              f"score {value!r} is negative; scores run from 0 to the scale (1 or 5)")
     return number
 
 
@@ -374,7 +387,8 @@ def _graded_tsv_rows(path: Path, split: str | None) -> tuple[list[tuple[int, str
                 )
         if len(row) != width:
             expected = "(sentence1, sentence2, score)" if width == 3 else "(as many as the header)"
-            raise DataFormatError(path, line_number, f"expected {width} tab-separated columns {expected}, got {len(row)}")
+            raise DataFormatError(path, line_number,
+                                  f"expected {width} tab-separated columns {expected}, got {len(row)}")
         if split_column is not None:
             splits_seen.add(row[split_column])
             if split is not None and row[split_column] != split:
