@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from dense_encoders.evaluation.search import exact_search, faiss_search, search, topk_to_run
+from dense_encoders.evaluation.search import RunningTopK, exact_search, faiss_search, search, topk_to_run
 
 # The package re-exports the `search` function, which shadows the submodule attribute of the same
 # name, so fetch the module object itself.
@@ -253,3 +253,42 @@ def test_topk_to_run_round_trip_with_exact_search(random_data):
 def test_topk_to_run_errors(query_ids, document_ids, scores, indices, match):
     with pytest.raises(ValueError, match=match):
         topk_to_run(query_ids, document_ids, scores, indices)
+
+
+def _naive_running_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's best k by a Python sort on (-score, index)."""
+    best_scores, best_indices = [], []
+    for row in scores.tolist():
+        order = sorted(range(len(row)), key=lambda i: (-row[i], i))[:k]
+        best_scores.append([row[i] for i in order])
+        best_indices.append(order)
+    return torch.tensor(best_scores), torch.tensor(best_indices)
+
+
+@pytest.mark.parametrize("case", ["ties", "gaussian", "ascending", "infinities"])
+def test_running_topk_keeps_the_order_of_a_full_sort_block_by_block(case):
+    # RunningTopK merges a block's entries above each query's running k-th score, or (a range not yet full, more
+    # than CANDIDATES_PER_K * k candidates: "ascending" scores make every later block beat the running list) takes
+    # the block's own top-k first; either way the order is that of one full sort by (-score, index).
+    gen = torch.Generator().manual_seed(11)
+    for trial in range(60):
+        rows, columns = int(torch.randint(1, 7, (1,), generator=gen)), int(torch.randint(1, 250, (1,), generator=gen))
+        k, block = int(torch.randint(1, 40, (1,), generator=gen)), int(torch.randint(1, 60, (1,), generator=gen))
+        if case == "gaussian":
+            scores = torch.randn(rows, columns, generator=gen)
+        else:
+            levels = int(torch.randint(1, 9, (1,), generator=gen))
+            scores = torch.randint(0, levels, (rows, columns), generator=gen).float()
+        if case == "ascending":
+            scores = torch.sort(scores + torch.randn(rows, columns, generator=gen) * (trial % 2), dim=1).values
+        if case == "infinities":
+            draw = torch.rand(rows, columns, generator=gen)
+            scores[(draw > 0.5) & (draw < 0.53)] = float("inf")
+            scores[(draw > 0.6) & (draw < 0.63)] = float("-inf")
+        running = RunningTopK(k)
+        for start in range(0, columns, block):
+            running.add(0, scores[:, start : start + block], start)
+        got_scores, got_indices = running.result()
+        expected_scores, expected_indices = _naive_running_topk(scores, k)
+        assert torch.equal(got_indices, expected_indices), (case, trial)
+        assert torch.equal(got_scores, expected_scores), (case, trial)

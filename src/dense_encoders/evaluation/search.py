@@ -27,6 +27,8 @@ ArrayLike = Union[torch.Tensor, np.ndarray]
 
 BACKENDS = ("exact", "faiss")
 NORMALIZE_EPS = 1e-12  # the eps of the L2 normalisation of cosine similarity
+# past this many candidates per k in one query of one block, RunningTopK takes the block's own top-k first
+CANDIDATES_PER_K = 4
 
 
 def _to_float_matrix(x: Any, name: str) -> torch.Tensor:
@@ -102,12 +104,50 @@ def _stable_sort_rows(scores: torch.Tensor, indices: torch.Tensor) -> tuple[torc
 def _stable_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k of each row (column positions), ordered by (-score, position).
 
-    Uses ``torch.topk`` (fast) and falls back to a stable full sort only on rows where a tie
-    straddles the k-th place, since ``torch.topk`` may then pick a later position.
+    The k-th score of each row comes from an unsorted ``torch.topk``; every score at or above it is a candidate
+    (:func:`_candidates_in_order`, in position order, then a stable sort by score), so that a tie across the k-th
+    place keeps the lower positions. Rows with a NaN go :func:`_stable_topk_with_nan`.
     """
     num_cols = scores.shape[1]
     if k >= num_cols:
         return torch.sort(scores, dim=1, descending=True, stable=True)
+    kth = torch.topk(scores, k, dim=1, largest=True, sorted=False).values.min(dim=1, keepdim=True).values
+    # "not below the k-th score": a NaN is a candidate here, and sends the block the NaN way
+    candidates = _candidates_in_order(scores, torch.logical_not(scores < kth))
+    if candidates is None:
+        return _stable_topk_with_nan(scores, k)
+    values, positions, _ = candidates
+    return values[:, :k].contiguous(), positions[:, :k].contiguous()
+
+
+def _candidates_in_order(scores: torch.Tensor, chosen: torch.Tensor, *, most_allowed: int | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The ``chosen`` entries of each row of ``scores``, ordered by (-score, position): ``(values, positions,
+    counts)``, rows padded with ``-inf`` (position ``-1``) to the largest count. None when a chosen score is NaN, or
+    when a row has more than ``most_allowed`` of them."""
+    num_rows, num_columns = scores.shape
+    flat = chosen.reshape(-1).nonzero().squeeze(1)  # row-major: each row's entries in position order
+    values = scores.reshape(-1).index_select(0, flat)
+    rows = torch.div(flat, num_columns, rounding_mode="floor")
+    counts = torch.bincount(rows, minlength=num_rows)
+    most = int(counts.max()) if num_rows else 0
+    if (most_allowed is not None and most > most_allowed) or bool(torch.isnan(values).any()):
+        return None
+    slots = torch.arange(flat.numel(), device=flat.device) - (torch.cumsum(counts, dim=0) - counts)[rows]
+    padded = rows * most + slots
+    padded_values = scores.new_full((num_rows * most,), float("-inf"))
+    padded_values.index_copy_(0, padded, values)
+    positions = torch.full((num_rows * most,), -1, dtype=torch.int64, device=scores.device)
+    positions.index_copy_(0, padded, flat - rows * num_columns)
+    # a stable sort keeps position order among equal scores; the padding sorts after every entry
+    padded_values, order = torch.sort(padded_values.view(num_rows, most), dim=1, descending=True, stable=True)
+    return padded_values, torch.gather(positions.view(num_rows, most), 1, order), counts
+
+
+def _stable_topk_with_nan(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_stable_topk` for rows holding NaN scores, ranked as ``torch.topk`` and ``torch.sort`` rank them
+    (above every number): ``torch.topk``, then a stable full sort of the rows where a tie straddles the k-th
+    place."""
     values, positions = torch.topk(scores, k, dim=1, largest=True, sorted=True)
     values, positions = _stable_sort_rows(values, positions)
     kth = values[:, -1:]
@@ -121,25 +161,75 @@ def _stable_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
 
 
 class RunningTopK:
-    """The best ``k`` documents of every query, updated one scored block at a time: a block's own top-k,
-    merged into the running one by a stable sort of [running, block], so that among equal scores the lower
-    document index stays first. The blocks of one query range must come in increasing document order (query
-    ranges may interleave: :func:`exact_search` goes query range by query range, a search over stored shards
-    shard by shard)."""
+    """The best ``k`` documents of every query, updated one scored block at a time, so that among equal scores
+    the lower document index stays first. The blocks of one query range must come in increasing document order
+    (query ranges may interleave: :func:`exact_search` goes query range by query range, a search over stored
+    shards shard by shard).
+
+    Once a query range holds ``k`` documents, a block only matters where it beats the running ``k``-th score:
+    a later document that ties with it ranks after it. Those candidates are taken with one comparison over the
+    block (``score > threshold``), come out in document order per query, are ordered by a stable sort of the
+    few of them, and are merged into the running list with :func:`torch.searchsorted`. This is the work of a
+    reservoir (faiss's heaps) in tensor operations: past the first blocks, a block costs about one pass over its
+    scores beside its matrix product. A block with more candidates than ``k`` in some query, a NaN score, or a
+    range not yet full goes the general way: the block's own top-k (:func:`_stable_topk`) merged by a stable
+    sort. Both give the same order: descending score, then ascending document index."""
 
     def __init__(self, k: int):
         self.k = k
         self._best: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def add(self, query_start: int, block_scores: torch.Tensor, document_offset: int) -> None:
+        best = self._best.get(query_start)
+        if best is not None and best[0].shape[1] == self.k:
+            merged = self._merge_above_threshold(best, block_scores, document_offset)
+            if merged is not None:
+                self._best[query_start] = merged
+                return
         scores, positions = _stable_topk(block_scores, self.k)
         indices = positions + document_offset
-        if query_start in self._best:
-            best_scores, best_indices = self._best[query_start]
+        if best is not None:
+            best_scores, best_indices = best
             candidates, order = torch.sort(torch.cat([best_scores, scores], dim=1), dim=1, descending=True, stable=True)
             scores = candidates[:, : self.k]
             indices = torch.gather(torch.cat([best_indices, indices], dim=1), 1, order[:, : self.k])
         self._best[query_start] = (scores, indices)
+
+    def _merge_above_threshold(self, best: tuple[torch.Tensor, torch.Tensor], block_scores: torch.Tensor,
+                               document_offset: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The running ``(scores, indices)`` with the block's documents that beat each query's ``k``-th score
+        merged in; ``best`` itself when none does; None when the block must go the general way (a NaN score, or
+        a query with more than ``CANDIDATES_PER_K * k`` candidates in the block)."""
+        best_scores, best_indices = best
+        threshold = best_scores[:, -1:]
+        if bool(torch.isnan(threshold).any()):
+            return None
+        # "not at most the threshold": a NaN score is a candidate here, and sends the block the general way
+        candidates = _candidates_in_order(block_scores, torch.logical_not(block_scores <= threshold),
+                                          most_allowed=CANDIDATES_PER_K * self.k)
+        if candidates is None:
+            return None
+        candidate_scores, candidate_indices, counts = candidates
+        most = candidate_scores.shape[1]
+        if most == 0:
+            return best
+        candidate_indices = torch.where(candidate_indices >= 0, candidate_indices + document_offset, -1)
+        num_rows, k = block_scores.shape[0], self.k
+        # merge two lists sorted by (-score, index): candidate j goes after the running entries of its score or
+        # more (lower document indices), i.e. to place (their number) + j; running entry i moves down by the
+        # number of candidates placed before it. Places past k land in a spare column k and are dropped.
+        before = torch.searchsorted(-best_scores.contiguous(), -candidate_scores, right=True)
+        ranks = torch.arange(most, device=before.device)
+        valid = ranks < counts[:, None]
+        candidate_places = torch.where(valid, before + ranks, k).clamp_(max=k)
+        inserted = torch.zeros((num_rows, k + 1), dtype=torch.int64, device=before.device)
+        inserted.scatter_add_(1, torch.where(valid, before, k), valid.to(torch.int64))
+        best_places = (torch.arange(k, device=before.device) + torch.cumsum(inserted, dim=1)[:, :k]).clamp_(max=k)
+        merged_scores = best_scores.new_empty((num_rows, k + 1))
+        merged_indices = best_indices.new_empty((num_rows, k + 1))
+        merged_scores.scatter_(1, best_places, best_scores).scatter_(1, candidate_places, candidate_scores)
+        merged_indices.scatter_(1, best_places, best_indices).scatter_(1, candidate_places, candidate_indices)
+        return merged_scores[:, :k].contiguous(), merged_indices[:, :k].contiguous()
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scores, indices)`` ``[Q, min(k, documents seen)]``, query ranges in order."""
