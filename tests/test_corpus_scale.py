@@ -24,7 +24,7 @@ from dense_encoders.data.embedding_shards import (
     text_source,
 )
 from dense_encoders.data.format import DataFormatError
-from dense_encoders.data.runs import read_trec_run
+from dense_encoders.data.runs import read_trec_run, write_trec_run
 from dense_encoders.evaluation.corpus_encoding import encode_corpus, my_shards
 from dense_encoders.evaluation.encoding import RetrievalEncoder
 from dense_encoders.evaluation.search import exact_search
@@ -464,6 +464,36 @@ def test_streamed_search_equals_the_in_memory_search(tmp_path, similarity):
         reference = exact_search(queries, documents, k, similarity=similarity, document_chunk_size=chunk,
                                  query_chunk_size=16)
         assert torch.equal(streamed[1], reference[1]) and torch.equal(streamed[0], reference[0])
+
+
+@pytest.mark.parametrize("corpus_kind", ["exact", "faiss"])
+def test_the_search_commands_run_file_is_the_run_dict_written_as_every_run_is(tmp_path, corpus_kind):
+    # search writes straight from the top-k (ranked_from_topk + write_ranked_trec_run); the bytes must be those of
+    # the run dict {query: {doc: score}} built by hand and written by write_trec_run (descending score, ties by
+    # doc id). Integer vectors make most scores tie, and the ids' string order is not the row order ("d10" < "d2").
+    rng = np.random.default_rng(3)
+    documents = rng.integers(-1, 2, size=(300, 4)).astype(np.float32)
+    queries = rng.integers(-1, 2, size=(9, 4)).astype(np.float32)
+    ids = [f"d{i}" for i in range(300)]
+    shards = save_embedding_shards(tmp_path / "emb", documents, ids, shard_size=70, settings={"similarity": "dot"})
+    save_embedding_shards(tmp_path / "q", queries, [f"q{i}" for i in range(9)], shard_size=70,
+                          settings={"similarity": "dot", "side": "query"})
+    corpus = tmp_path / "emb"
+    if corpus_kind == "faiss":
+        corpus = build_faiss_index(shards, "Flat", tmp_path / "flat.faiss")
+    k = 400 if corpus_kind == "faiss" else 40  # past the corpus: FAISS pads with -1
+    assert main(["search", str(corpus), str(tmp_path / "q"), "--k", str(k), "--output", str(tmp_path / "run.trec"),
+                 "--no-progress"]) == 0
+    if corpus_kind == "faiss":
+        index, record, _ = open_faiss_index(corpus)
+        scores, indices = search_faiss_index(index, record, queries, k)
+    else:
+        scores, indices = exact_search(queries, documents, k, similarity="dot")
+    by_hand = {f"q{row}": {ids[int(i)]: float(s) for s, i in zip(np.asarray(scores[row]), np.asarray(indices[row]))
+                           if i >= 0} for row in range(9)}
+    assert len(by_hand["q0"]) == min(k, 300)
+    write_trec_run(by_hand, tmp_path / "by_hand.trec", tag="dense-encoders")
+    assert (tmp_path / "run.trec").read_bytes() == (tmp_path / "by_hand.trec").read_bytes()
 
 
 def test_faiss_flat_equals_exact_and_ivfpq_reaches_recall(tmp_path):

@@ -178,8 +178,8 @@ def build_search_parser():
 def search(argv: list[str]) -> int:
     # slow to import (sentence_transformers via evaluation, torch): only when the command runs
     from ..data.embedding_shards import EmbeddingShards
-    from ..data.runs import write_trec_run
-    from ..evaluation.shard_search import open_faiss_index, run_from_topk, search_faiss_index, search_shards
+    from ..data.runs import write_ranked_trec_run
+    from ..evaluation.shard_search import open_faiss_index, ranked_from_topk, search_faiss_index, search_shards
 
     options = parse(build_search_parser(), argv)
     check_device(options.device)
@@ -198,20 +198,20 @@ def search(argv: list[str]) -> int:
             raise ValueError("--nprobe / --ef-search apply to a FAISS index, not to exact search over shards")
         scores, indices = search_shards(query_embeddings, documents, options.k, similarity=options.similarity,
                                         device=options.device or "cpu", show_progress_bar=not options.no_progress)
-    run = run_from_topk(query_ids, documents, scores, indices)
-    write_trec_run(run, options.output, tag=options.tag)
-    print(_written(run, options.k, documents.count, options.output), file=sys.stderr)
+    ranked = ranked_from_topk(query_ids, documents, scores, indices)
+    write_ranked_trec_run(ranked, options.output, tag=options.tag)
+    print(_written(ranked, options.k, documents.count, options.output), file=sys.stderr)
     return 0
 
 
-def _written(run: dict, k: int, count: int, output) -> str:
+def _written(ranked: list, k: int, count: int, output) -> str:
     """What ``search`` wrote: the documents per query as they are in the run, and why fewer than ``--k``."""
-    lengths = sorted({len(documents) for documents in run.values()}) or [0]
+    lengths = sorted({len(doc_ids) for _, doc_ids, _ in ranked}) or [0]
     top = str(lengths[0]) if len(lengths) == 1 else f"{lengths[0]} to {lengths[-1]}"
     why = ""
     if lengths[-1] < k:
         why = f" (--k {k}: the corpus holds {count})" if count < k else f" (--k {k}: the index returned fewer)"
-    return f"Wrote the top {top} documents of {len(run)} queries over {count} documents to {output}{why}"
+    return f"Wrote the top {top} documents of {len(ranked)} queries over {count} documents to {output}{why}"
 
 
 def _queries_for(documents, options):

@@ -473,7 +473,7 @@ class EmbeddingShards:
 
     def ids_at(self, positions) -> dict[int, str]:
         """The ids at the given global row positions (one pass over the ids files)."""
-        wanted = sorted(set(int(p) for p in positions))
+        wanted = np.unique(np.asarray(positions, dtype=np.int64)).tolist()
         found, cursor = {}, 0
         for offset, identifier in enumerate(self.ids()):
             while cursor < len(wanted) and wanted[cursor] == offset:

@@ -95,10 +95,34 @@ def search_shards(
 
 def run_from_topk(query_ids: list[str], documents: EmbeddingShards, scores, indices) -> dict[str, dict[str, float]]:
     """``{query id: {doc id: score}}`` from global row indices (``-1``, FAISS's padding, skipped)."""
+    return {query_id: dict(zip(doc_ids, row_scores))
+            for query_id, doc_ids, row_scores in ranked_from_topk(query_ids, documents, scores, indices)}
+
+
+def ranked_from_topk(query_ids: list[str], documents: EmbeddingShards, scores, indices
+                     ) -> list[tuple[str, list[str], list[float]]]:
+    """``(query id, doc ids, scores)`` per query from global row indices (``-1``, FAISS's padding, skipped), in the
+    order of every run we write (descending score, ties by doc id), for
+    :func:`dense_encoders.data.runs.write_ranked_trec_run`. A top-k comes best first with ties by row; only rows
+    where two neighbours tie are sorted again."""
     scores, indices = np.asarray(scores), np.asarray(indices)
-    ids = documents.ids_at(indices[indices >= 0].ravel())
-    return {query_id: {ids[int(i)]: float(s) for s, i in zip(row_scores, row_indices) if i >= 0}
-            for query_id, row_scores, row_indices in zip(query_ids, scores, indices)}
+    found = indices >= 0
+    positions = np.unique(indices[found])
+    lookup = documents.ids_at(positions)
+    ids = np.empty(len(positions), dtype=object)
+    ids[:] = [lookup[int(position)] for position in positions]
+    # each row's ids through its place among the positions found
+    row_ids = np.full(indices.shape, None, dtype=object)
+    row_ids[found] = ids[np.searchsorted(positions, indices[found])]
+    tied = (scores[:, 1:] == scores[:, :-1]).any(axis=1) if scores.shape[1] > 1 else np.zeros(len(scores), bool)
+    ranked = []
+    for query_id, row_scores, row_doc_ids, row_found, row_tied in zip(query_ids, scores.tolist(), row_ids,
+                                                                       found, tied):
+        pairs = list(zip(row_doc_ids[row_found].tolist(), np.asarray(row_scores)[row_found].tolist()))
+        if row_tied:
+            pairs.sort(key=lambda pair: (-pair[1], pair[0]))
+        ranked.append((query_id, [doc_id for doc_id, _ in pairs], [score for _, score in pairs]))
+    return ranked
 
 
 # ------------------------------------------------------------------------------------------------ FAISS
@@ -223,6 +247,7 @@ __all__ = [
     "check_compatible",
     "load_query_embeddings",
     "open_faiss_index",
+    "ranked_from_topk",
     "run_from_topk",
     "search_faiss_index",
     "search_shards",
