@@ -163,6 +163,7 @@ def layerwise_analysis(
     pair_scale: float | None = None,
     trust_remote_code: bool = False,
     overwrite_output_dir: bool = False,
+    revision: str | None = None,
 ) -> dict:
     """Per-layer Hits@10 / MRR@10 of ``cross_encoder`` and ``dual_encoder`` on each dataset (a folder or Hub id
     that runs code of its own is refused unless ``trust_remote_code``).
@@ -173,7 +174,8 @@ def layerwise_analysis(
 
     ``pair_threshold`` / ``pair_scale`` apply to the graded pairs files among ``datasets`` (the paper's STSB
     task, :func:`~dense_encoders.data.retrieval.load_graded_pairs`); a graded dataset's rows are named
-    ``name (split)``, the split naming the threshold.
+    ``name (split)``, the split naming the threshold. A dataset may be a Hub dataset id (``BeIR/scifact``), read
+    at ``revision`` (:func:`~dense_encoders.data.retrieval.load_dataset_for_evaluation`).
 
     Returns ``{"rows": [{dataset, encoder, layer, hits@10, mrr@10}], "t_tests": [{layer, measure,
     t, p, datasets}]}``; with ``output_dir``: ``layerwise.csv``, ``layerwise.json``, ``layerwise.png``.
@@ -191,7 +193,7 @@ def layerwise_analysis(
     for source, is_graded in zip(datasets, graded):
         pair_options = {"pair_threshold": pair_threshold, "pair_scale": pair_scale} if is_graded else {}
         dataset = source if isinstance(source, RetrievalDataset) else load_dataset_for_evaluation(
-            source, split, **pair_options)
+            source, split, revision=revision, **pair_options)
         label = f"{dataset.name} ({dataset.split})" if "pair_threshold" in dataset.extra else dataset.name
         queries, documents = dataset.query_texts(), dataset.document_texts()
         options = {"batch_size": batch_size, "max_length": max_length, "show_progress_bar": show_progress_bar,
