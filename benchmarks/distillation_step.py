@@ -514,7 +514,8 @@ def format_report(results: dict) -> str:
          f"transformers={c['transformers']}  python={c['python']}"),
         (f"batch: {c['queries']} queries x {c['query_length']} tokens + {documents} documents "
          f"({c['docs_per_query']} per query) x {c['doc_length']} tokens, no padding; losses {c['losses']}"),
-        (f"step: DistillationTrainer.training_step (forward + loss + backward) + clip_grad_norm_ {c['max_grad_norm']:g} "
+        (f"step: DistillationTrainer.training_step (forward + loss + backward) + clip_grad_norm_ "
+         f"{c['max_grad_norm']:g} "
          f"+ {c['optimizer']} (lr {c['learning_rate']:g}) step + zero_grad; dropout on"),
         (f"timing: {c['warmup']} warm-up step(s) per model, then {c['rounds']} rounds x {c['steps']} step(s) per "
          "model, models interleaved (rotating order); steps/s = median round, range = min-max round"),
@@ -524,7 +525,8 @@ def format_report(results: dict) -> str:
         lines.append(
             f"CPU pressure (PSI some avg10) after each round: median {statistics.median(samples):.0f}%, max "
             f"{max(samples):.0f}%" + ("" if max(samples) < 20 else
-                                      "  <- OTHER JOBS COMPETED FOR THE CORES: ratios are unreliable; rerun on idle cores")
+                                      "  <- OTHER JOBS COMPETED FOR THE CORES: ratios are unreliable; "
+                                      "rerun on idle cores")
         )
     lines += [f"timed part: {c['timed_seconds']:.0f} s", ""]
 

@@ -82,7 +82,8 @@ def make_batches(num_texts: int, batch_size: int, seed: int, device: torch.devic
 
 def encode(model, ids, mask):
     output = model(input_ids=ids, attention_mask=mask)
-    return output.pooler_output if isinstance(model, InfusedDualEncoderModel) else mean_pool(output.last_hidden_state, mask)
+    return (output.pooler_output if isinstance(model, InfusedDualEncoderModel)
+            else mean_pool(output.last_hidden_state, mask))
 
 
 def main() -> None:

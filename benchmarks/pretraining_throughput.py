@@ -52,14 +52,14 @@ try:  # allow running from a checkout without `pip install -e .`
 except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import transformers
 import torch.nn.functional as F
+import transformers
 from transformers import BertConfig, BertForMaskedLM
 from transformers.modeling_outputs import MaskedLMOutput
 
 from dense_encoders.models.condenser.modeling_condenser import CoCondenserForPreTraining, CondenserForPreTraining
 from dense_encoders.models.condenser.presets import CONDENSER_PRESETS, condenser_preset
-from dense_encoders.trainer.pretraining import PreTrainingTrainer, PreTrainingArguments
+from dense_encoders.trainer.pretraining import PreTrainingArguments, PreTrainingTrainer
 
 VOCAB_SIZE = 30522  # bert-base-uncased
 PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 101, 102, 103
@@ -104,7 +104,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--preset", default="small", choices=sorted(CONDENSER_PRESETS), help="Condenser config preset.")
-    parser.add_argument("--batch-size", type=int, default=32, help="Rows per batch (coCondenser: spans, 2 per document).")
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="Rows per batch (coCondenser: spans, 2 per document).")
     parser.add_argument("--seq-len", type=int, default=128, help="Tokens per row incl. [CLS]/[SEP].")
     parser.add_argument("--steps", type=int, default=4, help="Timed optimizer steps per model per round.")
     parser.add_argument("--warmup", type=int, default=2, help="Untimed optimizer steps per model before timing.")
@@ -396,7 +397,8 @@ def format_table(results: dict) -> str:
     lines = [
         f"preset={c['preset']}  layers={c['layers']} (+{c['head_layers']} head, skip_from={c['skip_from']})  "
         f"hidden={c['hidden']}  heads={c['heads']}  ffn={c['intermediate']}  vocab={c['vocab']}",
-        f"batch={c['batch_size']}  seq_len={c['seq_len']}  non-padding tokens/step={c['non_padding_tokens_per_step']:.0f} "
+        f"batch={c['batch_size']}  seq_len={c['seq_len']}  "
+        f"non-padding tokens/step={c['non_padding_tokens_per_step']:.0f} "
         f"({c['padding_fraction']:.1%} padding)  grad-cache chunk={c['grad_cache_chunk']}",
         f"device={c['device']}  dtype={c['dtype']}  threads={c['threads']}  attention={c['attention']}  "
         f"torch={c['torch']}  transformers={c['transformers']}",

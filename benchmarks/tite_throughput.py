@@ -84,7 +84,6 @@ import transformers
 from transformers import BertConfig, BertModel
 
 from dense_encoders.benchmarking import (  # the FLOP bound, workloads and summaries shared with `dense-encoders bench`
-    workload_stats,
     LONG_FRACTION,
     LONG_MEDIAN,
     LONG_SIGMA,
@@ -99,6 +98,7 @@ from dense_encoders.benchmarking import (  # the FLOP bound, workloads and summa
     make_batches,
     summarize,
     tite_macs,
+    workload_stats,
 )
 from dense_encoders.models.tite.modeling_tite import TiteModel
 from dense_encoders.models.tite.presets import TITE_PRESETS, tite_preset
@@ -138,7 +138,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="fp32, or bf16 autocast (weights stay fp32). Default: fp32 on cpu, bf16 on cuda.",
     )
     parser.add_argument("--rounds", type=int, default=3, help="Interleaved timed rounds; the median is reported.")
-    parser.add_argument("--warmup", type=int, default=1, help="Untimed warm-up passes per model (first query batch + 4 texts of the first document batch).")
+    parser.add_argument("--warmup", type=int, default=1, help="Untimed warm-up passes per model (first query batch "
+                        "+ 4 texts of the first document batch).")
     parser.add_argument("--num-queries", type=int, default=128, help="Queries (32 tokens each) per round.")
     parser.add_argument("--query-batch", type=int, default=64, help="Queries per batch.")
     parser.add_argument("--num-docs", type=int, default=48, help="Documents (length mix up to 512) per round.")
@@ -271,7 +272,8 @@ def run(args: argparse.Namespace) -> dict:
         "documents": (doc_lengths, make_batches(doc_lengths, args.doc_batch, generator)),
     }
     rows, bert_config = build_rows(args, device)
-    moved = {name: [{k: v.to(device) for k, v in b.items()} for b in batches] for name, (_, batches) in workloads.items()}
+    moved = {name: [{k: v.to(device) for k, v in b.items()} for b in batches]
+             for name, (_, batches) in workloads.items()}
     print(f"built {len(rows)} models; warming up", file=sys.stderr, flush=True)
     for row in rows:
         for batch in warmup_batches(moved, args.warmup):
@@ -389,8 +391,8 @@ def format_report(results: dict) -> str:
         lines.append(
             f"CPU pressure (PSI some avg10) after each timed pass: median {statistics.median(samples):.0f}%, max "
             f"{max(samples):.0f}%" + ("" if max(samples) < 20 else
-                                      "  <- OTHER JOBS COMPETED FOR THE CORES: TITE ratios are understated; rerun on idle "
-                                      "cores, or with --threads 1")
+                                      "  <- OTHER JOBS COMPETED FOR THE CORES: TITE ratios are understated; "
+                                      "rerun on idle cores, or with --threads 1")
         )
     lines.append(f"timed part: {c['timed_seconds']:.0f} s")
     lines.append("")
@@ -406,7 +408,8 @@ def format_report(results: dict) -> str:
                 f">={row['target']:g}x {'met' if row['meets_target'] else 'MISSED'}"
             )
             body.append([
-                row["model"] + ("" if row["attention"] == "sdpa" or row["model"] == BERT_ROW else f" ({row['attention']})"),
+                row["model"]
+                + ("" if row["attention"] == "sdpa" or row["model"] == BERT_ROW else f" ({row['attention']})"),
                 f"{row['texts_per_s']:.1f}",
                 f"{row['texts_per_s_min']:.1f}-{row['texts_per_s_max']:.1f}",
                 f"{row['ratio_to_bert']:.2f}x",
@@ -420,7 +423,8 @@ def format_report(results: dict) -> str:
         lines += render_table(header, body) + [""]
     lines += [
         "vs BERT = texts/s / BERT's texts/s; FLOP-bound = BERT MACs / model MACs at real lengths; efficiency = vs BERT",
-        "/ FLOP-bound; bound vs padded BERT = BERT's MACs on the padded batches (what BertModel computes) / model MACs.",
+        "/ FLOP-bound; bound vs padded BERT = BERT's MACs on the padded batches (what BertModel computes) "
+        "/ model MACs.",
         "",
         f"command: {results['command']}",
     ]

@@ -10,9 +10,9 @@
 3. nDCG@10 on SciFact TEST, through the evaluation harness, for the teacher, the 2-layer student
    before distillation, and after.
 
-Usage (repository root; SciFact in ../shared/data, or --data)::
+Usage (repository root; ``--data``: SciFact as a BEIR folder, e.g. BEIR's ``scifact.zip`` unpacked)::
 
-    python examples/distill_scifact.py --work-dir runs/distill-scifact
+    python examples/distill_scifact.py --data scifact --work-dir runs/distill-scifact
 
 About 15 minutes on 2 CPU cores, most of it encoding the 5,183 SciFact documents three times
 (embeddings are cached in --work-dir, so a rerun only retrains and re-evaluates the student).
@@ -28,6 +28,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 
+from dense_encoders.data.distillation import run_to_training_file  # noqa: E402
 from dense_encoders.data.retrieval import load_beir  # noqa: E402
 from dense_encoders.evaluation import evaluate_retrieval  # noqa: E402
 from dense_encoders.trainer.distillation import (  # noqa: E402
@@ -36,12 +37,12 @@ from dense_encoders.trainer.distillation import (  # noqa: E402
     build_student,
     distill,
 )
-from dense_encoders.data.distillation import run_to_training_file  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(REPO_ROOT.parent / "shared" / "data" / "beir-scifact"))
+    parser.add_argument("--data", required=True, help="A BEIR folder of SciFact: corpus.jsonl, queries.jsonl, "
+                        "qrels/train.tsv and qrels/test.tsv (BEIR's scifact.zip, unpacked).")
     parser.add_argument("--work-dir", default="runs/distill-scifact")
     parser.add_argument("--top-k", type=int, default=30, help="Teacher-scored documents per train query.")
     parser.add_argument("--losses", default="margin_mse+kl+infonce")
@@ -101,7 +102,8 @@ def main() -> None:
         throughput = results.throughput["documents_per_s"]
         rows.append((name, results.metrics["ndcg@10"], results.metrics["recall@100"], throughput))
     lines = ["| model | nDCG@10 | Recall@100 | documents/s |", "|:--|--:|--:|--:|"]
-    lines += [f"| {n} | {ndcg:.4f} | {recall:.4f} | {tp:.1f} |" if tp else f"| {n} | {ndcg:.4f} | {recall:.4f} | cached |"
+    lines += [f"| {n} | {ndcg:.4f} | {recall:.4f} | {tp:.1f} |" if tp
+              else f"| {n} | {ndcg:.4f} | {recall:.4f} | cached |"
               for n, ndcg, recall, tp in rows]
     state = json.loads((work / "student" / "trainer_state.json").read_text())
     runtime = next((h["train_runtime"] for h in state["log_history"] if "train_runtime" in h), float("nan"))

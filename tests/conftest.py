@@ -34,11 +34,39 @@ if os.environ.get("DENSE_ENCODERS_DETERMINISTIC", "") not in ("", "0"):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
 
-import dense_encoders  # noqa: F401,E402  (registers the Auto classes)
-from dense_encoders import CondenserConfig  # noqa: E402
 from transformers import BertConfig  # noqa: E402
 
+import dense_encoders  # noqa: F401,E402  (registers the Auto classes)
+from dense_encoders import CondenserConfig  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+TITE_AUTHORS = FIXTURES / "tite_authors" / "late"  # a checkpoint the TITE authors' code wrote (its README)
+
+# Real datasets are not part of the repository: tests that need one read it from the folder this variable
+# names (the folder holding beir-scifact/, msmarco-sample/, ..., each in BEIR layout) and skip without it.
+TEST_DATA_VARIABLE = "DENSE_ENCODERS_TEST_DATA"
+
+
+def dataset_folder(name: str) -> tuple[Path | None, str]:
+    """The dataset folder ``name`` under $DENSE_ENCODERS_TEST_DATA, or None and why it is not there. A variable
+    that names no folder is an error, not a skip (a misspelt path would otherwise skip these tests unseen)."""
+    root = os.environ.get(TEST_DATA_VARIABLE, "")
+    if not root:
+        return None, (f"needs the dataset {name}/: set {TEST_DATA_VARIABLE} to the folder holding it "
+                      "(beir-scifact/, msmarco-sample/, ... in BEIR layout)")
+    if not Path(root).is_dir():
+        raise pytest.UsageError(f"{TEST_DATA_VARIABLE}={root} is not a folder")
+    folder = Path(root) / name
+    if not folder.is_dir():
+        return None, f"needs the dataset {name}/, which {TEST_DATA_VARIABLE}={root} does not hold"
+    return folder, ""
+
+
+def needs_test_data(name: str) -> pytest.MarkDecorator:
+    """Skips the test, with the reason, unless $DENSE_ENCODERS_TEST_DATA holds the dataset ``name``."""
+    folder, reason = dataset_folder(name)
+    return pytest.mark.skipif(folder is None, reason=reason)
 
 
 def pytest_sessionfinish(session, exitstatus):

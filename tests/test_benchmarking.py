@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import dataset_folder, needs_test_data
 from transformers import BertConfig
 
 from dense_encoders.benchmarking import (
@@ -134,8 +135,8 @@ def test_report_has_one_entry_per_row(report):
         "DE-2 (from a 4-layer BERT 4x32 cross-encoder)",
     ]
     assert [row["model"] for row in report["rows"]] == expected
-    assert [row["kind"] for row in report["rows"]] == ["baseline", "baseline_sorted", "condenser", "tite", "tite", "source",
-                                                      "infused"]
+    assert [row["kind"] for row in report["rows"]] == ["baseline", "baseline_sorted", "condenser", "tite", "tite",
+                                                      "source", "infused"]
     assert all(row["attention"] == "sdpa" for row in report["rows"])
     for name in ("queries", "documents"):
         assert [row["model"] for row in report["workloads"][name]["rows"]] == expected
@@ -234,7 +235,6 @@ def test_cli_lists_bench(capsys):
 # real lengths (--lengths-from / --save-lengths), length-sorted baseline, precision, CUDA-only parts
 # ------------------------------------------------------------------------------------------
 
-MSMARCO_SAMPLE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "msmarco-sample"
 LONG_TEXT = " ".join(["retrieval"] * 50 + ["encoders"] * 600)  # > 512 WordPieces
 TINY_CORPUS = [
     {"_id": "d1", "title": "Fahrenheit", "text": "Daniel Gabriel Fahrenheit invented the mercury thermometer."},
@@ -439,13 +439,15 @@ def test_lengths_errors(tmp_path, capsys):
     assert not (tmp_path / "x.json").exists()
 
 
-@pytest.mark.skipif(not (MSMARCO_SAMPLE / "corpus.jsonl").is_file(), reason="shared/data/msmarco-sample is absent")
+@needs_test_data("msmarco-sample")
 def test_msmarco_sample_lengths(wordpiece):
-    lengths = load_lengths(MSMARCO_SAMPLE)
+    """The 50 TREC DL queries and 5,000 MS MARCO passages of msmarco-sample (BEIR layout)."""
+    msmarco_sample = dataset_folder("msmarco-sample")[0]
+    lengths = load_lengths(msmarco_sample)
     assert (len(lengths["documents"]), len(lengths["queries"])) == (5000, 50)
     assert max(lengths["documents"]) <= 512 and max(lengths["queries"]) <= 32
     assert 40 < statistics.mean(lengths["documents"]) < 150  # MS MARCO passages: about 80 WordPieces
-    with open(MSMARCO_SAMPLE / "corpus.jsonl") as handle:
+    with open(msmarco_sample / "corpus.jsonl") as handle:
         first = [json.loads(next(handle)) for _ in range(20)]
     expected = [_by_hand(wordpiece, f"{d['title'].strip()} {d['text'].strip()}".strip(), 512) for d in first]
     assert lengths["documents"][:20] == expected

@@ -16,10 +16,9 @@ import torch
 from safetensors.numpy import save_file
 from transformers import BertConfig, BertModel
 
-from dense_encoders.cli import main
-from dense_encoders.data.retrieval import RetrievalDataset
-from dense_encoders.evaluation import RetrievalEncoder, evaluate_retrieval
 from dense_encoders.checkpoints.weights import CheckpointWeightsError
+from dense_encoders.cli import main
+from dense_encoders.evaluation import RetrievalEncoder, evaluate_retrieval
 
 DOCUMENTS = [
     "dense retrieval encodes queries and documents into vectors",

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO_ROOT, cpu_only_env
 
 from dense_encoders import cli
 from dense_encoders.cli.arguments import normalize_flags, parse
-
-from conftest import REPO_ROOT, cpu_only_env
 
 
 def test_config_file_becomes_flags_that_the_command_line_overrides(tmp_path):

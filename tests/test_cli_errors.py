@@ -9,10 +9,9 @@ import sys
 
 import pytest
 import torch
+from conftest import REPO_ROOT, cpu_only_env
 
 from dense_encoders import cli
-
-from conftest import REPO_ROOT, cpu_only_env
 
 
 def run_main(argv):
@@ -93,8 +92,10 @@ def test_hub_id_is_passed_on_to_the_hub(beir, capsys, monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-@pytest.mark.parametrize("device,message", [("cuda", "--device cuda: CUDA is not available"),
-                                            ("gpu", "--device gpu: not a device; choose one of cpu, cuda, cuda:N, mps")])
+@pytest.mark.parametrize("device,message", [
+    ("cuda", "--device cuda: CUDA is not available"),
+    ("gpu", "--device gpu: not a device; choose one of cpu, cuda, cuda:N, mps"),
+])
 def test_device(device, message, tmp_path, beir, capsys, no_loading):
     model = tmp_path / "model"
     model.mkdir()

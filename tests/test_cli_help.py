@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO_ROOT, cpu_only_env
 
 from dense_encoders import cli
 from dense_encoders.cli.arguments import DashedHelpFormatter, expand_recipe, normalize_flags, shown_default
@@ -22,8 +23,6 @@ from dense_encoders.settings.pretraining import (
     preset_help,
     unread_fields,
 )
-
-from conftest import REPO_ROOT, cpu_only_env
 
 # every help there is: the top level, each subcommand, and pre-training's per architecture
 HELPS = [[]] + [[command] for command in cli.COMMANDS] + [["pretrain", name] for name in ARCHITECTURE_NAMES]

@@ -14,8 +14,7 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
 
 from dense_encoders import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
-from dense_encoders.models.condenser import span_contrastive_loss
-from dense_encoders.models.condenser import modeling_condenser
+from dense_encoders.models.condenser import modeling_condenser, span_contrastive_loss
 
 # ---------------------------------------------------------------------------- configuration
 

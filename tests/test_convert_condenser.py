@@ -30,8 +30,7 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
 
 from dense_encoders import CoCondenserForPreTraining, CondenserForPreTraining, CondenserModel
-from dense_encoders.checkpoints import ConversionError, convert_checkpoint
-from dense_encoders.checkpoints import condenser_reference
+from dense_encoders.checkpoints import ConversionError, condenser_reference, convert_checkpoint
 from dense_encoders.checkpoints.folder import publishing_problems
 from dense_encoders.models.condenser import modeling_condenser
 

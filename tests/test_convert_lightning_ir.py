@@ -16,7 +16,7 @@ format as Lightning IR's source (github.com/webis-de/lightning-ir) defines it:
 * encoding: ``[QUE] text`` truncated to ``query_length`` tokens (the marker counted), ``[DOC] text`` to
   ``doc_length``; backbone -> first pooling -> projection -> L2 normalisation when asked.
 
-The backbone is the TITE authors' tiny model (../shared/reference/tite-authors/late), so the backbone's
+The backbone is the TITE authors' tiny model (tests/fixtures/tite_authors/late), so the backbone's
 vectors are the ones their code computed; the expected bi-encoder vectors are those vectors through the
 projection, computed by hand.
 """
@@ -31,15 +31,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env, write_tite_tokenizer
+from conftest import FLOAT64_TOLERANCE, TITE_AUTHORS, cpu_only_env, write_tite_tokenizer
 
 from dense_encoders import TiteModel
 from dense_encoders.checkpoints import ConversionError, convert_checkpoint
 from dense_encoders.checkpoints.folder import publishing_problems
 
-AUTHORS = REPO_ROOT.parent / "shared" / "reference" / "tite-authors" / "late"
-pytestmark = pytest.mark.skipif(not (AUTHORS / "expected.safetensors").is_file(),
-                                reason="../shared/reference/tite-authors is absent")
+AUTHORS = TITE_AUTHORS
 QUERY_LENGTH, DOC_LENGTH = 6, 12
 
 
@@ -128,7 +126,8 @@ def test_converted_bi_encoder_gives_lightning_irs_vectors(tmp_path, variant):
         backbone = expected[f"{name}.float64"]
         by_hand = backbone if weight is None else backbone @ weight.double().T + (0 if bias is None else bias.double())
         with torch.no_grad():
-            vectors = model(expected[f"{name}.input_ids"], attention_mask=expected[f"{name}.attention_mask"]).pooler_output
+            vectors = model(expected[f"{name}.input_ids"],
+                            attention_mask=expected[f"{name}.attention_mask"]).pooler_output
         print(f"{variant} {name}: max abs difference {(vectors - by_hand).abs().max().item():.1e}")  # pytest -s
         torch.testing.assert_close(vectors, by_hand, **FLOAT64_TOLERANCE)
 
@@ -176,7 +175,8 @@ def test_conversion_record_tokenizer_and_resave(tmp_path):
     assert record["source_format"] == "lightning-ir" and record["markers"] == {"query": "[QUE] ", "document": "[DOC] "}
     assert record["lengths"] == {"query_length": QUERY_LENGTH, "document_length": DOC_LENGTH}
     tokenizer = AutoTokenizer.from_pretrained(out)  # no Lightning IR needed
-    assert tokenizer("[QUE] river")["input_ids"] == [built["markers"]["[QUE]"], tokenizer.convert_tokens_to_ids("river")]
+    assert tokenizer("[QUE] river")["input_ids"] == [built["markers"]["[QUE]"],
+                                                     tokenizer.convert_tokens_to_ids("river")]
     card = (out / "README.md").read_text()
     assert "Converted from" in card and "Lightning IR" in card
     assert publishing_problems(out) == []  # pushes like any folder of ours

@@ -1,4 +1,4 @@
-"""Checkpoints the TITE authors' code wrote (../shared/reference/tite-authors/late/), converted by
+"""Checkpoints the TITE authors' code wrote (tests/fixtures/tite_authors/late/, see its README), converted by
 ``dense-encoders convert``: the converted folders reproduce the vectors the authors' code computed
 (``expected.safetensors``), and the unconverted folders are never loaded with wrong numbers.
 
@@ -17,16 +17,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env, run_python_without_package, write_tite_tokenizer
+from conftest import FLOAT64_TOLERANCE, TITE_AUTHORS, cpu_only_env, run_python_without_package, write_tite_tokenizer
 
 from dense_encoders import TiteConfig, TiteModel
 from dense_encoders.checkpoints import ConversionError, convert_checkpoint, find_format
 from dense_encoders.checkpoints.tite_authors import interleaved_to_half_rows, tite_config_from_authors
 
-AUTHORS = REPO_ROOT.parent / "shared" / "reference" / "tite-authors" / "late"
+AUTHORS = TITE_AUTHORS
 BATCHES = ("A_right_padded_32", "A_left_padded_32", "B_right_padded_24", "C_right_padded_16", "D_all_length_1")
-needs_fixture = pytest.mark.skipif(not (AUTHORS / "expected.safetensors").is_file(),
-                                   reason="../shared/reference/tite-authors is absent")
 FLOAT32_ATOL = 1e-4  # the issue's bound for float32; observed differences are ~5e-6 (vectors of magnitude ~3)
 
 
@@ -47,10 +45,24 @@ def authors_config() -> dict:
     return json.loads((AUTHORS / "encoder" / "config.json").read_text())
 
 
+# ---------------------------------------------------------------- the fixture is the authors' bytes
+
+
+def test_the_fixture_holds_the_bytes_the_authors_code_wrote():
+    """Every file of the fixture has the sha256 its README records (so no one rewrites the evidence by accident),
+    and the README records every file."""
+    import hashlib
+
+    recorded = dict(line.split()[::-1] for line in re.findall(r"^[0-9a-f]{64}  late/\S+$",
+                                                                (AUTHORS.parent / "README.md").read_text(), re.M))
+    present = {str(path.relative_to(AUTHORS.parent)): hashlib.sha256(path.read_bytes()).hexdigest()
+               for path in sorted(AUTHORS.rglob("*")) if path.is_file()}
+    assert len(present) == 5 and present == recorded
+
+
 # ---------------------------------------------------------------- the converted folders' vectors
 
 
-@needs_fixture
 @pytest.mark.numerics
 def test_converted_folders_reproduce_the_authors_vectors_without_our_package(converted, tmp_path):
     """AutoModel in a process where dense_encoders cannot be imported: float64 within 1e-10, float32 within
@@ -80,7 +92,6 @@ print(json.dumps(report))
         assert difference <= (1e-10 if key.endswith("float64") else FLOAT32_ATOL), (key, difference)
 
 
-@needs_fixture
 @pytest.mark.numerics
 def test_save_reload_and_sentence_transformers_give_the_same_vectors(converted, tmp_path, tok):
     """A converted folder is an ordinary checkpoint: saved again, reloaded and encoded by sentence-transformers
@@ -112,7 +123,6 @@ def test_save_reload_and_sentence_transformers_give_the_same_vectors(converted, 
     assert encoder.similarity_fn_name == "dot"
 
 
-@needs_fixture
 def test_conversion_record_and_card_name_the_source(converted):
     record = json.loads((converted["pretraining"] / "conversion.json").read_text())
     # the folder's name only: no local path is recorded (it means nothing on the Hub and tells where one works)
@@ -130,7 +140,6 @@ def test_conversion_record_and_card_name_the_source(converted):
     assert config["model_type"] == "tite" and "rotary_interleaved" not in config
 
 
-@needs_fixture
 def test_the_pretraining_positions_come_from_the_mae_head(converted):
     """The authors' bookkeeping drops tite.embeddings.position_embeddings.weight from the pre-training file; the
     table is read from heads.enhanced_masked_auto_encoding.position_embeddings.weight."""
@@ -163,7 +172,8 @@ def test_interleaved_rotary_equals_rotate_half_after_the_row_permutation():
             for m in range(head_dim // 2):
                 angle = torch.tensor(position * 10000.0 ** (-2 * m / head_dim), dtype=torch.float64)
                 a, b = x[row, 0, 2 * m], x[row, 0, 2 * m + 1]
-                out[row, 0, 2 * m], out[row, 0, 2 * m + 1] = a * angle.cos() - b * angle.sin(), b * angle.cos() + a * angle.sin()
+                out[row, 0, 2 * m], out[row, 0, 2 * m + 1] = (a * angle.cos() - b * angle.sin(),
+                                                              b * angle.cos() + a * angle.sin())
         return out
 
     order = interleaved_to_half_rows(head_dim)
@@ -208,14 +218,14 @@ def test_the_position_table_is_folded_through_the_down_projection(tmp_path):
     t = tensors
     by_hand = t["embeddings.word_embeddings.weight"][ids] @ t["embeddings.downscale.weight"].T + \
         t["embeddings.position_embeddings.weight"][positions] @ t["embeddings.downscale.weight"].T
-    by_hand = torch.nn.functional.layer_norm(by_hand, (32,), t["embeddings.norm.weight"], t["embeddings.norm.bias"], 1e-12)
+    by_hand = torch.nn.functional.layer_norm(by_hand, (32,), t["embeddings.norm.weight"], t["embeddings.norm.bias"],
+                                             1e-12)
     torch.testing.assert_close(model.eval().embeddings(ids, positions, None), by_hand, **FLOAT64_TOLERANCE)
 
 
 # ---------------------------------------------------------------- never silently wrong
 
 
-@needs_fixture
 @pytest.mark.parametrize("kind", ["encoder", "pretraining"])
 def test_loading_the_authors_folders_directly_is_refused_with_the_command(kind):
     from transformers import AutoModel, AutoModelForPreTraining
@@ -227,7 +237,6 @@ def test_loading_the_authors_folders_directly_is_refused_with_the_command(kind):
         assert "\n" not in str(refused.value)
 
 
-@needs_fixture
 def test_the_command_line_refuses_the_authors_folder_in_one_line(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"_id": "d1", "text": "a text"}) + "\n")
@@ -241,7 +250,6 @@ def test_the_command_line_refuses_the_authors_folder_in_one_line(tmp_path):
     assert not (tmp_path / "shards").exists()
 
 
-@needs_fixture
 def test_the_authors_weights_under_our_config_are_refused_not_randomly_initialised(tmp_path):
     """Someone rewrote config.json by hand but kept the authors' weights: 98 tensors would be random."""
     folder = tmp_path / "hand-edited"
@@ -278,7 +286,6 @@ REFUSALS = [
 ]
 
 
-@needs_fixture
 @pytest.mark.parametrize("change, message", REFUSALS)
 def test_unsupported_options_are_refused_by_name(tmp_path, change, message):
     folder = tmp_path / "source"
@@ -312,7 +319,6 @@ CONFIG_MISMATCHES = [
 ]
 
 
-@needs_fixture
 @pytest.mark.parametrize("change, message", CONFIG_MISMATCHES)
 def test_config_and_weights_that_disagree_are_one_line_naming_config_json(tmp_path, capsys, change, message):
     from dense_encoders import cli
@@ -327,7 +333,6 @@ def test_config_and_weights_that_disagree_are_one_line_naming_config_json(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["source"]
 
 
-@needs_fixture
 def test_a_missing_architecture_key_is_refused_and_the_cli_says_so_in_one_line(tmp_path):
     folder = tmp_path / "source"
     shutil.copytree(AUTHORS / "encoder", folder)
@@ -350,7 +355,6 @@ def test_our_config_accepts_absolute_and_rotary_positions_together():
         TiteConfig(position_embedding_type="alibi")
 
 
-@needs_fixture
 def test_a_hub_id_converts_from_the_cache_and_the_card_names_the_repository(tmp_path, monkeypatch):
     """``convert ORG/NAME`` goes through huggingface_hub (offline here: its cache); the record names the
     repository and revision instead of a local path."""
@@ -375,7 +379,6 @@ def test_a_hub_id_converts_from_the_cache_and_the_card_names_the_repository(tmp_
         convert_checkpoint("webis/absent", tmp_path / "out2")
 
 
-@needs_fixture
 def test_the_output_may_not_overlap_the_source(tmp_path):
     source = tmp_path / "source"
     shutil.copytree(AUTHORS / "encoder", source)
@@ -385,7 +388,6 @@ def test_the_output_may_not_overlap_the_source(tmp_path):
     assert sorted(p.name for p in source.iterdir()) == ["config.json", "model.safetensors"]
 
 
-@needs_fixture
 @pytest.mark.numerics
 def test_the_authors_tokenizer_is_carried_and_loads_without_their_package(tmp_path):
     """Their TiteTokenizer adds no [CLS]/[SEP] to a single text and needs their package: the converted folder's

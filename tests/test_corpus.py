@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dense_encoders.data import WholeWordMaskingCollator, default_corpus_path, load_corpus, tokenize_for_condenser
+from dense_encoders.quickstart import default_data
 
 
 def write_jsonl(path, records):
@@ -35,18 +36,28 @@ def rows(ds):
 # ----------------------------------------------------------------------------- sources
 
 
-def test_default_corpus_path_points_into_package():
+def test_default_corpus_is_the_bundled_retrieval_sets_corpus():
     path = default_corpus_path()
-    assert path.name == "tiny_corpus.jsonl"
-    assert path.parent.name == "resources" and path.parent.parent.name == "dense_encoders"
+    assert path == default_data() / "corpus.jsonl"
+    assert path.parent.parent.name == "resources" and path.parent.parent.parent.name == "dense_encoders"
 
 
-def test_default_corpus_loads_when_present():
-    if not default_corpus_path().exists():
-        pytest.skip("packaged tiny_corpus.jsonl not written yet")
-    ds = load_corpus(default_corpus_path())
-    assert ds.column_names == ["text"] and len(ds) > 0
-    assert all(isinstance(t, str) and t.strip() for t in ds["text"])
+def test_default_corpus_loads_every_passage_as_title_and_text():
+    records = [json.loads(line) for line in default_corpus_path().read_text(encoding="utf-8").splitlines()]
+    expected = [f"{record['title']} {record['text']}" for record in records]
+    assert len(expected) == 240
+    assert load_corpus(default_corpus_path())["text"] == expected
+    assert [row["text"] for row in load_corpus(default_corpus_path(), streaming=True)] == expected
+
+
+def test_the_package_carries_each_passage_once():
+    resources = default_data().parent
+    seen = {}
+    for path in sorted(resources.rglob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            text = json.loads(line)["text"]
+            assert text not in seen, f"{path.relative_to(resources)} repeats a passage of {seen[text]}"
+            seen[text] = path.relative_to(resources)
 
 
 def test_txt_one_document_per_non_empty_line(tmp_path):
@@ -166,7 +177,8 @@ def test_streamed_errors_count_lines_from_1_like_file_errors(tmp_path):
     cases = {
         '{"text": "ok"}\n\n{"text": "broken"\n{"text": "later"}\n': r"3: not valid JSON",
         '{"text": "ok"}\n{"text": "fine"}\n{"text": 3}\n': r"3: field 'text' must be a string, got int",
-        '{"text": "ok"}\n{"text": "fine"}\n{"body": "x"}\n': r"3: missing field 'text' or 'contents' \(fields: \['body'\]\)",
+        '{"text": "ok"}\n{"text": "fine"}\n{"body": "x"}\n':
+            r"3: missing field 'text' or 'contents' \(fields: \['body'\]\)",
     }
     for content, problem in cases.items():
         path.write_text(content, encoding="utf-8")

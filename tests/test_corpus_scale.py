@@ -574,7 +574,8 @@ def test_encode_and_evaluate_read_the_same_id_contents_corpus(model, tmp_path):
     qrels = [ir_measures.Qrel(q, d, int(g)) for q, d, g in
              (line.split("\t") for line in (beir / "qrels" / "test.tsv").read_text().splitlines()[1:])]
     run = [ir_measures.ScoredDoc(q, d, s) for q, documents in searched.items() for d, s in documents.items()]
-    reference = ir_measures.calc_aggregate([ir_measures.nDCG @ 10, ir_measures.RR @ 10, ir_measures.R @ 100], qrels, run)
+    reference = ir_measures.calc_aggregate([ir_measures.nDCG @ 10, ir_measures.RR @ 10, ir_measures.R @ 100],
+                                           qrels, run)
     reported = json.loads((tmp_path / "results.json").read_text())["metrics"]
     assert reported["ndcg@10"] == pytest.approx(reference[ir_measures.nDCG @ 10], abs=1e-4)
     assert reported["mrr@10"] == pytest.approx(reference[ir_measures.RR @ 10], abs=1e-4)
@@ -772,14 +773,15 @@ def test_duplicate_ids_are_refused_naming_both_lines(model, tmp_path, capsys):
     assert not (tmp_path / "emb").exists()
     tsv = tmp_path / "collection.tsv"
     tsv.write_text("1\ta\n2\tb\n\n1\tc\n")
-    with pytest.raises(DataFormatError, match=rf"collection.tsv:4: duplicate document id '1' \(first at .*:1\)"):
+    with pytest.raises(DataFormatError, match=r"collection.tsv:4: duplicate document id '1' \(first at .*:1\)"):
         list(iterate_texts(text_source(tsv)))
 
 
 def test_ids_with_whitespace_are_refused(model, tmp_path, capsys):
     """Case 5: a tab (or any whitespace) inside an id would add a column to the TREC run."""
     texts = tmp_path / "corpus.jsonl"
-    texts.write_text(json.dumps({"_id": "d1", "text": "one"}) + "\n" + json.dumps({"_id": "a\tb", "text": "two"}) + "\n")
+    texts.write_text(json.dumps({"_id": "d1", "text": "one"}) + "\n"
+                     + json.dumps({"_id": "a\tb", "text": "two"}) + "\n")
     assert main(encode_argv(model, texts, tmp_path / "emb")) == 2
     err = capsys.readouterr().err
     assert f"{texts}:2: document id 'a\\tb' contains whitespace ('\\t')" in err and err.count("\n") == 1, err
@@ -804,7 +806,8 @@ def test_a_byte_order_mark_is_not_part_of_the_first_id(model, tmp_path):
     assert main(encode_argv(model, plain, tmp_path / "a")) == 0
     assert main(encode_argv(model, marked, tmp_path / "b")) == 0
     a, b = stored(tmp_path / "a"), stored(tmp_path / "b")
-    assert {k: v for k, v in a.items() if k.startswith("shard-")} == {k: v for k, v in b.items() if k.startswith("shard-")}
+    assert ({k: v for k, v in a.items() if k.startswith("shard-")}
+            == {k: v for k, v in b.items() if k.startswith("shard-")})
     jsonl = tmp_path / "corpus.jsonl"
     jsonl.write_bytes(b"\xef\xbb\xbf" + json.dumps({"_id": "4380635", "text": "x"}).encode() + b"\n")
     from dense_encoders.data.retrieval import read_beir_qrels, read_corpus_jsonl

@@ -1,4 +1,5 @@
-"""Cross-encoder embeddings (*Can Cross Encoders Produce Useful Sentence Embeddings?*): layer-wise embeddings, infused dual encoders, their errors."""
+"""Cross-encoder embeddings (*Can Cross Encoders Produce Useful Sentence Embeddings?*): layer-wise embeddings,
+infused dual encoders, their errors."""
 
 from __future__ import annotations
 
@@ -222,7 +223,8 @@ def test_layerwise_analysis_and_cli(cross_encoder_folder, tok, tmp_path):
     assert len((tmp_path / "out" / "layerwise.csv").read_text().splitlines()) == 1 + 8
 
     code = main(["layerwise", "--cross-encoder", str(cross_encoder_folder), "--dual-encoder", str(de_folder),
-                 "--data", str(datasets[0][0]), "--layers", "1", "--output-dir", str(tmp_path / "cli"), "--no-progress"])
+                 "--data", str(datasets[0][0]), "--layers", "1", "--output-dir", str(tmp_path / "cli"),
+                 "--no-progress"])
     assert code == 0
     saved = json.loads((tmp_path / "cli" / "layerwise.json").read_text())
     assert {r["layer"] for r in saved["rows"]} == {1} and saved["t_tests"][0]["p"] is None  # one dataset: no t-test
@@ -283,8 +285,8 @@ def tiny_beir(tmp_path):
 
 
 def test_bm25_triplets_use_unjudged_bm25_candidates(tiny_beir):
-    from dense_encoders.data.retrieval import load_beir
     from dense_encoders.data.bm25 import bm25_run, mine_bm25_triplets
+    from dense_encoders.data.retrieval import load_beir
 
     folder, corpus, queries, qrels = tiny_beir
     dataset = load_beir(folder, split="train")
@@ -340,7 +342,8 @@ def test_cli_infuse_trains_and_reports(cross_encoder_folder, tiny_beir, tmp_path
     initial, trained = load_file(output / "initial" / "model.safetensors"), load_file(output / "model.safetensors")
     ce = load_file(cross_encoder_folder / "model.safetensors")
     assert torch.equal(initial["encoder.layer.0.output.dense.weight"], ce["bert.encoder.layer.0.output.dense.weight"])
-    assert not torch.equal(trained["encoder.layer.0.output.dense.weight"], initial["encoder.layer.0.output.dense.weight"])
+    assert not torch.equal(trained["encoder.layer.0.output.dense.weight"],
+                           initial["encoder.layer.0.output.dense.weight"])
     model = SentenceTransformer(str(output), trust_remote_code=True)
     assert model.encode(["heart"]).shape == (1, 32)
 

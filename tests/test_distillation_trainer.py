@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
-
 from conftest import FLOAT64_TOLERANCE, cpu_only_env, float32_atol
+from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
 from dense_encoders.cli import main
 from dense_encoders.data.distillation import DistillationCollator, sample_documents, training_records_to_dataset
@@ -217,7 +216,8 @@ def test_compute_loss_is_the_objective_mean_and_logs_components(tmp_path, tok):
     loss = trainer.compute_loss(trainer.model, batch)
     encoder = trainer.model.encoder
     with torch.no_grad():
-        q = encoder(input_ids=batch["query_input_ids"], attention_mask=batch["query_attention_mask"]).last_hidden_state[:, 0]
+        q = encoder(input_ids=batch["query_input_ids"],
+                    attention_mask=batch["query_attention_mask"]).last_hidden_state[:, 0]
         d = encoder(input_ids=batch["document_input_ids"],
                     attention_mask=batch["document_attention_mask"]).last_hidden_state[:, 0].view(4, 4, -1)
         student = (q[:, None] * d).sum(-1)
@@ -374,7 +374,8 @@ def test_cli_distills_into_a_two_layer_all_minilm_student(tmp_path, minilm_path,
     assert all(torch.equal(weights[k], teacher[k]) for k in ("pooler.dense.weight", "pooler.dense.bias"))
     # the embeddings were trained (they moved), the shape is the teacher's
     assert weights["embeddings.word_embeddings.weight"].shape == teacher["embeddings.word_embeddings.weight"].shape
-    assert not torch.equal(weights["encoder.layer.1.output.dense.weight"], teacher["encoder.layer.1.output.dense.weight"])
+    assert not torch.equal(weights["encoder.layer.1.output.dense.weight"],
+                           teacher["encoder.layer.1.output.dense.weight"])
 
     texts = ["what do cells use for energy", "The mitochondrion produces ATP."]
     model = AutoModel.from_pretrained(output).eval()

@@ -1,8 +1,10 @@
 """The README and docs/ against the code: the two commands and what CI runs, the subcommands, every page
-linked and starting with a summary, links and anchors that resolve, and module and file paths that exist."""
+linked and starting with a summary, links and anchors that resolve, module and file paths that exist, and
+nothing that names a folder outside the repository."""
 
 import importlib
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -97,3 +99,64 @@ def test_named_modules_objects_and_files_exist(path):
             found = getattr(found, name)
     for file in set(re.findall(r"\b(?:src|tests|benchmarks|examples|\.ci)/[\w/.*-]*\w", text)):
         assert list(ROOT.glob(file)), f"{path.name}: {file}"
+
+
+# ---------------------------------------------------------------------------- the repository stands on its own
+
+# A folder beside the repository (where the developers' machines keep real datasets) is no part of the project:
+# no test, source file, page or example names it, as a relative path or built from the repository's parent.
+# Tests take real datasets from $DENSE_ENCODERS_TEST_DATA (tests/conftest.py), evidence lies in tests/fixtures/.
+BESIDE_THE_REPOSITORY = re.compile(rb"""\.\./shared\b|\bparents?(?:\[\d+\])?(?:\.parent)*\s*/\s*["']shared["']""")
+NOT_SOURCE = {"__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
+
+
+def test_nothing_names_a_folder_beside_the_repository():
+    files = [README, *(path for top in ("src", "tests", "docs", "examples", "benchmarks")
+                       for path in sorted((ROOT / top).rglob("*")) if path.is_file())]
+    found = [f"{path.relative_to(ROOT)}:{number}" for path in files
+             if not NOT_SOURCE & set(path.parts) and not any(part.endswith(".egg-info") for part in path.parts)
+             for number, line in enumerate(path.read_bytes().splitlines(), 1) if BESIDE_THE_REPOSITORY.search(line)]
+    assert not found, f"these name a folder outside the repository: {found}"
+    # the pattern finds what it is meant to find (spelt in two pieces, so that this file does not name it)
+    name = b"shared"
+    for line in (b"see ../" + name + b"/data", b'REPO_ROOT.parent / "' + name + b'" / "data"',
+                 b"parents[1].parent / '" + name + b"'"):
+        assert BESIDE_THE_REPOSITORY.search(line), line
+
+
+def test_ci_gives_the_tests_their_real_datasets_where_the_machine_has_them(tmp_path):
+    """.ci/run sets DENSE_ENCODERS_TEST_DATA to the absolute path of the data folder beside the checkout, and
+    only where that folder exists (without it the tests that need real data skip, naming the variable)."""
+    lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+             if "DENSE_ENCODERS_TEST_DATA" in line and not line.lstrip().startswith("#")]
+    assert len(lines) == 1, lines
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+
+    def ci_sets() -> str:
+        script = (f'set -euo pipefail; cd "$1"; unset DENSE_ENCODERS_TEST_DATA\n{lines[0]}\n'
+                  'echo "${DENSE_ENCODERS_TEST_DATA-unset}"')
+        return subprocess.run(["bash", "-c", script, "ci", str(checkout)], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert ci_sets() == "unset"
+    data = tmp_path / "shared" / "data"
+    data.mkdir(parents=True)
+    assert ci_sets() == str(data.resolve())
+
+
+def test_tests_that_need_a_real_dataset_take_it_from_one_variable_and_skip_naming_it(tmp_path, monkeypatch):
+    from conftest import TEST_DATA_VARIABLE, dataset_folder
+
+    assert TEST_DATA_VARIABLE == "DENSE_ENCODERS_TEST_DATA"
+    monkeypatch.delenv(TEST_DATA_VARIABLE, raising=False)
+    folder, reason = dataset_folder("beir-scifact")
+    assert folder is None and "set DENSE_ENCODERS_TEST_DATA" in reason and "beir-scifact/" in reason
+    monkeypatch.setenv(TEST_DATA_VARIABLE, str(tmp_path))
+    folder, reason = dataset_folder("beir-scifact")
+    assert folder is None and f"DENSE_ENCODERS_TEST_DATA={tmp_path} does not hold" in reason
+    (tmp_path / "beir-scifact").mkdir()
+    assert dataset_folder("beir-scifact") == (tmp_path / "beir-scifact", "")
+    monkeypatch.setenv(TEST_DATA_VARIABLE, str(tmp_path / "misspelt"))  # a folder that is not there: an error
+    with pytest.raises(pytest.UsageError, match="DENSE_ENCODERS_TEST_DATA=.*misspelt is not a folder"):
+        dataset_folder("beir-scifact")

@@ -6,7 +6,7 @@ script's function) and must exit 0; Python blocks run with ``exec``. The test ch
 must, each change listed in a table below with its reason:
 
 * MODELS: a Hub id or a placeholder (``CE``, ``MODEL``, ...) -> a tiny local model built from a config;
-* DATA: placeholders and ../shared paths -> a small BEIR folder cut from the bundled retrieval set; the
+* DATA: placeholders and Hub dataset ids -> a small BEIR folder cut from the bundled retrieval set; the
   files a reader brings (``collection.tsv``, ``wiki-bookcorpus.txt``, ``msmarco/``, ...) are written under
   the documented names from the same small data (USER_FILES);
 * SIZES: the papers' steps, batches and GPUs -> one step, two queries, this CPU (``--bf16 false``);
@@ -75,12 +75,11 @@ MODELS = {
     "DE": "dual_encoder",
     "MODEL": "dual_encoder",
 }
-# DATA: placeholders and ../shared paths -> the small BEIR folder; the synopses' other placeholders
+# DATA: placeholders and Hub dataset ids -> the small BEIR folder; the synopses' other placeholders
 DATA = {
     "BEIR_FOLDER": "{beir}",
     "DATA": "{beir}",
-    "../shared/data/beir-scifact": "{beir}",
-    "../shared/data/msmarco-sample": "{beir}",
+    "BeIR/scifact": "{beir}",
     "SRC": "condenser-run/",  # a luyug/Condenser folder with its head (USER_FILES)
     "OUT": "converted/",
     "N": "6",

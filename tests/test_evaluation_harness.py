@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import dataset_folder, needs_test_data
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
 
 from dense_encoders.cli import main
@@ -319,16 +319,12 @@ def test_cli_evaluate(minilm_path, toy_dataset, tmp_path, plain_bert, capsys):
     assert main(["evaluate", str(minilm_path), str(tmp_path / "missing"), "--no-progress"]) == 2
 
 
-def shared_data() -> Path:
-    return Path(os.environ.get("DENSE_ENCODERS_DATA", REPO_ROOT.parent / "shared" / "data"))
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not (shared_data() / "beir-scifact").is_dir(), reason="BEIR SciFact not in ../shared/data")
+@needs_test_data("beir-scifact")
 def test_all_minilm_l6_v2_reproduces_its_mteb_scifact_ndcg(minilm_path, tmp_path):
     """MTEB reports nDCG@10 = 0.6451 for all-MiniLM-L6-v2 on SciFact test (mean pooling, normalised, 256 tokens)."""
     results = evaluate_retrieval(
-        str(minilm_path), shared_data() / "beir-scifact", split="test", batch_size=64,
+        str(minilm_path), dataset_folder("beir-scifact")[0], split="test", batch_size=64,
         no_progress=True, output=tmp_path / "scifact.json",
     )
     assert results.dataset["num_queries"] == 300 and results.dataset["num_documents"] == 5183

@@ -36,8 +36,8 @@ def write_tsv(path, pairs=PAIRS, header=None, divide_by=1):
 
 def write_jsonl(path, pairs=PAIRS, divide_by=1):
     # every other line names its score `label` (sentence-transformers datasets do)
-    path.write_text("".join(json.dumps({"sentence1": a, "sentence2": b, ("score", "label")[i % 2]: s / divide_by}) + "\n"
-                            for i, (a, b, s) in enumerate(pairs)))
+    path.write_text("".join(json.dumps({"sentence1": a, "sentence2": b, ("score", "label")[i % 2]: s / divide_by})
+                            + "\n" for i, (a, b, s) in enumerate(pairs)))
     return path
 
 
@@ -81,7 +81,8 @@ def test_jsonl_and_tsv_on_the_0_1_scale_give_the_same_task(tmp_path, graded_tsv)
         assert dataset.extra["pair_scale"] == 1, path  # every score within [0, 1]
         assert (dataset.queries, dataset.corpus, dataset.qrels) == (expected.queries, expected.corpus, expected.qrels)
     # an explicit scale: the same 0-1 scores read on a 0-5 scale are all below 2.5
-    with pytest.raises(ValueError, match=r"no pair reaches the threshold 0.5 \(score >= 2.5\); the largest score is 0.96"):
+    with pytest.raises(ValueError,
+                       match=r"no pair reaches the threshold 0.5 \(score >= 2.5\); the largest score is 0.96"):
         load_graded_pairs(tmp_path / "unit.tsv", scale=5)
     assert load_graded_pairs(write_jsonl(tmp_path / "five.jsonl"), scale=5).qrels == expected.qrels
 
@@ -287,7 +288,8 @@ def test_cli_infuse_trains_on_graded_pairs(tiny_cross_encoder, graded_tsv, tmp_p
                  "--output-dir", str(tmp_path / "de-2"), "--pair-threshold", "0.6", "--candidates", "6"])
     assert code == 0, capsys.readouterr().err
     pairs = {(t["anchor"], t["positive"]) for t in seen["triplets"]}
-    assert pairs == {("a cat sits on the mat", "a cat is on the mat"), ("a cat sits on the mat", "a kitten rests on a rug"),
+    assert pairs == {("a cat sits on the mat", "a cat is on the mat"),
+                     ("a cat sits on the mat", "a kitten rests on a rug"),
                      ("a woman is cooking dinner", "a woman cooks a meal")}  # relevant at >= 3.0
     assert all(t["negative"] in CORPUS.values() and (t["anchor"], t["negative"]) not in pairs for t in seen["triplets"])
 

@@ -44,7 +44,8 @@ def distilled_tite(tmp_path, tok):
                  "--max_steps", "2", "--use_cpu", "--logging_steps", "1"]) == 0
     dataset = RetrievalDataset(name="toy", split="test", corpus={f"d{i}": {"title": "", "text": f"document {i}"}
                                                                  for i in range(6)},
-                               queries={"q0": "document 1", "q1": "document 4"}, qrels={"q0": {"d1": 1}, "q1": {"d4": 1}})
+                               queries={"q0": "document 1", "q1": "document 4"},
+                               qrels={"q0": {"d1": 1}, "q1": {"d4": 1}})
     results = evaluate_retrieval(str(output), dataset, no_progress=True)
     save_results(results, tmp_path / "toy.json")
     return output, tmp_path / "toy.json", results
@@ -95,13 +96,14 @@ def test_tite_card_from_records_and_results(distilled_tite, tok):
 def test_infused_and_plain_student_cards(tmp_path, tok):
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-    from dense_encoders.trainer.infusion import infuse, save_dual_encoder
     from dense_encoders.checkpoints.folder import write_sentence_transformers_files
+    from dense_encoders.trainer.infusion import infuse, save_dual_encoder
 
     torch.manual_seed(0)
     ce = tmp_path / "ce"
     BertForSequenceClassification(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
-                                             num_attention_heads=4, intermediate_size=64, num_labels=1)).save_pretrained(ce)
+                                             num_attention_heads=4, intermediate_size=64,
+                                             num_labels=1)).save_pretrained(ce)
     tok.save_pretrained(ce)
     de, tokenizer = infuse(str(ce))
     folder = save_dual_encoder(de, tokenizer, tmp_path / "de-2-ce")

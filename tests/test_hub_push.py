@@ -55,7 +55,8 @@ def infused_folder(tmp_path, tok):
     torch.manual_seed(0)
     ce = tmp_path / "ce"
     BertForSequenceClassification(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
-                                             num_attention_heads=4, intermediate_size=64, num_labels=1)).save_pretrained(ce)
+                                             num_attention_heads=4, intermediate_size=64,
+                                             num_labels=1)).save_pretrained(ce)
     tok.save_pretrained(ce)
     model, tokenizer = infuse(str(ce))
     return save_dual_encoder(model, tokenizer, tmp_path / "infused")
@@ -241,7 +242,8 @@ def test_trainer_pushes_our_card_and_no_pickles(hub, tmp_path, tok):
     assert {"model.safetensors", "config.json", "modules.json", "README.md", "tokenizer.json"} <= set(files)
     assert not any(name.endswith((".bin", ".pt", ".pth")) for name in files)  # no training_args.bin, no optimizer
     readme = files["README.md"].decode()
-    assert "dense-encoders" in readme and "## Usage" in readme and "generated automatically by the Trainer" not in readme
+    assert ("dense-encoders" in readme and "## Usage" in readme
+            and "generated automatically by the Trainer" not in readme)
     commits = [r for r in hub.requests if r.method == "POST" and "/commit/" in r.path and r.status == 200]
     assert len(commits) >= 2  # checkpoint pushes during training, then the final push
 

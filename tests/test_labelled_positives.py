@@ -12,8 +12,8 @@ import re
 import numpy as np
 import pytest
 import torch
-
 from conftest import FLOAT64_TOLERANCE
+from test_distillation_trainer import make_records, tiny_bert
 
 from dense_encoders.cli import main
 from dense_encoders.data.distillation import (
@@ -32,8 +32,6 @@ from dense_encoders.trainer.distillation import (
     DualEncoder,
 )
 from dense_encoders.trainer.losses import DistillationObjective
-
-from test_distillation_trainer import make_records, tiny_bert
 
 
 def write_lines(path, records, keys=("query_id", "query", "document_ids", "documents", "scores", "relevance")):
@@ -406,9 +404,8 @@ def test_two_processes_with_labelled_positives_equal_one_process(tmp_path, tok):
     import subprocess
     import sys
 
-    from safetensors.torch import load_file
-
     from conftest import REPO_ROOT, cpu_only_env
+    from safetensors.torch import load_file
 
     student = tmp_path / "student64"
     tiny_bert(tok, dtype=torch.float64).save_pretrained(student)

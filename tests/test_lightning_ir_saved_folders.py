@@ -29,7 +29,8 @@ MEAN = ("lir005-plain-mean", "lir006-plain-default-normalized")  # Lightning IR 
 def reference(name: str) -> tuple[dict, dict]:
     """(Lightning IR's outputs, the texts they were computed for)."""
     folder = FIXTURES / name
-    return load_file(folder / "lightning_ir_outputs.safetensors"), json.loads((folder / "lightning_ir_texts.json").read_text())
+    return (load_file(folder / "lightning_ir_outputs.safetensors"),
+            json.loads((folder / "lightning_ir_texts.json").read_text()))
 
 
 def float32_tolerance(expected: torch.Tensor) -> dict:
@@ -162,7 +163,8 @@ def test_the_refusal_leaves_every_other_model_type_loadable(tmp_path):
     import dense_encoders
     from dense_encoders.models.unconverted import UNCONVERTED_CONFIGS
 
-    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37).save_pretrained(tmp_path / "b")
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+               intermediate_size=37).save_pretrained(tmp_path / "b")
     assert type(AutoConfig.from_pretrained(tmp_path / "b")) is BertConfig
     dense_encoders.TiteConfig(num_hidden_layers=2, hidden_sizes=16, num_attention_heads=2, intermediate_sizes=32,
                               kernel_sizes=None, max_position_embeddings=8).save_pretrained(tmp_path / "t")

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO_ROOT, cpu_only_env, float32_atol
 from safetensors.torch import load_file
 from transformers import BertConfig, BertModel
-
-from conftest import REPO_ROOT, cpu_only_env, float32_atol
 
 import dense_encoders.trainer.output_dir as output_dir_module
 from dense_encoders.cli import main

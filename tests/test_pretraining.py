@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ import torch
 from conftest import FLOAT64_TOLERANCE, REPO_ROOT, cpu_only_env, random_mlm_batch, tiny_condenser_config
 
 from dense_encoders import CoCondenserForPreTraining
-from dense_encoders.trainer import PreTrainingTrainer, PreTrainingArguments, PreTrainingSetup, RandomState, pretrain
+from dense_encoders.trainer import PreTrainingArguments, PreTrainingSetup, PreTrainingTrainer, RandomState, pretrain
 
 WORDS = (
     "retrieval dense passage query encoder transformer attention layer sentence document corpus index ranking "
@@ -205,7 +204,8 @@ def test_resuming_from_a_checkpoint_continues_with_the_same_losses(tmp_path, cor
     for step in (4, 5, 6):
         # the Trainer sums the logged loss in a float32 tensor: float32's precision, not the model's
         assert resumed[step] == pytest.approx(uninterrupted[step], rel=1e-6), step
-    for component in ("head_mlm_loss", "late_mlm_loss") + (("contrastive_loss",) if architecture == "cocondenser" else ()):
+    for component in (("head_mlm_loss", "late_mlm_loss")
+                      + (("contrastive_loss",) if architecture == "cocondenser" else ())):
         # components are logged rounded to 4 decimals: equal float64 values round alike
         assert logged(interrupted, component)[6] == pytest.approx(logged(full, component)[6], abs=1e-4)
 

@@ -34,7 +34,8 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     assert all(f"{model['speedup']:.2f}" in printed for model in (tite, shallow))
     for name in names[1:]:
         folder = tmp_path / summary["models"][name]["path"].split("/")[-1]
-        assert {"model.safetensors", "modules.json", "README.md", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
+        assert ({"model.safetensors", "modules.json", "README.md", "tokenizer.json"}
+                <= {p.name for p in folder.iterdir()})
         card = ModelCard.load(folder / "README.md")
         assert card.data.eval_results and "## Results" in card.text
     assert "modeling_tite.py" in {p.name for p in (tmp_path / "tite-student").iterdir()}

@@ -96,7 +96,8 @@ def test_the_tite_schedule_is_cosine_down_to_two_percent(tmp_path):
     linear warm-up over 3k steps, then min + (peak - min) * (1 + cos(pi * progress)) / 2 with min = 2 % of peak."""
     from transformers import get_scheduler
 
-    values = parsed_values("pretrain tite", ["--recipe", "tite-pretraining", *required_flags("pretrain tite", tmp_path)])
+    values = parsed_values("pretrain tite",
+                           ["--recipe", "tite-pretraining", *required_flags("pretrain tite", tmp_path)])
     peak, warmup, total = values["learning_rate"], int(values["warmup_steps"]), values["max_steps"]
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=peak)
     scheduler = get_scheduler(values["lr_scheduler_type"], optimizer, num_warmup_steps=warmup,
@@ -214,7 +215,8 @@ def test_distill_with_and_without_a_recipe(tmp_path, tok, capsys):
     with_recipe = tmp_path / "with-recipe"
     assert cli.main(argv(with_recipe, "--recipe", "tite-fine-tuning", "--bf16", "false")) == 0
     args = json.loads((with_recipe / "training_args.json").read_text())
-    assert (args["learning_rate"], args["warmup_steps"], args["lr_scheduler_type"]) == (1e-5, 3000, "cosine_with_min_lr")
+    assert ((args["learning_rate"], args["warmup_steps"], args["lr_scheduler_type"])
+            == (1e-5, 3000, "cosine_with_min_lr"))
     line = next(line for line in (with_recipe / "README.md").read_text().splitlines() if line.startswith("- recipe: "))
     assert "`tite-fine-tuning`" in line and "documents_per_query 4 (recipe: 8)" in line
     capsys.readouterr()

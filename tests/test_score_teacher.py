@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from dense_encoders.cli.train import score_teacher as main
 from dense_encoders.data.distillation import read_training_file
 from dense_encoders.data.format import DataFormatError
 from dense_encoders.trainer import teacher
-from dense_encoders.cli.train import score_teacher as main
 from dense_encoders.trainer.teacher import (
     meta_path,
     score_teacher,
@@ -84,7 +84,8 @@ def teacher_setup(tok, tmp_path_factory):
 
     def reference_scores(pairs):
         with torch.no_grad():
-            encoded = tok([q for q, _ in pairs], [d for _, d in pairs], truncation=True, padding=True, return_tensors="pt")
+            encoded = tok([q for q, _ in pairs], [d for _, d in pairs], truncation=True, padding=True,
+                          return_tensors="pt")
             return model(**encoded).logits[:, 0].tolist()
 
     return folder, reference_scores
@@ -182,8 +183,10 @@ def test_reference_is_informative(expected_lines):
 
 
 @pytest.mark.numerics
-@pytest.mark.parametrize("batch_size, expected_batches", [(1, [1] * 12), (3, [3, 3, 3, 3]), (5, [5, 5, 2]), (32, [12])])
-def test_score_teacher_matches_reference(cross_encoder, expected_lines, tmp_path, monkeypatch, batch_size, expected_batches):
+@pytest.mark.parametrize("batch_size, expected_batches",
+                         [(1, [1] * 12), (3, [3, 3, 3, 3]), (5, [5, 5, 2]), (32, [12])])
+def test_score_teacher_matches_reference(cross_encoder, expected_lines, tmp_path, monkeypatch, batch_size,
+                                         expected_batches):
     output = tmp_path / "out" / "teacher.jsonl"
     spy = CountingPredict(cross_encoder, output)
     monkeypatch.setattr(cross_encoder, "predict", spy)
@@ -262,7 +265,8 @@ def test_resume_after_interruption(cross_encoder, expected_lines, tmp_path, monk
     before = output.read_bytes()
     third = CountingPredict(cross_encoder)
     monkeypatch.setattr(cross_encoder, "predict", third)
-    stats = score_teacher(cross_encoder, RUN, output, queries=QUERIES, corpus=CORPUS, top_k=TOP_K, show_progress_bar=False)
+    stats = score_teacher(cross_encoder, RUN, output, queries=QUERIES, corpus=CORPUS, top_k=TOP_K,
+                          show_progress_bar=False)
     assert stats == {"queries_written": 0, "queries_skipped_already_done": 3, "pairs_scored": 0}
     assert third.pairs == 0 and output.read_bytes() == before
 
@@ -395,18 +399,19 @@ def test_read_training_file_ids_and_texts(tmp_path):
     records = read_training_file(path, corpus=CORPUS, queries=QUERIES)
     assert records == [
         {"query_id": "q1", "query": "what colour are apples", "document_ids": ["d1", "d4"],
-         "documents": ["Apples apples are red fruit grown on trees", "bananas are yellow and sweet"], "scores": [3.5, -1.0],
-         "relevance": None, "line": 1},
+         "documents": ["Apples apples are red fruit grown on trees", "bananas are yellow and sweet"],
+         "scores": [3.5, -1.0], "relevance": None, "line": 1},
         {"query_id": "q3", "query": "longest river in africa", "document_ids": ["d3"],
          "documents": ["Rivers the nile is a long river in africa"], "scores": [2.0], "relevance": None,
          "line": 2},
     ]
     assert all(isinstance(s, float) for r in records for s in r["scores"])
 
-    texts = write_jsonl(tmp_path / "texts.jsonl", [{"query": "q text", "documents": ["a", "b", "c"], "scores": [1, 2, 0.5]}])
+    texts = write_jsonl(tmp_path / "texts.jsonl",
+                        [{"query": "q text", "documents": ["a", "b", "c"], "scores": [1, 2, 0.5]}])
     assert read_training_file(texts) == [
-        {"query_id": None, "query": "q text", "document_ids": None, "documents": ["a", "b", "c"], "scores": [1.0, 2.0, 0.5],
-         "relevance": None, "line": 1}
+        {"query_id": None, "query": "q text", "document_ids": None, "documents": ["a", "b", "c"],
+         "scores": [1.0, 2.0, 0.5], "relevance": None, "line": 1}
     ]
 
 
@@ -428,7 +433,8 @@ def test_read_training_file_ids_and_texts(tmp_path):
         ({"query": "x", "scores": [1.0]}, "needs 'documents' texts or 'document_ids'"),
         ({"query_id": "q404", "document_ids": ["d1"], "scores": [1.0]}, "query_id 'q404' is not in the queries"),
         ({"document_ids": ["d1"], "scores": [1.0]}, "needs 'query' text or a 'query_id'"),
-        ({"query": "x", "document_ids": ["d1"], "documents": ["a", "b"], "scores": [1, 2]}, "1 document_ids for 2 documents"),
+        ({"query": "x", "document_ids": ["d1"], "documents": ["a", "b"], "scores": [1, 2]},
+         "1 document_ids for 2 documents"),
     ],
 )
 def test_read_training_file_rejects(tmp_path, bad, problem):
@@ -466,8 +472,9 @@ def write_inputs(folder):
 def test_main_with_queries_and_corpus(teacher_setup, expected_lines, tmp_path, capsys):
     write_inputs(tmp_path)
     output = tmp_path / "teacher.jsonl"
-    code = main([str(teacher_setup[0]), "--run", str(tmp_path / "run.trec"), "--queries", str(tmp_path / "queries.jsonl"),
-                 "--corpus", str(tmp_path / "corpus.jsonl"), "--output", str(output), "--top-k", str(TOP_K),
+    code = main([str(teacher_setup[0]), "--run", str(tmp_path / "run.trec"),
+                 "--queries", str(tmp_path / "queries.jsonl"), "--corpus", str(tmp_path / "corpus.jsonl"),
+                 "--output", str(output), "--top-k", str(TOP_K),
                  "--batch-size", "5", "--include-texts", "--no-progress"])
     assert code == 0
     assert_lines_equal(read_lines(output), expected_lines, texts=True)
@@ -591,7 +598,8 @@ def test_a_bi_encoder_teacher_scores_with_the_similarity_it_declares(kind, tok, 
     assert teacher["kind"] == "bi-encoder" and teacher["name"] == "teacher" and teacher["top_k"] == TOP_K
     record = {"teacher": teacher["name"], "teacher_top_k": TOP_K, "teacher_kind": teacher["kind"], "sources": {
         "teacher": {key: teacher[key] for key in ("name", "hub", "revision")}}}
-    assert _teacher(record) == f"the bi-encoder `teacher` (a local folder), scoring the top {TOP_K} of a first-stage run"
+    assert _teacher(record) == (f"the bi-encoder `teacher` (a local folder), scoring the top {TOP_K} "
+                                "of a first-stage run")
 
 
 def test_pooling_is_for_a_bi_encoder_teacher(teacher_setup, tmp_path):

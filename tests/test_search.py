@@ -189,7 +189,8 @@ def test_search_dispatches_to_faiss(random_data):
         (torch.ones(2, 4), torch.ones(3, 4), {"k": 2.5}, r"k must be a positive integer"),
         (torch.ones(4), torch.ones(3, 4), {"k": 1}, r"queries must be a 2-D matrix.*reshape"),
         (torch.ones(2, 4), torch.ones(3, 4, 1), {"k": 1}, r"documents must be a 2-D matrix"),
-        (torch.ones(2, 4), torch.ones(3, 5), {"k": 1}, r"dimension mismatch: queries have dim 4 but documents have dim 5"),
+        (torch.ones(2, 4), torch.ones(3, 5), {"k": 1},
+         r"dimension mismatch: queries have dim 4 but documents have dim 5"),
         (torch.ones(2, 4), torch.ones(3, 4), {"k": 1, "similarity": "l2"}, r"unknown similarity 'l2'.*cosine.*dot"),
         (torch.ones(2, 4), torch.ones(0, 4), {"k": 1}, r"no documents to search"),
     ],
@@ -239,12 +240,14 @@ def test_topk_to_run_round_trip_with_exact_search(random_data):
 @pytest.mark.parametrize(
     ("query_ids", "document_ids", "scores", "indices", "match"),
     [
-        (["q1"], ["d0", "d1"], torch.zeros(2, 1), torch.zeros(2, 1, dtype=torch.long), r"got 1 query_ids for 2 result rows"),
+        (["q1"], ["d0", "d1"], torch.zeros(2, 1), torch.zeros(2, 1, dtype=torch.long),
+         r"got 1 query_ids for 2 result rows"),
         (["q1"], ["d0", "d1"], torch.zeros(1, 2), torch.zeros(1, 1, dtype=torch.long), r"same shape"),
         (["q1"], ["d0", "d1"], torch.zeros(2), torch.zeros(2, dtype=torch.long), r"must be 2-D"),
         (["q1"], ["d0", "d1"], torch.zeros(1, 1), torch.tensor([[2]]), r"index 2 is out of range for 2 document_ids"),
         (["q1", "q1"], ["d0"], torch.zeros(2, 1), torch.zeros(2, 1, dtype=torch.long), r"query_ids contain duplicates"),
-        (["q1"], ["d0", "d0"], torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.long), r"document_ids contain duplicates"),
+        (["q1"], ["d0", "d0"], torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.long),
+         r"document_ids contain duplicates"),
     ],
 )
 def test_topk_to_run_errors(query_ids, document_ids, scores, indices, match):

@@ -226,7 +226,8 @@ def test_complete_and_expected_folders_pass(tmp_path, tok):
     report = check_checkpoint_weights(tmp_path / "sharded")
     assert len(report["files"]) > 1 and report["missing_keys"] == []
     BertForSequenceClassification(bert_config(tok)).save_pretrained(tmp_path / "ce")
-    assert check_checkpoint_weights(tmp_path / "ce", auto_class="AutoModelForSequenceClassification")["missing_keys"] == []
+    assert check_checkpoint_weights(tmp_path / "ce",
+                                    auto_class="AutoModelForSequenceClassification")["missing_keys"] == []
     # a plain encoder is not a cross-encoder: its classifier would be random
     with pytest.raises(CheckpointWeightsError, match=r"classifier\.bias, classifier\.weight"):
         check_checkpoint_weights(tmp_path / "bert", auto_class="AutoModelForSequenceClassification")

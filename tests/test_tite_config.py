@@ -10,8 +10,8 @@ from dense_encoders.models.tite.presets import TINY_PRESETS, TITE_PRESETS, tite_
 
 @pytest.mark.parametrize(
     ("length", "kernel", "stride", "expected"),
-    [(512, 2, 2, 256), (5, 2, 2, 3), (1, 2, 2, 1), (0, 2, 2, 0), (3, 4, 2, 1), (512, 3, 3, 171), (7, 3, 2, 3), (8, 3, 2, 4),
-     (9, None, None, 9)],
+    [(512, 2, 2, 256), (5, 2, 2, 3), (1, 2, 2, 1), (0, 2, 2, 0), (3, 4, 2, 1), (512, 3, 3, 171), (7, 3, 2, 3),
+     (8, 3, 2, 4), (9, None, None, 9)],
 )
 def test_pooled_length_by_hand(length, kernel, stride, expected):
     assert pooled_length(length, kernel, stride) == expected

@@ -243,7 +243,8 @@ with torch.no_grad():
     model.set_attn_implementation("sdpa")
     sdpa = model(**tokenizer(texts, padding=True, truncation=True, return_tensors="pt")).pooler_output
 st = SentenceTransformer(folder, trust_remote_code=True, device="cpu").encode(texts, convert_to_tensor=True)
-torch.save({{"eager": eager, "sdpa": sdpa, "st": st.cpu(), "module": type(model).__module__}}, {str(tmp_path / "out.pt")!r})
+torch.save({{"eager": eager, "sdpa": sdpa, "st": st.cpu(), "module": type(model).__module__}},
+           {str(tmp_path / "out.pt")!r})
 """
     run_python_without_package(code, cwd=tmp_path)
     result = torch.load(tmp_path / "out.pt")

@@ -468,7 +468,8 @@ def test_static_capacity_plans_have_the_same_shapes_for_every_batch_of_a_bucket(
         assert (a.key.rows, a.key.max_length, a.query.rows, a.query.max_length) == \
             (b.key.rows, b.key.max_length, b.query.rows, b.query.max_length)
         if a.pool is not None:
-            assert (a.pool.total_in, a.pool.total_out, a.pool.max_out) == (b.pool.total_in, b.pool.total_out, b.pool.max_out)
+            assert ((a.pool.total_in, a.pool.total_out, a.pool.max_out)
+                    == (b.pool.total_in, b.pool.total_out, b.pool.max_out))
         if a.key.max_length == 1:  # attention is the value projection: query rows must be the key rows
             assert a.query.rows == a.key.rows
     # the buffer holds the second batch: its real entries equal the ordinary plan's
@@ -542,7 +543,8 @@ def test_triton_rotary_kernel_equals_the_rotation_forward_and_backward(monkeypat
     assert type(out_q.grad_fn).__name__ == "TritonRotaryBackward"
     torch.testing.assert_close(out_q.double(), pairwise_rotation(query.detach(), query_index, 10000.0), **tolerance)
     torch.testing.assert_close(out_k.double(), pairwise_rotation(key.detach(), key_index, 10000.0), **tolerance)
-    upstream_q, upstream_k = torch.randn(out_q.shape, generator=generator), torch.randn(out_k.shape, generator=generator)
+    upstream_q, upstream_k = (torch.randn(out_q.shape, generator=generator),
+                              torch.randn(out_k.shape, generator=generator))
     torch.autograd.backward((out_q, out_k), (upstream_q, upstream_k))
     # the rotation is orthogonal: its gradient is the inverse rotation of the upstream gradient
     torch.testing.assert_close(query.grad.double(), pairwise_rotation(upstream_q, -query_index, 10000.0), **tolerance)

@@ -42,8 +42,8 @@ from ..models.infused import InfusedDualEncoderModel, mean_pool
 from ..models.tite.configuration_tite import TiteConfig
 from ..models.tite.modeling_tite import TiteModel
 from ..models.tite.presets import TINY_PRESETS, TITE_PRESETS, tite_preset
-from .flops import bert_macs, infused_macs, tite_macs
 from ..settings.benchmarking import ATTENTION_CHOICES, MAX_LENGTH, default_presets  # noqa: F401 (re-exported)
+from .flops import bert_macs, infused_macs, tite_macs
 from .workloads import VOCAB_SIZE
 
 BERT_BASE_SHAPE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)

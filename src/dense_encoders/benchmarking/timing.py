@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from ..models.tite.pooling_tite import DeviceArrays, PoolPlan, pool_planned, triton_pooling_backward
-from .rows import Row
 from ..settings.benchmarking import DTYPE_CHOICES, MAX_LENGTH  # noqa: F401 (DTYPE_CHOICES re-exported)
+from .rows import Row
 
 
 def synchronize(device: torch.device) -> None:

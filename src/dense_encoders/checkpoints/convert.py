@@ -1,8 +1,8 @@
 """Detect the format of a checkpoint folder written by another implementation, and convert it.
 
 Each source format is one module of this package exposing a :class:`~.source_format.SourceFormat`;
-adding a format means writing that module and listing it in :data:`SOURCE_FORMATS`. A format's ``detect`` looks at the folder
-only (``config.json`` keys, file names, tensor names in file headers); its ``convert`` writes our folder
+adding a format means writing that module and listing it in :data:`SOURCE_FORMATS`. A format's ``detect`` looks at the
+folder only (``config.json`` keys, file names, tensor names in file headers); its ``convert`` writes our folder
 and returns the facts recorded in ``conversion.json`` (which the model card reports).
 
 The output folder is the user's: :func:`check_output` refuses, before any work, an ``OUT`` that is a file

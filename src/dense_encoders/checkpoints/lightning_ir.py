@@ -28,8 +28,8 @@ Our folder: a :class:`~dense_encoders.models.tite.TiteModel` whose ``projection`
 files that encode as Lightning IR does: the markers as the ``query`` / ``document`` prompts
 (``encode_query`` / ``encode_document``), the two lengths as ``query_length`` / ``document_length``, CLS
 pooling of the one vector (mean pooling of a TITE without pooling layers where Lightning IR averages),
-``Normalize`` and the similarity; and the tokenizer as a plain fast tokenizer (Lightning IR's ``BiEncoderTokenizer`` class needs
-Lightning IR installed). Refused by name: sparsification, query / document expansion, adapters, ``l2``
+``Normalize`` and the similarity; and the tokenizer as a plain fast tokenizer (Lightning IR's ``BiEncoderTokenizer``
+class needs Lightning IR installed). Refused by name: sparsification, query / document expansion, adapters, ``l2``
 similarity, ``sum`` pooling and, for a TITE without pooling, pooling other than first / mean.
 """
 
@@ -83,8 +83,9 @@ def trainer_output_hint(path: str | Path) -> str | None:
     if path.suffix == ".ckpt":
         folder = path.parent.parent / TRAINER_FOLDER
         where = f"{folder}" + ("" if (folder / "config.json").is_file() else " (not found next to this file)")
-        return (f"{path} is a Lightning checkpoint (a pickled training state, never loaded here); Lightning IR's trainer "
-                f"writes the model to lightning_logs/version_N/{TRAINER_FOLDER}/, here {where}: convert that folder.")
+        return (f"{path} is a Lightning checkpoint (a pickled training state, never loaded here); "
+                f"Lightning IR's trainer writes the model to lightning_logs/version_N/{TRAINER_FOLDER}/, "
+                f"here {where}: convert that folder.")
     return None
 
 
@@ -233,7 +234,8 @@ def convert(source: Path, output: Path) -> dict:
     prompts, tokenizer_files = _write_tokenizer(source, output, markers)
     keys = read_keys(config)
     normalize = bool(config["normalize"]) if "normalize" in config else config.get("normalization_strategy") == "l2"
-    # unit vectors make dot product and cosine similarity the same score: sentence-transformers pairs Normalize with cosine
+    # unit vectors make dot product and cosine similarity the same score:
+    # sentence-transformers pairs Normalize with cosine
     similarity = "cosine" if normalize else config.get("similarity_function", "dot")
     lengths = {"query_length": config.get("query_length", 32), "document_length": config.get("doc_length", 512)}
     write_sentence_transformers_files(output, pooling=pooling, similarity=similarity, prompts=prompts,
@@ -245,7 +247,8 @@ def convert(source: Path, output: Path) -> dict:
         "lightning_ir_pooling_strategy": strategy,
         "empty_texts": "the projection's bias (Lightning IR's vector)" if strategy == "first" else
         f"refused (Lightning IR's {strategy} over no tokens is not a number)",
-        "keys_read": f"{keys['pooling']}, {keys['sparsification']}, {keys['normalize']} (Lightning IR {keys['release']})",
+        "keys_read": f"{keys['pooling']}, {keys['sparsification']}, {keys['normalize']} "
+                     f"(Lightning IR {keys['release']})",
         "keys_not_read": _unread(config, keys) or None,
         "similarity": similarity,
         "normalize": normalize,

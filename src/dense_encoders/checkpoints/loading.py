@@ -227,7 +227,8 @@ def load_sentence_transformer(
         raise ValueError(f"pooling={pooling!r}: choose one of {POOLING_MODES}")
     if isinstance(model, SentenceTransformer):
         if pooling is not None:
-            raise ValueError("pooling= is for plain transformers checkpoints; this SentenceTransformer declares its own")
+            raise ValueError(
+                "pooling= is for plain transformers checkpoints; this SentenceTransformer declares its own")
         return model.to(device) if device else model
     name_or_path = str(model)
     refuse_untrusted_code(name_or_path, trust_remote_code)

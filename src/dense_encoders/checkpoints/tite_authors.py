@@ -50,10 +50,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from .weights import checkpoint_tensor_names
 from ..models.tite import TiteConfig, TiteModel
 from ..models.tite.configuration_tite import AUTHORS_CONFIG_KEYS
 from .source_format import ConversionError, SourceFormat, check_config_matches_weights, check_integer_keys
+from .weights import checkpoint_tensor_names
 
 # the authors' configuration keys whose value decides the numbers: a folder must state them
 _REQUIRED_KEYS = ("hidden_sizes", "num_attention_heads", "intermediate_sizes", "kernel_sizes", "strides",
@@ -235,7 +235,8 @@ def tite_state_dict_from_authors(state: dict[str, torch.Tensor], config: TiteCon
         raise ConversionError(f"{where} holds tensors with no counterpart in our TITE: {', '.join(unknown[:5])}"
                               f"{' ...' if len(unknown) > 5 else ''}; the conversion would lose them.")
     dtype = ours["embeddings.word_embeddings.weight"].dtype if "embeddings.word_embeddings.weight" in ours else None
-    return {name: (tensor if dtype is None else tensor.to(dtype)).contiguous() for name, tensor in ours.items()}, dropped
+    return {name: (tensor if dtype is None else tensor.to(dtype)).contiguous()
+            for name, tensor in ours.items()}, dropped
 
 
 def _split_layer_name(name: str) -> tuple[int, str, str]:

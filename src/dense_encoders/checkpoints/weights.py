@@ -271,7 +271,9 @@ def _loading_is_base_model(model) -> bool:
     return getattr(model, "base_model", model) is model
 
 
-def _base_model_differences(model, missing: set[str], unexpected: set[str], checkpoint_keys) -> tuple[set[str], set[str]]:
+def _base_model_differences(
+    model, missing: set[str], unexpected: set[str], checkpoint_keys
+) -> tuple[set[str], set[str]]:
     """What remains of transformers' (missing, unexpected) keys once a base model's expected ones are gone: a
     BERT ``pooler`` it does not find and the heads of a task checkpoint (keys outside ``base_model_prefix``)."""
     if not _loading_is_base_model(model):
@@ -335,7 +337,8 @@ def _key_renamer(model, state):
         converters = [entry for entry in mapping if isinstance(entry, WeightConverter)]
     except ImportError:  # another transformers layout: plain names, base-model prefix only
         renamings, converters, rename_source_key = [], [], None
-    by_pattern = {pattern: converter.target_patterns for converter in converters for pattern in converter.source_patterns}
+    by_pattern = {pattern: converter.target_patterns
+                  for converter in converters for pattern in converter.source_patterns}
 
     def rename(key: str, with_transforms: bool = True) -> tuple[str, list[str] | None]:
         if rename_source_key is not None:

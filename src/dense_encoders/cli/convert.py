@@ -1,4 +1,5 @@
-"""Conversion subcommand: ``convert`` a checkpoint folder another implementation wrote (:mod:`dense_encoders.checkpoints`)."""
+"""Conversion subcommand: ``convert`` a checkpoint folder another implementation wrote
+(:mod:`dense_encoders.checkpoints`)."""
 
 from __future__ import annotations
 

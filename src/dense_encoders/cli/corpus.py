@@ -9,7 +9,11 @@ from pathlib import Path
 from ..vectors import POOLING_MODES, SIMILARITIES
 from .arguments import make_parser, parse
 from .checks import (
-    add_dataset_revision_flag, add_trust_remote_code_flag, check_device, check_model, positive_int,
+    add_dataset_revision_flag,
+    add_trust_remote_code_flag,
+    check_device,
+    check_model,
+    positive_int,
 )
 from .train import end_distributed
 

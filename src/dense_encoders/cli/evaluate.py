@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from .arguments import adopt_flags, make_parser, parse, set_types
 from .checks import (
-    add_dataset_revision_flag, add_graded_pair_flags, add_trust_remote_code_flag, check_device, check_model,
+    add_dataset_revision_flag,
+    add_graded_pair_flags,
+    add_trust_remote_code_flag,
+    check_device,
+    check_model,
     positive_int,
 )
 

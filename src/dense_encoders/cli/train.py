@@ -10,7 +10,11 @@ from ..recipes import load_recipe, recipe_differences
 from ..vectors import POOLING_MODES
 from .arguments import adopt_flags, make_parser, parse, set_types
 from .checks import (
-    add_dataset_revision_flag, add_graded_pair_flags, add_trust_remote_code_flag, check_device, check_model,
+    add_dataset_revision_flag,
+    add_graded_pair_flags,
+    add_trust_remote_code_flag,
+    check_device,
+    check_model,
     positive_int,
 )
 from .training_arguments import add_training_arguments
@@ -329,8 +333,8 @@ INFUSE_EXAMPLES = """\
 examples:
   # the paper's DE-2-CE and DE-2-Rand (MNRL + BM25 negatives, the recipe of the sentence-transformers
   # script it follows), then Table 1 against a baseline DE
-  dense-encoders infuse --recipe ce-infusion --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 --train-data msmarco \\
-      --output-dir runs/de-2-ce --also-random --eval-data nfcorpus \\
+  dense-encoders infuse --recipe ce-infusion --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 \\
+      --train-data msmarco --output-dir runs/de-2-ce --also-random --eval-data nfcorpus \\
       --baseline sentence-transformers/msmarco-MiniLM-L-12-v3 --rerank-top-k 50
 
   # distil the cross-encoder's own scores instead

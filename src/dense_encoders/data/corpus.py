@@ -23,8 +23,10 @@ JSON_EXTENSIONS = (".jsonl", ".json")
 
 
 def default_corpus_path() -> pathlib.Path:
-    """Packaged tiny demo corpus (``dense_encoders/resources/tiny_corpus.jsonl``)."""
-    return pathlib.Path(__file__).resolve().parent.parent / "resources" / "tiny_corpus.jsonl"
+    """The corpus the package carries, read when no corpus is given: the 240 passages of the bundled
+    retrieval set (``dense_encoders/resources/quickstart_beir/corpus.jsonl``, BEIR records ``_id``,
+    ``title``, ``text``), the one copy of them in the package."""
+    return pathlib.Path(__file__).resolve().parent.parent / "resources" / "quickstart_beir" / "corpus.jsonl"
 
 
 def corpus_files(source: Union[str, os.PathLike]) -> list[pathlib.Path]:

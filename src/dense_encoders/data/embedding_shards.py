@@ -37,7 +37,13 @@ from safetensors.numpy import save_file
 
 from .files import atomic_write, read_json, write_json
 from .format import (
-    DataFormatError, UniqueIds, data_suffix, document_text, has_whitespace, parquet_shards, records,
+    DataFormatError,
+    UniqueIds,
+    data_suffix,
+    document_text,
+    has_whitespace,
+    parquet_shards,
+    records,
     text_lines,
 )
 from .hub_datasets import DatasetFiles, resolve_dataset

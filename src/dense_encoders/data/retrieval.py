@@ -20,8 +20,21 @@ from pathlib import Path
 from typing import Any
 
 from .format import (
-    DOCUMENT_ID_FIELDS, GZIP_SUFFIX, DataFormatError, UniqueIds, data_suffix, document_record, document_text,
-    is_json_number, is_parquet, json_lines, parses_as_number, records, require_file, string_field, text_lines,
+    DOCUMENT_ID_FIELDS,
+    GZIP_SUFFIX,
+    DataFormatError,
+    UniqueIds,
+    data_suffix,
+    document_record,
+    document_text,
+    is_json_number,
+    is_parquet,
+    json_lines,
+    parses_as_number,
+    records,
+    require_file,
+    string_field,
+    text_lines,
 )
 from .hub_datasets import DatasetFiles, resolve_dataset
 
@@ -357,7 +370,8 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
             if not row or not "".join(row).strip():
                 continue
             if len(row) != 2:
-                raise DataFormatError(path, line_number, f"expected 2 tab-separated columns (query, positive), got {len(row)}")
+                raise DataFormatError(path, line_number,
+                                      f"expected 2 tab-separated columns (query, positive), got {len(row)}")
             pairs.append((line_number, row[0], row[1]))
     else:
         raise ValueError(f"{path}: pairs must be a .tsv (query<TAB>positive) or .jsonl file (either also .gz), got "
@@ -403,7 +417,8 @@ def _score(path: Path, line_number: int, value) -> float:
     if number is None or not math.isfinite(number):
         raise DataFormatError(path, line_number, f"score {value!r} is not a number; give the relatedness as a number")
     if number < 0:
-        raise DataFormatError(path, line_number, f"score {value!r} is negative; scores run from 0 to the scale (1 or 5)")
+        raise DataFormatError(path, line_number,
+                              f"score {value!r} is negative; scores run from 0 to the scale (1 or 5)")
     return number
 
 
@@ -443,7 +458,8 @@ def _graded_tsv_rows(path: Path, split: str | None) -> tuple[list[tuple[int, str
                 )
         if len(row) != width:
             expected = "(sentence1, sentence2, score)" if width == 3 else "(as many as the header)"
-            raise DataFormatError(path, line_number, f"expected {width} tab-separated columns {expected}, got {len(row)}")
+            raise DataFormatError(path, line_number,
+                                  f"expected {width} tab-separated columns {expected}, got {len(row)}")
         if split_column is not None:
             splits_seen.add(row[split_column])
             if split is not None and row[split_column] != split:

@@ -23,13 +23,13 @@ from .. import __version__
 from ..data.embedding_shards import EmbeddingShards
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..data.runs import write_trec_run
-from ..vectors import SIMILARITIES
 from ..settings.evaluation import (  # noqa: F401 (re-exported: --help reads them there, without torch)
     DEFAULT_MEASURES,
     ENCODER_FIELDS,
     POSITIVE_FIELDS,
     EvaluationArguments,
 )
+from ..vectors import SIMILARITIES
 from .encoding import EncodedTexts, RetrievalEncoder
 from .metrics import compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
@@ -407,7 +407,8 @@ def compare_systems(
         task_a = (a["dataset"]["name"], a["dataset"].get("split"))
         task_b = (b["dataset"]["name"], b["dataset"].get("split"))
         if task_a != task_b:
-            raise ValueError(f"results of different datasets paired: {_task_label(*task_a)!r} vs {_task_label(*task_b)!r}")
+            raise ValueError(
+                f"results of different datasets paired: {_task_label(*task_a)!r} vs {_task_label(*task_b)!r}")
         if task_a in seen:
             raise ValueError(f"{_task_label(*task_a)!r} is given twice: each dataset and split is one hypothesis")
         seen.add(task_a)

@@ -9,8 +9,8 @@ import json
 import time
 from pathlib import Path
 
-from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..checkpoints.loading import load_cross_encoder
+from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from .harness import EvaluationArguments, evaluate_retrieval
 
 

@@ -27,9 +27,9 @@ import torch
 from scipy import stats
 from tqdm.auto import tqdm
 
+from ..checkpoints.loading import cross_encoder_model_and_tokenizer, model_and_tokenizer
 from ..data.files import DASHED_FLAGS, prepare_new_output_dir
 from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
-from ..checkpoints.loading import cross_encoder_model_and_tokenizer, model_and_tokenizer
 from ..models.infused.modeling_infused import mean_pool
 from .harness import search_and_score
 
@@ -213,7 +213,8 @@ def layerwise_analysis(
     t_tests = []
     names = sorted({row["dataset"] for row in rows})
     common_layers = sorted(
-        {r["layer"] for r in rows if r["encoder"] == "cross-encoder"} & {r["layer"] for r in rows if r["encoder"] == "dual encoder"}
+        {r["layer"] for r in rows if r["encoder"] == "cross-encoder"}
+        & {r["layer"] for r in rows if r["encoder"] == "dual encoder"}
     )
     value = {(r["dataset"], r["encoder"], r["layer"]): r for r in rows}
     for layer in common_layers:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
+from ..checkpoints.loading import load_cross_encoder
 from ..data.retrieval import RetrievalDataset
 from ..data.runs import Run, top_documents
-from ..checkpoints.loading import load_cross_encoder
 
 
 def rerank(

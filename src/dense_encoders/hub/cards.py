@@ -37,7 +37,7 @@ TITE_BIBTEX = """@inproceedings{schlatt-2025-tite,
   booktitle = {Proceedings of the 48th International ACM SIGIR Conference on Research and Development in Information Retrieval},
   year = {2025},
   doi = {10.1145/3726302.3730094}
-}"""
+}"""  # noqa: E501 (BibTeX as published)
 
 CE_EMBEDDINGS_BIBTEX = """@misc{ananthakrishnan-2025-cross-encoders,
   title = {Can Cross Encoders Produce Useful Sentence Embeddings?},
@@ -52,7 +52,7 @@ DISTILLATION_BIBTEX = """@inproceedings{menon-2022-defense,
   author = {Menon, Aditya and Jayasumana, Sadeep and Rawat, Ankit Singh and Kim, Seungyeon and Reddi, Sashank and Kumar, Sanjiv},
   booktitle = {Proceedings of the 39th International Conference on Machine Learning},
   year = {2022}
-}"""
+}"""  # noqa: E501 (BibTeX as published)
 
 # the records of a run the card is generated from (the trainers and `convert` write them next to the model)
 RECORD_FILES = ("conversion.json", "trainer_state.json", "training_args.json", "training_environment.json",
@@ -273,7 +273,8 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None]:
         citations.append(CE_EMBEDDINGS_BIBTEX)
     state = read_json(folder / "trainer_state.json")
     if state:
-        facts.append(f"- optimizer steps: {state.get('global_step')}, epochs: {round(float(state.get('epoch') or 0), 2)}")
+        facts.append(f"- optimizer steps: {state.get('global_step')}, "
+                     f"epochs: {round(float(state.get('epoch') or 0), 2)}")
         if state.get("train_batch_size"):
             facts.append(f"- batch size per device: {state['train_batch_size']}")
         logged = [entry for entry in state.get("log_history", []) if "loss" in entry]
@@ -457,7 +458,8 @@ def _sides(folder: Path) -> tuple[dict[str, str], dict[str, int]]:
     prompts = {side: text for side, text in (read_pipeline(folder).get("prompts") or {}).items()
                if side in ("query", "document") and text}
     settings = read_json(folder / "sentence_bert_config.json") or {}
-    lengths = {side: int(settings[f"{side}_length"]) for side in ("query", "document") if settings.get(f"{side}_length")}
+    lengths = {side: int(settings[f"{side}_length"])
+               for side in ("query", "document") if settings.get(f"{side}_length")}
     return prompts, lengths
 
 

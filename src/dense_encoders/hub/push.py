@@ -93,7 +93,8 @@ def _cache_blobs_folder(folder: Path) -> Path | None:
     """The ``blobs`` folder of the Hugging Face cache repository whose snapshot (``models--org--name/
     snapshots/<revision>/``) holds ``folder`` (resolved), None when ``folder`` is not in a snapshot."""
     for path in (folder, *folder.parents):
-        if path.parent.name == "snapshots" and path.parent.parent.name.startswith(f"models{constants.REPO_ID_SEPARATOR}"):
+        if (path.parent.name == "snapshots"
+                and path.parent.parent.name.startswith(f"models{constants.REPO_ID_SEPARATOR}")):
             return path.parent.parent / "blobs"
     return None
 
@@ -376,4 +377,5 @@ def push_command(folder, repo_id: str, *, private: bool | None = None, revision:
     return shlex.join(argv)
 
 
-__all__ = ["PushError", "PushResult", "check_results", "nested_model_folders", "push_command", "push_to_hub", "upload_files"]
+__all__ = ["PushError", "PushResult", "check_results", "nested_model_folders", "push_command", "push_to_hub",
+           "upload_files"]

@@ -25,7 +25,8 @@ import yaml
 
 RECIPES_DIR = Path(__file__).parent
 RECIPE_HELP = ("A paper's training recipe by name (`dense-encoders recipes` lists them) or a recipe .yaml file: its "
-               "settings apply first; --config and flags override them (applied by the command line; named in the card).")
+               "settings apply first; --config and flags override them (applied by the command line; named in the "
+               "card).")
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ class _DistillationData:
     """The student, its training data and its losses: the first fields of :class:`DistillationSetup`."""
 
     student: str = field(default=None, metadata={"help": "Student checkpoint: folder or Hub id (any encoder)."})
-    train_file: str = field(default=None, metadata={"help": "Training jsonl (query, documents or ids, teacher scores)."})
+    train_file: str = field(default=None,
+                            metadata={"help": "Training jsonl (query, documents or ids, teacher scores)."})
     corpus: str | None = field(default=None, metadata={"help": "corpus.jsonl or BEIR folder resolving document_ids."})
     queries: str | None = field(default=None, metadata={"help": "queries.jsonl (or BEIR folder) resolving query_ids."})
     recipe: str | None = field(default=None, metadata={"help": RECIPE_HELP})
@@ -61,9 +62,11 @@ class DistillationSetup(LossSettings, _DistillationData):
 
     pooling: str | None = field(default=None, metadata={"help": "cls / mean / pooler; default: the student's own."})
     similarity: str | None = field(default=None, metadata={"help": "dot / cosine; default: the student's own."})
-    student_num_layers: int | None = field(default=None, metadata={"help": "Keep only the first N layers (BERT family)."})
+    student_num_layers: int | None = field(default=None,
+                                           metadata={"help": "Keep only the first N layers (BERT family)."})
     documents_per_query: int = field(default=8, metadata={"help": "Documents sampled per query and step."})
-    sampling: str = field(default="random", metadata={"help": "random / top / log-random (teacher's best always kept)."})
+    sampling: str = field(default="random",
+                          metadata={"help": "random / top / log-random (teacher's best always kept)."})
     query_max_length: int = field(default=32, metadata={"help": "Query token limit."})
     document_max_length: int = field(default=512, metadata={"help": "Document token limit."})
     qrels: str | None = field(default=None, metadata={
@@ -74,7 +77,8 @@ class DistillationSetup(LossSettings, _DistillationData):
         "help": "Grade from which a judged document counts as a positive of m3se / rankdistil_b (TREC DL: 2); "
         "lower grades are negatives; queries without such a positive and a negative keep the teacher's best as P."})
     allow_missing_weights: bool = field(
-        default=False, metadata={"help": "Train a student whose weights miss (or add) tensors of its model (refused by default)."}
+        default=False,
+        metadata={"help": "Train a student whose weights miss (or add) tensors of its model (refused by default)."}
     )
     trust_remote_code: bool = field(default=False, metadata={
         "help": "Run code the student carries or names (auto_map, custom modules); refused by default. Our own "

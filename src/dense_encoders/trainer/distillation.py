@@ -52,22 +52,22 @@ from ..data.distillation import (
 from ..data.files import read_json
 from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
 from ..hub import model_card
+from ..hub.trainer_push import HubPushMixin
 from ..models.condenser.modeling_condenser import gather_with_local_grad
 from ..models.infused.modeling_infused import mean_pool
-from .losses import DistillationObjective, positive_set_loss_names
-from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
-from .pretraining import CollatorEpochCallback
-from ..hub.trainer_push import HubPushMixin
 from ..settings.distillation import (  # noqa: F401 (re-exported: --help reads them there, without torch)
     POOLINGS,
     DistillationSetup,
     DistillationTrainerFields,
 )
 from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
+from .losses import DistillationObjective, positive_set_loss_names
+from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
+from .pretraining import CollatorEpochCallback
 from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
+from .resume import StopAtMaxStepsMixin
 from .teacher import META_FORMAT as TEACHER_META_FORMAT
 from .teacher import meta_path
-from .resume import StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,8 @@ class DualEncoder(nn.Module):
         if not getattr(self.encoder, "supports_gradient_checkpointing", False):
             raise ValueError(f"{type(self.encoder).__name__} does not support activation checkpointing")
         self.encoder.activation_checkpointing_enable(
-            activation_checkpointing_kwargs=activation_checkpointing_kwargs, every_n_layers=every_n_layers, offload=offload
+            activation_checkpointing_kwargs=activation_checkpointing_kwargs, every_n_layers=every_n_layers,
+            offload=offload,
         )
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -126,7 +127,8 @@ class DualEncoder(nn.Module):
         return F.normalize(vectors, dim=-1) if self.similarity == "cosine" else vectors
 
     def forward(self, query_input_ids, query_attention_mask, document_input_ids, document_attention_mask, **_):
-        return self.encode(query_input_ids, query_attention_mask), self.encode(document_input_ids, document_attention_mask)
+        return (self.encode(query_input_ids, query_attention_mask),
+                self.encode(document_input_ids, document_attention_mask))
 
 
 # --------------------------------------------------------------------------------------------
@@ -483,7 +485,8 @@ def _distill(setup: DistillationSetup, args: DistillationArguments, *, check_out
     if too_few:
         first = too_few[0]
         raise ValueError(
-            f"{setup.train_file}:{first.get('line', '?')}: query {first.get('query_id')!r} has {len(first['documents'])} "
+            f"{setup.train_file}:{first.get('line', '?')}: query {first.get('query_id')!r} "
+            f"has {len(first['documents'])} "
             f"document(s) but --losses {setup.losses} needs at least {objective.min_documents} per query "
             f"({len(too_few)} such queries in all): drop them or choose losses without pairs (e.g. kl, infonce)"
         )

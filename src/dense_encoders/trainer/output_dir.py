@@ -193,7 +193,8 @@ def check_output_dir(
     world_size: int = 1,
 ) -> Path | None:
     """Decide (reading only) whether a run of ``world_size`` processes may write into ``output_dir``; returns
-    the checkpoint it resumes from. Raises :class:`OutputDirError` when the folder holds another run, when ``overwrite`` would delete
+    the checkpoint it resumes from. Raises :class:`OutputDirError` when the folder holds another run, when
+    ``overwrite`` would delete
     the working directory, the resumed checkpoint or one of ``inputs`` (paths the run reads), or when the
     checkpoint is incomplete."""
     folder = Path(output_dir)

@@ -19,6 +19,8 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
+from ..checkpoints.folder import refuse_folder_without_tokenizer
+from ..checkpoints.weights import checkpoint_tensor_names
 from ..data import (
     CoCondenserCollator,
     WholeWordMaskingCollator,
@@ -28,12 +30,8 @@ from ..data import (
     tokenize_for_condenser,
 )
 from ..data.corpus import JSON_EXTENSIONS, corpus_files
-from ..checkpoints.folder import refuse_folder_without_tokenizer
-from ..checkpoints.weights import checkpoint_tensor_names
 from ..data.format import DataFormatError, document_record, document_text
 from ..hub import model_card
-from ..tokenization import load_tokenizer
-from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
 from ..hub.trainer_push import HubPushMixin
 from ..models.condenser.modeling_condenser import (
     CoCondenserForPreTraining,
@@ -50,6 +48,8 @@ from ..settings.pretraining import (  # noqa: F401 (re-exported: --help reads th
     PreTrainingSetup,
     PreTrainingTrainerFields,
 )
+from ..tokenization import load_tokenizer
+from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
 from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
 from .resume import StopAtMaxStepsMixin
 
@@ -338,7 +338,8 @@ def pretraining_record(setup: PreTrainingSetup, config) -> dict:
 
 def pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     """Pre-train, then save the final model (safetensors, head included), tokenizer, trainer state,
-    sentence-transformers files (CLS pooling, dot product; written by ``save_pretrained``) and a model card to ``args.output_dir``.
+    sentence-transformers files (CLS pooling, dot product; written by ``save_pretrained``) and a model card to
+    ``args.output_dir``.
     The run holds the folder's lock throughout (:func:`~dense_encoders.trainer.output_dir.output_dir_lock`)."""
     with output_dir_lock(args.output_dir, args=args):
         return _pretrain(setup, args)

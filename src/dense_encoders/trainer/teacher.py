@@ -32,10 +32,6 @@ import torch
 from sentence_transformers import SentenceTransformer
 from tqdm.auto import tqdm
 
-from ..data.distillation import training_line
-from ..data.files import atomic_write_bytes
-from ..data.format import DataFormatError, document_text
-from ..data.runs import Run, read_trec_run, top_documents
 from ..checkpoints.folder import source_reference
 from ..checkpoints.loading import (
     check_cross_encoder,
@@ -43,6 +39,10 @@ from ..checkpoints.loading import (
     load_cross_encoder,
     load_sentence_transformer,
 )
+from ..data.distillation import training_line
+from ..data.files import atomic_write_bytes
+from ..data.format import DataFormatError, document_text
+from ..data.runs import Run, read_trec_run, top_documents
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,8 @@ def _recover_output(output: Path, candidates: Mapping[str, list[str]]) -> set[st
         try:
             record = json.loads(raw.decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise DataFormatError(output, line_number, f"not valid JSON ({error}); delete the file to start over") from None
+            raise DataFormatError(output, line_number,
+                                  f"not valid JSON ({error}); delete the file to start over") from None
         if not isinstance(record, dict):
             raise DataFormatError(output, line_number, f"expected a JSON object, got {type(record).__name__}")
         query_id = record.get("query_id")
@@ -177,9 +178,11 @@ def _validate_inputs(candidates: Mapping[str, list[str]], queries: Mapping[str, 
     if missing_queries:
         raise ValueError(
             f"{len(missing_queries)} queries of the run have no text in the queries given, e.g. "
-            f"{', '.join(repr(q) for q in missing_queries[:5])} (with --data, only queries judged in --split are loaded)"
+            f"{', '.join(repr(q) for q in missing_queries[:5])} "
+            "(with --data, only queries judged in --split are loaded)"
         )
-    missing_documents = sorted({doc_id for doc_ids in candidates.values() for doc_id in doc_ids if doc_id not in corpus})
+    missing_documents = sorted({doc_id for doc_ids in candidates.values() for doc_id in doc_ids
+                                if doc_id not in corpus})
     if missing_documents:
         raise ValueError(
             f"{len(missing_documents)} documents of the run are not in the corpus, e.g. "

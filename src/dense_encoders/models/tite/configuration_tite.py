@@ -33,7 +33,8 @@ AUTHORS_CONFIG_KEYS = (
     "dropout_prob",
     "rope_implementation",
 )
-CONVERT_HINT = "convert the folder once with `dense-encoders convert FOLDER OUT` (pip install dense-encoders) and load OUT"
+CONVERT_HINT = ("convert the folder once with `dense-encoders convert FOLDER OUT` (pip install dense-encoders) "
+                "and load OUT")
 # Written into every saved ``config.json`` so that ``AutoModel.from_pretrained(folder, trust_remote_code=True)``
 # (and so sentence-transformers) finds the encoder even in a folder a pre-training class saved.
 TITE_AUTO_MAP = {
@@ -240,8 +241,10 @@ class TiteConfig(PretrainedConfig):
                     f"use stride <= {kernel}."
                 )
         if self.projection_size is not None and (isinstance(self.projection_size, bool)
-                                                 or not isinstance(self.projection_size, int) or self.projection_size < 1):
-            raise ValueError(f"projection_size={self.projection_size!r}: give a positive width, or None for no projection.")
+                                                 or not isinstance(self.projection_size, int)
+                                                 or self.projection_size < 1):
+            raise ValueError(
+                f"projection_size={self.projection_size!r}: give a positive width, or None for no projection.")
         if self.output_pooling not in OUTPUT_POOLINGS:
             raise ValueError(f"output_pooling={self.output_pooling!r}: choose one of {OUTPUT_POOLINGS}.")
         if self.empty_texts not in EMPTY_TEXTS:

@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, BertModel, PreTrainedModel
 from transformers.activations import ACT2FN
-from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
@@ -380,8 +380,9 @@ class TiteModel(TitePreTrainedModel):
     def plan(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> TitePlan:
         """The batch's :class:`TitePlan`: reads the mask on the host once (not at all for a CPU mask)."""
         if input_ids.dim() == 2 and input_ids.shape[1] == 0 and input_ids.shape[0]:
-            raise ValueError(f"Every text of the batch is empty (input_ids of shape {tuple(input_ids.shape)}): this model "
-                             "gives no vector for an empty text; drop empty texts first (each needs at least one token).")
+            raise ValueError(f"Every text of the batch is empty (input_ids of shape {tuple(input_ids.shape)}): "
+                             "this model gives no vector for an empty text; drop empty texts first (each needs at "
+                             "least one token).")
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(
                 f"input_ids must be (batch, length) with at least one token, got shape {tuple(input_ids.shape)}."
@@ -448,7 +449,8 @@ class TiteModel(TitePreTrainedModel):
         filled = ~empty.to(input_ids.device)
         if bool(filled.any()):
             rows = filled.nonzero().squeeze(1)
-            kept = self(input_ids.index_select(0, rows), attention_mask=attention_mask[filled.to(attention_mask.device)],
+            kept = self(input_ids.index_select(0, rows),
+                        attention_mask=attention_mask[filled.to(attention_mask.device)],
                         token_type_ids=None if token_type_ids is None else token_type_ids.index_select(0, rows))
             states = kept.last_hidden_state
         else:

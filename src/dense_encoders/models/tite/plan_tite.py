@@ -239,7 +239,8 @@ def _check_lengths(config: TiteConfig, lengths: np.ndarray, capacity, pools: boo
         rows = np.flatnonzero(lengths == 0)
         raise ValueError(
             f"Text {int(rows[0])} of the batch{f' (and {rows.size - 1} more)' if rows.size > 1 else ''} is empty (no "
-            "tokens, an all-zero attention_mask row): this model gives no vector for an empty text; drop empty texts first."
+            "tokens, an all-zero attention_mask row): this model gives no vector for an empty text; "
+            "drop empty texts first."
         )
     if pools and lengths.size and int(lengths.max()) > config.max_position_embeddings:
         raise ValueError(

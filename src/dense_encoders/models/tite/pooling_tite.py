@@ -34,6 +34,7 @@ import functools
 import logging
 import numbers
 import os
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -136,7 +137,8 @@ class PoolPlan:
     Per output window ``w``: ``window_first[w]`` (its first packed input row),
     ``window_count[w]`` (real tokens in it; 0 only for the empty windows ``stride > kernel_size``
     can leave) and, on the host, ``centre_index[w]``: twice its centre ``i*s + (k-1)/2`` within its
-    sequence (``i`` its index there), where TITE's pooled queries sit (Sec. 3.1). Per input row ``t``: ``token_window[t]`` (the first window containing it) and
+    sequence (``i`` its index there), where TITE's pooled queries sit (Sec. 3.1). Per input row ``t``:
+    ``token_window[t]`` (the first window containing it) and
     ``token_windows[t]`` (how many windows contain it), for the backward pass. ``bag_indices`` /
     ``bag_offsets`` list each window's rows for ``torch.nn.functional.embedding_bag``.
     """

@@ -43,11 +43,13 @@ TITE_PRESETS: dict[str, dict] = {
     # warm start from 6-layer BERT-family encoders (e.g. all-MiniLM-L6-v2) at 256 tokens:
     # k=s=3 in all six layers, 256 -> 86 -> 29 -> 10 -> 4 -> 2 -> 1
     # (absolute positions and token types as in the backbone, so the copied layers see what they were trained on)
-    "minilm-l6-3-all": dict(NO_ATTENTION_DROPOUT, num_hidden_layers=6, hidden_sizes=384, num_attention_heads=12, intermediate_sizes=1536,
+    "minilm-l6-3-all": dict(NO_ATTENTION_DROPOUT, num_hidden_layers=6, hidden_sizes=384, num_attention_heads=12,
+                            intermediate_sizes=1536,
                             max_position_embeddings=256, kernel_sizes=[3] * 6, pooling_location="intra",
                             position_embedding_type="absolute", type_vocab_size=2),
     # warm starts keep more of the backbone: two unpooled layers, then k = s = 4 (256 -> 64 -> 16 -> 4 -> 1)
-    "minilm-l6-4-late": dict(NO_ATTENTION_DROPOUT, num_hidden_layers=6, hidden_sizes=384, num_attention_heads=12, intermediate_sizes=1536,
+    "minilm-l6-4-late": dict(NO_ATTENTION_DROPOUT, num_hidden_layers=6, hidden_sizes=384, num_attention_heads=12,
+                             intermediate_sizes=1536,
                              max_position_embeddings=256, kernel_sizes=[None, None, 4, 4, 4, 4],
                              pooling_location="intra", position_embedding_type="absolute", type_vocab_size=2),
 }

@@ -216,7 +216,8 @@ class StrictLoadingMixin:
         if fresh and not allow_missing_weights:
             shown = ", ".join(fresh[:5]) + (f", ... (+{len(fresh) - 5} more)" if len(fresh) > 5 else "")
             raise ValueError(
-                f"{pretrained_model_name_or_path} lacks {len(fresh)} weights of {cls.__name__} ({shown}): they would be "
+                f"{pretrained_model_name_or_path} lacks {len(fresh)} weights of {cls.__name__} ({shown}): "
+                "they would be "
                 "randomly initialised and every number computed from the model meaningless. Point at the complete "
                 "checkpoint (a folder another implementation wrote: `dense-encoders convert` it first), or pass "
                 "allow_missing_weights=True to load it anyway."

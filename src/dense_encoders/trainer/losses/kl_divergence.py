@@ -7,7 +7,6 @@ Hagen; SIGIR 2025), with the temperature scaling of "Distilling the Knowledge in
 
 from __future__ import annotations
 
-
 from torch import Tensor
 
 from ...settings.losses import LOSS_OPTIONS

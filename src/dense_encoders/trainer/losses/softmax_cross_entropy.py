@@ -3,7 +3,6 @@ Ranking" (Menon, Jayasumana, Rawat, Kim, Reddi, Kumar; ICML 2022)."""
 
 from __future__ import annotations
 
-
 from torch import Tensor
 
 from ...settings.losses import LOSS_OPTIONS
