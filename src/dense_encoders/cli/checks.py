@@ -129,12 +129,12 @@ def add_trust_remote_code_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def add_dataset_revision_flag(parser: argparse.ArgumentParser) -> None:
-    """``--revision`` (also ``--dataset-revision``): the revision of a dataset named by Hub id, on every command that
-    takes a dataset (the commands built on dataclasses declare the field with
-    :func:`~dense_encoders.settings.datasets.dataset_revision_field`, the same flags and help)."""
-    from ..settings.datasets import DATASET_REVISION_FLAGS, DATASET_REVISION_HELP
+    """``--dataset-revision``: the revision of a dataset named by Hub id, on every command that takes a dataset (the
+    commands built on dataclasses declare the field with
+    :func:`~dense_encoders.settings.datasets.dataset_revision_field`, the same flag and help)."""
+    from ..settings.datasets import DATASET_REVISION_FLAG, DATASET_REVISION_HELP
 
-    parser.add_argument(*DATASET_REVISION_FLAGS, dest="dataset_revision", metavar="REV", help=DATASET_REVISION_HELP)
+    parser.add_argument(DATASET_REVISION_FLAG, dest="dataset_revision", metavar="REV", help=DATASET_REVISION_HELP)
 
 
 def add_graded_pair_flags(parser: argparse.ArgumentParser) -> None:

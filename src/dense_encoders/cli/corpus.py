@@ -26,7 +26,7 @@ examples:
   dense-encoders encode runs/tite-msmarco queries.dev.small.tsv --queries --output emb/msmarco-dev-queries
 
   # the corpus of a Hub dataset (BEIR's or MTEB's layout), at a pinned revision
-  dense-encoders encode runs/tite-msmarco BeIR/scifact --revision main --output emb/scifact-hub
+  dense-encoders encode runs/tite-msmarco BeIR/scifact --dataset-revision main --output emb/scifact-hub
 
   # one process driving two GPUs through sentence-transformers' multi-process pool
   dense-encoders encode sentence-transformers/all-MiniLM-L6-v2 data/beir-scifact --output emb/scifact \\
@@ -49,7 +49,7 @@ def build_encode_parser():
     parser.add_argument("texts", help="A BEIR folder (its corpus.jsonl, or queries.jsonl with --queries), a .jsonl "
                         "with _id (or id, docid), title and text (or contents), a .tsv of id<TAB>text, or a .txt with "
                         "one text per line (ids: line numbers from 1), each also .gz; or a Hub dataset id in BEIR's or "
-                        "MTEB's layout (BeIR/scifact; its corpus, or its queries with --queries; --revision).")
+                        "MTEB's layout (BeIR/scifact; its corpus, or its queries with --queries; --dataset-revision).")
     parser.add_argument("--output", required=True, help="Folder of the shards: new, or an unfinished run to continue.")
     parser.add_argument("--queries", action="store_true",
                         help="Encode queries: the model's query prompt and length instead of the document ones.")

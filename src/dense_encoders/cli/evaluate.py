@@ -50,7 +50,7 @@ def build_evaluate_parser():
                         "or bm25 for the lexical baseline (bm25s, English stopwords).")
     parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv; each also .gz), a "
                         "(query, positive) pairs file, a graded pairs file (sentence1, sentence2, score), or a Hub "
-                        "dataset id in BEIR's or MTEB's layout (BeIR/scifact, mteb/scifact; --revision).")
+                        "dataset id in BEIR's or MTEB's layout (BeIR/scifact, mteb/scifact; --dataset-revision).")
     set_types(parser, positive_int, *POSITIVE_FIELDS)
     adopt_flags(parser, add_trust_remote_code_flag, ("help",))
     return adopt_flags(parser, add_graded_pair_flags)
@@ -98,7 +98,7 @@ def build_layerwise_parser():
     parser.add_argument("--dual-encoder", required=True, help="Dual encoder (folder or Hub id).")
     parser.add_argument("--data", nargs="+", required=True,
                         help="BEIR folder(s), pairs files, graded pairs files (e.g. STSB), or Hub dataset ids "
-                        "(BeIR/scifact; --revision applies to each).")
+                        "(BeIR/scifact; --dataset-revision applies to each of those).")
     parser.add_argument("--split", default="test",
                         help="Qrels split of each BEIR folder, or the rows of a graded pairs tsv with that split.")
     add_graded_pair_flags(parser)

@@ -229,7 +229,7 @@ examples:
       --data data/msmarco --split train --output teacher/msmarco-train.jsonl --top-k 100 --batch-size 128
 
   # a Hub dataset's train queries and corpus (BEIR's layout: qrels from BeIR/scifact-qrels)
-  dense-encoders score-teacher cross-encoder/ms-marco-MiniLM-L6-v2 --run bm25.train.trec --data BeIR/scifact \
+  dense-encoders score-teacher cross-encoder/ms-marco-MiniLM-L6-v2 --run bm25.train.trec --data BeIR/scifact \\
       --split train --output teacher/scifact-train.jsonl
 
   # plain queries / corpus files, document texts inlined in the output
@@ -259,7 +259,7 @@ def build_score_teacher_parser():
                         "or a plain checkpoint with --pooling).")
     parser.add_argument("--run", required=True, help="TREC run file (qid Q0 docid rank score tag) with the candidates.")
     parser.add_argument("--data", metavar="BEIR_FOLDER", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/; each "
-                        "also .gz), or a Hub dataset id in BEIR's or MTEB's layout (BeIR/scifact; --revision).")
+                        "also .gz), or a Hub dataset id in BEIR's or MTEB's layout (BeIR/scifact; --dataset-revision).")
     parser.add_argument("--split", default="train",
                         help="Qrels split whose queries are used with --data (default: %(default)s).")
     parser.add_argument("--queries", help="queries.jsonl ({'_id', 'text'} per line; also .gz), with --corpus instead "
@@ -297,7 +297,8 @@ def score_teacher(argv: list[str]) -> int:
     if options.data is None and (options.queries is None or options.corpus is None):
         parser.error("give --data BEIR_FOLDER, or both --queries and --corpus")
     if options.dataset_revision is not None and options.data is None:
-        parser.error("--revision is the revision of --data, a Hub dataset; --queries and --corpus are local files")
+        parser.error("--dataset-revision is the revision of --data, a Hub dataset; --queries and --corpus are local "
+                     "files")
     check_device(options.device)
     check_model(options.cross_encoder, "teacher")
     if options.data is not None:
@@ -373,6 +374,7 @@ def infuse(argv: list[str]) -> int:
                                         top_k=args.rerank_top_k, batch_size=args.batch_size,
                                         output=Path(args.output_dir) / "report.json",
                                         trust_remote_code=args.trust_remote_code,
+                                        revision=args.dataset_revisions()[1],
                                         **args.graded_pair_options(args.eval_data))
         record_infusion_report(trained, report)  # each model's card reports its row
         print(format_report(report))

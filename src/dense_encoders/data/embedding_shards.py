@@ -348,7 +348,7 @@ def encode_command(folder: Path, settings: dict) -> str:
     embeddings spelt out."""
     source = settings["source"]
     hub = source.get("hub")
-    texts = [hub["repo_id"], "--revision", hub["revision"]] if hub else [source["path"]]
+    texts = [hub["repo_id"], "--dataset-revision", hub["revision"]] if hub else [source["path"]]
     argv = ["dense-encoders", "encode", settings["model"], texts[0], "--output", str(folder), *texts[1:]]
     if settings["side"] == "query":
         argv.append("--queries")

@@ -84,9 +84,10 @@ def open_data_file(path: str | Path):
     Hub dataset, read as a stream) through ``huggingface_hub.HfFileSystem``."""
     with contextlib.ExitStack() as stack:
         if str(path).startswith(HF_URL_PREFIX):
-            from huggingface_hub import HfFileSystem  # only for a remote file
+            from huggingface_hub import HfFileSystem, constants  # only for a remote file
 
-            handle = stack.enter_context(HfFileSystem().open(str(path), "rb"))
+            # by endpoint: fsspec keeps one instance per set of arguments, and the endpoint is read when it is made
+            handle = stack.enter_context(HfFileSystem(endpoint=constants.ENDPOINT).open(str(path), "rb"))
         else:
             handle = stack.enter_context(open(path, "rb"))
         if is_gzip(path):

@@ -13,8 +13,8 @@ one of two layouts (:func:`hub_dataset_files`):
   ``queries`` and ``default`` configurations (``corpus/*.parquet``, ``qrels/test-00000-of-00001.parquet``).
 
 Either part may be gzip-compressed (``.gz``). Only the files a command needs are downloaded, through
-``huggingface_hub.snapshot_download`` into its cache (``HF_HOME``), at ``revision`` (a branch, tag or commit;
-default ``main``); the commit it resolves to is recorded (:attr:`DatasetFiles.hub`) in the results JSON, the
+``huggingface_hub.snapshot_download`` into its cache (``HF_HOME``), at ``revision`` (``--dataset-revision``: a
+branch, tag or commit; default ``main``); the commit it resolves to is recorded (:attr:`DatasetFiles.hub`) in the results JSON, the
 embedding manifest and the model card. Offline (``HF_HUB_OFFLINE=1``, or the Hub out of reach) the files come
 from the cache. Every failure is one line: an unknown repository or revision, a repository in neither layout
 (naming what was looked for), a split without judgements, nothing cached without a network.
@@ -30,8 +30,8 @@ from pathlib import Path
 from .format import GZIP_SUFFIX, HF_URL_PREFIX, data_suffix
 
 PARTS = ("corpus", "queries", "qrels")
-LAYOUTS = ("beir", "mteb")
 QRELS_COMPANION_SUFFIX = "-qrels"
+REVISION_FLAG = "--dataset-revision"  # the flag of every command that takes a dataset (settings/datasets.py)
 # a name of this form is a Hub dataset when no local path of that spelling exists
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 # names that are files a reader brings, never Hub ids (``out/train.jsonl`` is a missing file, not a repository)
@@ -100,19 +100,42 @@ def resolve_dataset(argument: str | Path, *, revision: str | None = None, parts:
     path = Path(argument).expanduser()
     if path.exists() or not is_hub_dataset_id(argument):
         if revision is not None:
-            raise ValueError(f"--revision {revision}: {argument} is a local path, and a revision applies to a Hub "
-                             "dataset (namespace/name): leave --revision out")
+            raise ValueError(f"{REVISION_FLAG} {revision}: {argument} is a local path; a revision applies to a "
+                             "dataset given by Hub id (namespace/name): leave it out")
         return path
     return hub_dataset_files(str(argument), revision=revision, parts=parts, split=split, stream=stream)
+
+
+def names_hub_dataset(argument: str | Path | None) -> bool:
+    """Whether ``argument`` names a Hub dataset: of the form ``namespace/name``, and no local path of that name."""
+    return (argument is not None and not isinstance(argument, DatasetFiles) and is_hub_dataset_id(argument)
+            and not Path(argument).expanduser().exists())
+
+
+def revisions_for(arguments, revision: str | None) -> list[str | None]:
+    """The revision of each of ``arguments`` (several datasets of one command: ``layerwise --data``, ``infuse
+    --train-data`` and ``--eval-data``): ``revision`` for those that name a Hub dataset, None for local ones;
+    an error when ``revision`` is given and none of them names a Hub dataset."""
+    arguments = list(arguments)
+    hub = [names_hub_dataset(argument) for argument in arguments]
+    if revision is not None and not any(hub):
+        raise ValueError(f"{REVISION_FLAG} {revision}: no dataset here is given by Hub id (namespace/name), and a "
+                         "revision applies only to those: leave it out")
+    return [revision if is_hub else None for is_hub in hub]
 
 
 # ------------------------------------------------------------------------------------------------ the Hub
 
 
+class NoSuchHubDataset(FileNotFoundError):
+    """The Hub answers that it has no dataset repository of that id (or none this token may read)."""
+
+
 @dataclass(frozen=True)
 class _Listing:
     repo_id: str
-    revision: str  # the commit
+    requested: str | None  # the revision asked for (None: main)
+    revision: str  # the commit it resolved to
     files: tuple[str, ...]
     online: bool
 
@@ -127,7 +150,8 @@ def _hub():
 
 def _cached_listing(repo_id: str, revision: str | None) -> _Listing | None:
     """The files of ``repo_id`` at ``revision`` that the Hugging Face cache holds (what earlier downloads fetched),
-    or None when it holds none: ``refs/<revision>`` names the commit, ``snapshots/<commit>/`` holds the files."""
+    or None when it holds none; read as the cache is laid out (``refs/<revision>`` names the commit,
+    ``snapshots/<commit>/`` holds the files: huggingface_hub's cache guide)."""
     _, constants, _ = _hub()
     storage = Path(constants.HF_HUB_CACHE) / ("datasets--" + repo_id.replace("/", "--"))
     commit = revision if revision and _COMMIT.fullmatch(revision) else None
@@ -138,39 +162,40 @@ def _cached_listing(repo_id: str, revision: str | None) -> _Listing | None:
     if snapshot is None or not snapshot.is_dir():
         return None
     files = tuple(sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file()))
-    return _Listing(repo_id, commit, files, online=False)
+    return _Listing(repo_id, revision, commit, files, online=False)
 
 
 def _listing(repo_id: str, revision: str | None, *, argument: bool = True) -> _Listing:
     """The files of the Hub dataset ``repo_id`` at ``revision`` and the commit it resolves to: from the Hub, or
-    offline (``HF_HUB_OFFLINE``, or the Hub out of reach) from the cache. One-line errors for an unknown repository
+    offline (``HF_HUB_OFFLINE=1``, or the Hub out of reach) from the cache. One-line errors for an unknown repository
     or revision and for an uncached dataset without a network; ``argument``: ``repo_id`` is what the user gave
     (not a companion repository), so the errors also say that no local path has that name."""
     huggingface_hub, constants, errors = _hub()
     at = f"{repo_id}@{revision or 'main'}"
-    no_path = "no such local path, and " if argument else ""
-    reason = "offline mode (HF_HUB_OFFLINE=1)"
+    no_path = "not a local path, and " if argument else ""
+    reason = "offline (HF_HUB_OFFLINE=1)"
     if not constants.HF_HUB_OFFLINE:
         try:
             info = huggingface_hub.HfApi().dataset_info(repo_id, revision=revision)
-            return _Listing(repo_id, info.sha, tuple(sorted(s.rfilename for s in info.siblings or ())), online=True)
+            files = tuple(sorted(sibling.rfilename for sibling in info.siblings or ()))
+            return _Listing(repo_id, revision, info.sha, files, online=True)
         except errors.RevisionNotFoundError:
             raise ValueError(f"{repo_id}: the Hub dataset has no revision {revision!r}; give one of its branches, "
-                             "tags or commits (--revision), or leave --revision out for main") from None
+                             f"tags or commits ({REVISION_FLAG}), or leave {REVISION_FLAG} out for main") from None
         except errors.GatedRepoError:
             raise ValueError(f"{repo_id}: the Hub dataset is gated; accept its conditions on its Hub page and log in "
                              "(`hf auth login`) first") from None
         except errors.RepositoryNotFoundError:
-            raise FileNotFoundError(
+            raise NoSuchHubDataset(
                 f"{repo_id}: {no_path}no dataset {repo_id} on the Hub ({constants.ENDPOINT}; a private one needs `hf "
                 "auth login`); give a BEIR folder or the id of a Hub dataset (namespace/name)") from None
         except Exception as error:  # noqa: BLE001 - no network, a proxy, a Hub outage: fall back to the cache
-            reason = f"the Hub could not be reached ({type(error).__name__}: {str(error).splitlines()[0][:160]})"
+            reason = f"the Hub is out of reach ({type(error).__name__}: {str(error).splitlines()[0][:160]})"
     cached = _cached_listing(repo_id, revision)
     if cached is None:
         raise FileNotFoundError(
             f"{repo_id}: {no_path}{reason}, and the Hugging Face cache ({constants.HF_HUB_CACHE}) holds no copy of the "
-            f"Hub dataset {at}; run once with a network, or give a local BEIR folder")
+            f"Hub dataset {at}; run once with a network, or give a BEIR folder")
     return cached
 
 
@@ -190,7 +215,8 @@ def _part_files(files: tuple[str, ...], part: str) -> list[str]:
 
 def _qrels_files(files: tuple[str, ...], folder: str, split: str) -> tuple[list[str], list[str]]:
     """``(files of split, every split)`` among the judgement files in ``folder`` (``qrels/`` or a repository's
-    root): ``<split>.tsv[.gz]``, ``<split>.jsonl``, ``<split>.parquet`` or its shards ``<split>-00000-of-00002.parquet``."""
+    root): ``<split>.tsv[.gz]``, ``<split>.jsonl``, ``<split>.parquet`` or its shards
+    ``<split>-00000-of-00002.parquet``."""
     by_split: dict[str, list[str]] = {}
     for name in files:
         if name.startswith(folder) and "/" not in name[len(folder):]:
@@ -204,22 +230,26 @@ def _qrels_files(files: tuple[str, ...], folder: str, split: str) -> tuple[list[
 
 
 def _download(listing: _Listing, files: list[str]) -> Path:
-    """The snapshot folder of ``listing`` holding ``files``: downloaded into the cache (only those files), or, offline,
-    found there complete."""
+    """The snapshot folder of ``listing`` holding ``files``, downloaded into the cache by
+    ``huggingface_hub.snapshot_download`` (only those files; at the revision asked for, so that the cache maps it to
+    its commit for offline runs), or, offline, found there complete."""
     huggingface_hub, constants, errors = _hub()
     try:
-        folder = huggingface_hub.snapshot_download(
-            listing.repo_id, repo_type="dataset", revision=listing.revision, local_files_only=not listing.online,
-            allow_patterns=[glob.escape(name) for name in files])
-    except (errors.LocalEntryNotFoundError, getattr(errors, "IncompleteSnapshotError", errors.LocalEntryNotFoundError)):
+        folder = Path(huggingface_hub.snapshot_download(
+            listing.repo_id, repo_type="dataset", revision=listing.requested if listing.online else listing.revision,
+            local_files_only=not listing.online, allow_patterns=[glob.escape(name) for name in files]))
+    except (errors.LocalEntryNotFoundError, errors.IncompleteSnapshotError):
         missing = ", ".join(files[:4]) + (", ..." if len(files) > 4 else "")
         raise FileNotFoundError(
             f"{listing.repo_id}@{listing.revision[:12]}: the Hugging Face cache ({constants.HF_HUB_CACHE}) lacks "
-            f"{missing}, and the Hub is not reachable (offline); run once with a network") from None
+            f"{missing}, and the Hub is out of reach (offline); run once with a network") from None
     except errors.HfHubHTTPError as error:
         raise OSError(f"{listing.repo_id}: downloading {', '.join(files[:4])} failed "
                       f"({str(error).splitlines()[0][:200]}); run again") from None
-    return Path(folder)
+    if folder.name != listing.revision:  # a commit pushed to the branch between listing and download
+        raise OSError(f"{listing.repo_id}: the Hub dataset changed while it was read ({listing.revision[:12]}, then "
+                      f"{folder.name[:12]}); run again, or pin a commit with {REVISION_FLAG}")
+    return folder
 
 
 def _local(listing: _Listing, files: list[str], stream: bool) -> list[Path | str]:
@@ -245,7 +275,8 @@ def hub_dataset_files(repo_id: str, *, revision: str | None = None, parts: tuple
     layout = "mteb" if any(name.startswith("qrels/") for name in listing.files) else "beir"
     missing = [part for part, names in found.items() if not names]
     if missing:
-        held = ", ".join(listing.files[:10]) + (f", ... ({len(listing.files)} files)" if len(listing.files) > 10 else "")
+        more = f", ... ({len(listing.files)} files)" if len(listing.files) > 10 else ""
+        held = ", ".join(listing.files[:10]) + more
         raise ValueError(f"{repo_id}@{listing.revision[:12]} is a Hub dataset in neither BEIR's nor MTEB's layout: "
                          f"no {' and no '.join(missing)} found. Looked for {LOOKED_FOR}; it holds: {held or 'nothing'}")
     hub: dict = {"repo_id": repo_id, "revision": listing.revision, "layout": layout}
@@ -256,9 +287,10 @@ def hub_dataset_files(repo_id: str, *, revision: str | None = None, parts: tuple
             companion = repo_id + QRELS_COMPANION_SUFFIX
             try:
                 qrels_listing = _listing(companion, None, argument=False)
-            except FileNotFoundError as error:
-                raise FileNotFoundError(f"{repo_id}: no judgements, in neither a qrels/ folder of the dataset (MTEB's "
-                                        f"layout) nor its companion {companion} (BEIR's layout): {error}") from None
+            except NoSuchHubDataset:
+                raise NoSuchHubDataset(
+                    f"{repo_id}@{listing.revision[:12]} has no judgements: no qrels/ folder (MTEB's layout), and no "
+                    f"companion dataset {companion} on the Hub (BEIR's layout); give a dataset with qrels") from None
             folder = "" if _qrels_files(qrels_listing.files, "", split)[1] else "qrels/"
             hub["qrels"] = {"repo_id": companion, "revision": qrels_listing.revision}
         qrels_names, splits = _qrels_files(qrels_listing.files, folder, split)
@@ -276,4 +308,5 @@ def hub_dataset_files(repo_id: str, *, revision: str | None = None, parts: tuple
     )
 
 
-__all__ = ["LAYOUTS", "PARTS", "DatasetFiles", "hub_dataset_files", "is_hub_dataset_id", "resolve_dataset"]
+__all__ = ["PARTS", "DatasetFiles", "NoSuchHubDataset", "hub_dataset_files", "is_hub_dataset_id", "names_hub_dataset",
+           "resolve_dataset", "revisions_for"]

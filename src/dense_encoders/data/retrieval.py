@@ -304,6 +304,20 @@ def beir_folder_files(folder: str | Path, split: str | None = "test") -> Dataset
                         queries_files=(beir_file(folder, "queries.jsonl"),))
 
 
+def read_dataset_part(source: str | Path, part: str, *, revision: str | None = None):
+    """The corpus (``part="corpus"``: :func:`read_corpus_jsonl`) or the queries (``"queries"``:
+    :func:`read_queries_jsonl`) of ``source``: its file (``corpus.jsonl``, also ``.gz``), a BEIR folder, or a
+    dataset on the Hub by id at ``revision`` (:func:`~dense_encoders.data.hub_datasets.resolve_dataset`)."""
+    if part not in ("corpus", "queries"):
+        raise ValueError(f"part={part!r}: choose corpus or queries")
+    resolved = resolve_dataset(source, revision=revision, parts=(part,), split=None)
+    if isinstance(resolved, DatasetFiles):
+        path = resolved.part(part)
+    else:
+        path = beir_file(resolved, f"{part}.jsonl") if resolved.is_dir() else resolved
+    return read_corpus_jsonl(path) if part == "corpus" else read_queries_jsonl(path)
+
+
 def load_beir(source: str | Path | DatasetFiles, split: str = "test", *, allow_empty_documents: bool = False,
               revision: str | None = None) -> RetrievalDataset:
     """A BEIR-format folder, or a retrieval dataset on the Hub (``BeIR/scifact``, ``mteb/scifact`` at
@@ -633,6 +647,7 @@ __all__ = [
     "load_pairs",
     "read_beir_qrels",
     "read_corpus_jsonl",
+    "read_dataset_part",
     "read_qrels",
     "read_queries_jsonl",
     "query_record",

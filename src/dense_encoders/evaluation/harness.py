@@ -155,7 +155,8 @@ def evaluate_retrieval(
 ) -> RetrievalResults:
     """Evaluate ``model`` (anything :class:`RetrievalEncoder` accepts, or a RetrievalEncoder) on ``data`` (a loaded
     :class:`RetrievalDataset`, or what :func:`~dense_encoders.data.retrieval.load_dataset_for_evaluation` reads: a
-    BEIR folder, a pairs file, a Hub dataset id at ``args.dataset_revision``) with the settings ``args`` (:class:`EvaluationArguments`; keyword ``settings`` replace its fields, e.g. ``k=10``).
+    BEIR folder, a pairs file, a Hub dataset id at ``args.dataset_revision``) with the settings ``args``
+    (:class:`EvaluationArguments`; keyword ``settings`` replace its fields, e.g. ``k=10``).
     ``model="bm25"`` (:data:`BM25`) evaluates the lexical baseline instead: ``bm25s`` with English stopwords over
     the corpus (:func:`~dense_encoders.data.bm25.bm25_run`); its run is a first stage like an encoder's.
 
