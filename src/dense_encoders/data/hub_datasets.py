@@ -14,10 +14,10 @@ one of two layouts (:func:`hub_dataset_files`):
 
 Either part may be gzip-compressed (``.gz``). Only the files a command needs are downloaded, through
 ``huggingface_hub.snapshot_download`` into its cache (``HF_HOME``), at ``revision`` (``--dataset-revision``: a
-branch, tag or commit; default ``main``); the commit it resolves to is recorded (:attr:`DatasetFiles.hub`) in the results JSON, the
-embedding manifest and the model card. Offline (``HF_HUB_OFFLINE=1``, or the Hub out of reach) the files come
-from the cache. Every failure is one line: an unknown repository or revision, a repository in neither layout
-(naming what was looked for), a split without judgements, nothing cached without a network.
+branch, tag or commit; default ``main``); the commit it resolves to is recorded (:attr:`DatasetFiles.hub`) in the
+results JSON, the embedding manifest and the model card. Offline (``HF_HUB_OFFLINE=1``, or the Hub out of reach)
+the files come from the cache. Every failure is one line: an unknown repository or revision, a repository in
+neither layout (naming what was looked for), a split without judgements, nothing cached without a network.
 """
 
 from __future__ import annotations
