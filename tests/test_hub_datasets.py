@@ -310,6 +310,8 @@ def test_encode_a_hub_corpus_and_queries_as_the_local_files_and_the_manifest_rec
         assert rows == local_rows
         source = shards.settings["source"]
         assert source["hub"]["repo_id"] == dataset and source["hub"]["revision"] == commit
+        part = "corpus" if side == "document" else "queries"
+        assert source["path"].endswith(f"/snapshots/{commit}/{part}.jsonl.gz")  # not the cache's nameless blob
         manifest = json.loads((outputs["hub"] / "manifest.json").read_text())
         assert manifest["settings"]["source"]["hub"]["revision"] == commit
         # the command that continues the run names the dataset by id at the commit read, not by a cache path

@@ -87,7 +87,9 @@ class TextSource:
     hub: dict | None = None
 
     def describe(self) -> dict:
-        return {"path": str(self.path.resolve()), "kind": self.kind, **({"hub": self.hub} if self.hub else {})}
+        # a Hub dataset's file by its place in the snapshot (resolving it would give the cache's blob, without a name)
+        path = self.path.absolute() if self.hub else self.path.resolve()
+        return {"path": str(path), "kind": self.kind, **({"hub": self.hub} if self.hub else {})}
 
     def files(self) -> list[Path]:
         """The files read: the file, or the shards of a Parquet folder."""

@@ -205,7 +205,7 @@ def read_beir_qrels(path: str | Path) -> Qrels:
     path = require_records(path, "qrels file")
     qrels: Qrels = {}
     judge = _judgements(path, qrels)
-    if data_suffix(path) != ".tsv":
+    if is_parquet(path) or data_suffix(path) == ".jsonl":  # records; anything else is read as tab-separated text
         for number, record in records(path):
             query_id, doc_id = (string_field(path, number, record, name) for name in QRELS_COLUMNS[:2])
             grade = record.get("score")
