@@ -462,8 +462,7 @@ def scifact_cut(size: int = 40):
 
 
 @pytest.mark.slow
-def test_evaluate_minilm_on_beir_scifact_from_the_hub_gives_the_local_folder_results(hub, minilm_path, tmp_path,
-                                                                                  capsys):
+def test_evaluate_minilm_on_beir_scifact_from_the_hub_gives_the_local_folder_results(hub, minilm_path, tmp_path):
     """Issue 31's done-when: `dense-encoders evaluate MINILM BeIR/scifact`, the dataset served by the loopback Hub in
     BEIR's layout, writes the results JSON the same data as a local BEIR folder gives; only where the data came from
     (``dataset.source``, ``dataset.hub``) differs, besides the per-run timings."""
@@ -476,8 +475,9 @@ def test_evaluate_minilm_on_beir_scifact_from_the_hub_gives_the_local_folder_res
     for name, data in (("hub", "BeIR/scifact"), ("local", str(local))):
         output = tmp_path / f"{name}.json"
         assert run_main(["evaluate", str(minilm_path), data, "--output", str(output), "--no-progress"]) == 0
-        print(capsys.readouterr().out.strip().splitlines()[0])  # the summary's first line, for the closing note
         results[name] = {key: value for key, value in json.loads(output.read_text()).items() if key not in VOLATILE}
+        metrics = results[name]["metrics"]  # printed for the closing note (pytest -s)
+        print(f"\n{name}: {data}: " + ", ".join(f"{key} {value:.4f}" for key, value in metrics.items()))
     hub_dataset, local_dataset = results["hub"].pop("dataset"), results["local"].pop("dataset")
     assert hub_dataset.pop("source") == f"hf://datasets/BeIR/scifact@{dataset}"
     assert local_dataset.pop("source") == str(local.resolve())
@@ -497,3 +497,13 @@ def test_every_command_that_takes_a_dataset_says_it_takes_a_hub_id(command, caps
     assert "Hub dataset id" in text, text
     assert "--dataset-revision REV Revision of a dataset given by Hub id" in text
     assert "The commit read is recorded" in text
+
+
+def test_tab_separated_qrels_of_any_name_stay_text(tmp_path):
+    """MTEB's qrels come as JSON lines or Parquet records; every other qrels file is still read as text (BEIR's
+    tab-separated, whatever its name), as before Hub datasets."""
+    from dense_encoders.data.retrieval import read_qrels
+
+    path = tmp_path / "qrels.txt"
+    path.write_bytes(tsv(QRELS["test"]))
+    assert read_qrels(path) == {"q1": {"d1": 1}, "q2": {"d3": 2}}
