@@ -195,7 +195,8 @@ def test_path_errors(tmp_path):
         load_corpus(missing)
     csv = tmp_path / "c.csv"
     csv.write_text("text\nx\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"extension '\.csv'.*supported extensions: \['\.txt', '\.jsonl', '\.json'\]"):
+    with pytest.raises(ValueError, match=r"extension '\.csv'.*supported extensions: "
+                       r"\['\.txt', '\.jsonl', '\.json', '\.parquet'\] \(each also \.gz\)"):
         load_corpus(csv)
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -6,9 +6,11 @@ script's function) and must exit 0; Python blocks run with ``exec``. The test ch
 must, each change listed in a table below with its reason:
 
 * MODELS: a Hub id or a placeholder (``CE``, ``MODEL``, ...) -> a tiny local model built from a config;
-* DATA: placeholders and Hub dataset ids -> a small BEIR folder cut from the bundled retrieval set; the
-  files a reader brings (``collection.tsv``, ``wiki-bookcorpus.txt``, ``msmarco/``, ...) are written under
-  the documented names from the same small data (USER_FILES);
+* DATA: placeholders -> a small BEIR folder cut from the bundled retrieval set; the files a reader brings
+  (``collection.tsv``, ``wiki-bookcorpus.txt``, ``msmarco/``, ...) are written under the documented names from
+  the same small data (USER_FILES); HUB_DATASETS: Hub dataset ids (``BeIR/scifact``) -> the same small data,
+  served in BEIR's Hub layout by the loopback Hub of tests/hub_server.py (the commands download it as a
+  reader's would, into a Hugging Face cache of the test's own);
 * SIZES: the papers' steps, batches and GPUs -> one step, two queries, this CPU (``--bf16 false``);
 * REWRITES: ``torchrun --nproc_per_node N -m dense_encoders.cli ...`` runs as one process (the multi-process
   paths have their own torchrun tests), ``push`` goes to the loopback Hub of tests/hub_server.py, ``pip
@@ -23,6 +25,7 @@ are checked against it.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import re
@@ -75,11 +78,10 @@ MODELS = {
     "DE": "dual_encoder",
     "MODEL": "dual_encoder",
 }
-# DATA: placeholders and Hub dataset ids -> the small BEIR folder; the synopses' other placeholders
+# DATA: placeholders -> the small BEIR folder; the synopses' other placeholders
 DATA = {
     "BEIR_FOLDER": "{beir}",
     "DATA": "{beir}",
-    "BeIR/scifact": "{beir}",
     "SRC": "condenser-run/",  # a luyug/Condenser folder with its head (USER_FILES)
     "OUT": "converted/",
     "N": "6",
@@ -90,6 +92,9 @@ DATA = {
     # 100 candidates per training query: 8 are enough for the tiny cross-encoder to score in seconds
     "100": "8",
 }
+# HUB_DATASETS: Hub dataset ids the docs name -> served by the loopback Hub, made from the small BEIR folder in BEIR's
+# layout (corpus.jsonl.gz, queries.jsonl.gz; the qrels in the companion <id>-qrels)
+HUB_DATASETS = ("BeIR/scifact",)
 # SIZES: flag -> value set (replaced where the doc gives it, else added; None: a bare flag added), per subcommand
 SIZES = {
     "pretrain": {"--max-steps": "1", "--per-device-train-batch-size": "2", "--fp16": "false", "--bf16": "false"},
@@ -430,12 +435,37 @@ def models(tmp_path_factory, tok) -> dict[str, str]:
     }
 
 
-@contextlib.contextmanager
-def loopback_hub(models: dict[str, str]):
-    from hub_server import LoopbackHub
+def serve_hub_datasets(hub, beir: Path) -> None:
+    """HUB_DATASETS on ``hub``, each the small BEIR folder ``beir`` in BEIR's Hub layout."""
+    from huggingface_hub import CommitOperationAdd, HfApi
 
+    api = HfApi(endpoint=hub.endpoint, token=hub.token)
+    for repo_id in HUB_DATASETS:
+        parts = {
+            repo_id: {f"{name}.gz": gzip.compress((beir / name).read_bytes()) for name in ("corpus.jsonl",
+                                                                                          "queries.jsonl")},
+            f"{repo_id}-qrels": {path.name: path.read_bytes() for path in sorted((beir / "qrels").glob("*.tsv"))},
+        }
+        for repository, files in parts.items():
+            api.create_repo(repository, repo_type="dataset")
+            api.create_commit(repository, repo_type="dataset", commit_message="add the small data",
+                              operations=[CommitOperationAdd(name, data) for name, data in files.items()])
+
+
+@contextlib.contextmanager
+def loopback_hub(models: dict[str, str], cache: Path):
+    """The loopback Hub (``push`` goes there) serving HUB_DATASETS, with a Hugging Face cache at ``cache``."""
+    from hub_server import LoopbackHub
+    from huggingface_hub import constants
+
+    saved = constants.HF_HUB_CACHE
     with LoopbackHub(token=HUB_TOKEN) as hub, hub.in_process():
-        yield {**models, "hub": hub.endpoint}
+        constants.HF_HUB_CACHE = str(cache)
+        try:
+            serve_hub_datasets(hub, Path(models["beir"]))
+            yield {**models, "hub": hub.endpoint}
+        finally:
+            constants.HF_HUB_CACHE = saved
 
 
 # ------------------------------------------------------------------------------------------ the test
@@ -450,7 +480,9 @@ def test_every_block_of_the_page_runs_as_written(page, models, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     write_user_files(tmp_path, models)
     write_prerequisites(page, tmp_path, models)
-    hub = loopback_hub(models) if page == "hub.md" else contextlib.nullcontext(models)
+    names_hub_data = any(repo_id in block.text for block in BLOCKS[page] for repo_id in HUB_DATASETS)
+    hub = (loopback_hub(models, tmp_path / "hf-cache") if page == "hub.md" or names_hub_data
+           else contextlib.nullcontext(models))
     with hub as models:
         for block in BLOCKS[page]:
             if block.id in ALTERNATIVES:
@@ -498,7 +530,7 @@ def test_the_tables_name_only_what_the_docs_contain():
     """Every substitution still matches a doc token, so the tables shrink as the docs change."""
     text = "\n".join(block.text for blocks in BLOCKS.values() for block in blocks)
     tokens = set(re.findall(r"[^\s\"'()\[\]]+", text))
-    unused = [name for name in (*MODELS, *DATA) if name not in tokens]
+    unused = [name for name in (*MODELS, *DATA, *HUB_DATASETS) if name not in tokens]
     assert not unused, f"substitutions no doc block uses: {unused}"
     ids = {block.id for blocks in BLOCKS.values() for block in blocks}
     assert EACH_OPTION <= ids and set(ALTERNATIVES) <= ids and set(PREREQUISITES) <= set(BLOCKS)

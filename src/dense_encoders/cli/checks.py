@@ -128,6 +128,15 @@ def add_trust_remote_code_flag(parser: argparse.ArgumentParser) -> None:
                         "it such a model is refused. Our own families (Condenser, TITE, infused) need no flag.")
 
 
+def add_dataset_revision_flag(parser: argparse.ArgumentParser) -> None:
+    """``--dataset-revision``: the revision of a dataset named by Hub id, on every command that takes a dataset (the
+    commands built on dataclasses declare the field with
+    :func:`~dense_encoders.settings.datasets.dataset_revision_field`, the same flag and help)."""
+    from ..settings.datasets import DATASET_REVISION_FLAG, DATASET_REVISION_HELP
+
+    parser.add_argument(DATASET_REVISION_FLAG, dest="dataset_revision", metavar="REV", help=DATASET_REVISION_HELP)
+
+
 def add_graded_pair_flags(parser: argparse.ArgumentParser) -> None:
     """``--pair-threshold`` and ``--pair-scale``: how a graded pairs file (sentence1, sentence2, score) becomes a
     retrieval task. Both default to None (threshold 0.5, scale inferred) so that other data can refuse them."""
@@ -140,5 +149,5 @@ def add_graded_pair_flags(parser: argparse.ArgumentParser) -> None:
                         "scores: 1 when all are within [0, 1], else 5).")
 
 
-__all__ = ["DEVICE_CHOICES", "add_graded_pair_flags", "add_trust_remote_code_flag", "check_device", "check_model",
-           "pair_scale", "pair_threshold", "positive_int"]
+__all__ = ["DEVICE_CHOICES", "add_dataset_revision_flag", "add_graded_pair_flags", "add_trust_remote_code_flag",
+           "check_device", "check_model", "pair_scale", "pair_threshold", "positive_int"]

@@ -8,7 +8,13 @@ from pathlib import Path
 
 from ..vectors import POOLING_MODES, SIMILARITIES
 from .arguments import make_parser, parse
-from .checks import add_trust_remote_code_flag, check_device, check_model, positive_int
+from .checks import (
+    add_dataset_revision_flag,
+    add_trust_remote_code_flag,
+    check_device,
+    check_model,
+    positive_int,
+)
 from .train import end_distributed
 
 ENCODE_EXAMPLES = """\
@@ -18,6 +24,9 @@ examples:
 
   # the queries, with the model's query prompt and length
   dense-encoders encode runs/tite-msmarco queries.dev.small.tsv --queries --output emb/msmarco-dev-queries
+
+  # the corpus of a Hub dataset (BEIR's or MTEB's layout), at a pinned revision
+  dense-encoders encode runs/tite-msmarco BeIR/scifact --dataset-revision main --output emb/scifact-hub
 
   # one process driving two GPUs through sentence-transformers' multi-process pool
   dense-encoders encode sentence-transformers/all-MiniLM-L6-v2 data/beir-scifact --output emb/scifact \\
@@ -38,8 +47,9 @@ def build_encode_parser():
     )
     parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel.")
     parser.add_argument("texts", help="A BEIR folder (its corpus.jsonl, or queries.jsonl with --queries), a .jsonl "
-                        "with _id (or id, docid), title and text (or contents), a .tsv of id<TAB>text, or a .txt "
-                        "with one text per line (ids: line numbers from 1).")
+                        "with _id (or id, docid), title and text (or contents), a .tsv of id<TAB>text, or a .txt with "
+                        "one text per line (ids: line numbers from 1), each also .gz; or a Hub dataset id in BEIR's or "
+                        "MTEB's layout (BeIR/scifact; its corpus, or its queries with --queries; --dataset-revision).")
     parser.add_argument("--output", required=True, help="Folder of the shards: new, or an unfinished run to continue.")
     parser.add_argument("--queries", action="store_true",
                         help="Encode queries: the model's query prompt and length instead of the document ones.")
@@ -59,6 +69,7 @@ def build_encode_parser():
     parser.add_argument("--allow-empty-documents", action="store_true", help="Encode blank texts instead of refusing.")
     parser.add_argument("--allow-missing-weights", action="store_true",
                         help="Encode with a checkpoint whose weights miss (or add) tensors of its model.")
+    add_dataset_revision_flag(parser)
     add_trust_remote_code_flag(parser)
     parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
     return parser
@@ -81,7 +92,7 @@ def encode(argv: list[str]) -> int:
         max_length=options.max_length, pooling=options.pooling, normalize=options.normalize, device=options.device,
         devices=options.devices, allow_empty=options.allow_empty_documents,
         allow_missing_weights=options.allow_missing_weights, trust_remote_code=options.trust_remote_code,
-        show_progress_bar=not options.no_progress,
+        show_progress_bar=not options.no_progress, revision=options.dataset_revision,
     )
     end_distributed()
     if shards is not None:

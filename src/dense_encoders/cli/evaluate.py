@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from .arguments import adopt_flags, make_parser, parse, set_types
-from .checks import add_graded_pair_flags, add_trust_remote_code_flag, check_device, check_model, positive_int
+from .checks import (
+    add_dataset_revision_flag,
+    add_graded_pair_flags,
+    add_trust_remote_code_flag,
+    check_device,
+    check_model,
+    positive_int,
+)
 
 # ------------------------------------------------------------------------------------------------ evaluate
 
 EVALUATE_EXAMPLES = """\
 examples:
-  # any sentence-transformers model, as its own configuration prescribes
+  # any sentence-transformers model, as its own configuration prescribes, on a BEIR folder or a Hub dataset
   dense-encoders evaluate sentence-transformers/all-MiniLM-L6-v2 data/beir-scifact --output scifact.json
+  dense-encoders evaluate sentence-transformers/all-MiniLM-L6-v2 BeIR/scifact --output scifact.json
 
   # the first-stage run on the train queries (for score-teacher --run), from an encoder or from BM25
   dense-encoders evaluate runs/tite data/msmarco --split train --k 100 --run-output tite.train.trec
@@ -40,8 +48,9 @@ def build_evaluate_parser():
     )
     parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel; "
                         "or bm25 for the lexical baseline (bm25s, English stopwords).")
-    parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv), a (query, "
-                        "positive) pairs file, or a graded pairs file (sentence1, sentence2, score).")
+    parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv; each also .gz), a "
+                        "(query, positive) pairs file, a graded pairs file (sentence1, sentence2, score), or a Hub "
+                        "dataset id in BEIR's or MTEB's layout (BeIR/scifact, mteb/scifact; --dataset-revision).")
     set_types(parser, positive_int, *POSITIVE_FIELDS)
     adopt_flags(parser, add_trust_remote_code_flag, ("help",))
     return adopt_flags(parser, add_graded_pair_flags)
@@ -71,6 +80,7 @@ examples:
   dense-encoders layerwise --cross-encoder cross-encoder/ms-marco-MiniLM-L-12-v2 \\
       --dual-encoder sentence-transformers/msmarco-MiniLM-L-12-v3 --data scifact nfcorpus --output-dir layerwise
   dense-encoders layerwise --cross-encoder runs/ce --dual-encoder runs/de --data scifact --layers 0 1 2 --copies first
+  dense-encoders layerwise --cross-encoder runs/ce --dual-encoder runs/de --data BeIR/scifact BeIR/nfcorpus
 """
 
 
@@ -87,7 +97,8 @@ def build_layerwise_parser():
                         help="Sequence-classification cross-encoder (folder or Hub id).")
     parser.add_argument("--dual-encoder", required=True, help="Dual encoder (folder or Hub id).")
     parser.add_argument("--data", nargs="+", required=True,
-                        help="BEIR folder(s), pairs files or graded pairs files (e.g. STSB).")
+                        help="BEIR folder(s), pairs files, graded pairs files (e.g. STSB), or Hub dataset ids "
+                        "(BeIR/scifact; --dataset-revision applies to each of those).")
     parser.add_argument("--split", default="test",
                         help="Qrels split of each BEIR folder, or the rows of a graded pairs tsv with that split.")
     add_graded_pair_flags(parser)
@@ -101,6 +112,7 @@ def build_layerwise_parser():
     parser.add_argument("--overwrite-output-dir", action="store_true",
                         help="Delete the contents of a non-empty --output-dir first (refused without it).")
     parser.add_argument("--no-progress", action="store_true", help="Hide the progress bars.")
+    add_dataset_revision_flag(parser)
     add_trust_remote_code_flag(parser)
     return parser
 
@@ -116,6 +128,7 @@ def layerwise(argv: list[str]) -> int:
         output_dir=options.output_dir, show_progress_bar=not options.no_progress,
         pair_threshold=options.pair_threshold, pair_scale=options.pair_scale,
         trust_remote_code=options.trust_remote_code, overwrite_output_dir=options.overwrite_output_dir,
+        revision=options.dataset_revision,
     )
     print(format_layerwise(results))
     print(f"wrote {options.output_dir}/layerwise.csv, layerwise.json, layerwise.png")

@@ -9,7 +9,14 @@ from pathlib import Path
 from ..recipes import load_recipe, recipe_differences
 from ..vectors import POOLING_MODES
 from .arguments import adopt_flags, make_parser, parse, set_types
-from .checks import add_graded_pair_flags, add_trust_remote_code_flag, check_device, check_model, positive_int
+from .checks import (
+    add_dataset_revision_flag,
+    add_graded_pair_flags,
+    add_trust_remote_code_flag,
+    check_device,
+    check_model,
+    positive_int,
+)
 from .training_arguments import add_training_arguments
 
 # ------------------------------------------------------------------------------------------------ pretrain
@@ -221,6 +228,10 @@ examples:
   dense-encoders score-teacher cross-encoder/ms-marco-MiniLM-L6-v2 --run bm25.train.trec \\
       --data data/msmarco --split train --output teacher/msmarco-train.jsonl --top-k 100 --batch-size 128
 
+  # a Hub dataset's train queries and corpus (BEIR's layout: qrels from BeIR/scifact-qrels)
+  dense-encoders score-teacher cross-encoder/ms-marco-MiniLM-L6-v2 --run bm25.train.trec --data BeIR/scifact \\
+      --split train --output teacher/scifact-train.jsonl
+
   # plain queries / corpus files, document texts inlined in the output
   dense-encoders score-teacher runs/my-cross-encoder --run run.trec --queries queries.jsonl \\
       --corpus corpus.jsonl --output teacher.jsonl --include-texts
@@ -247,11 +258,14 @@ def build_score_teacher_parser():
                         "sequence-classification head), or a bi-encoder (a sentence-transformers model, one of ours, "
                         "or a plain checkpoint with --pooling).")
     parser.add_argument("--run", required=True, help="TREC run file (qid Q0 docid rank score tag) with the candidates.")
-    parser.add_argument("--data", metavar="BEIR_FOLDER", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/).")
+    parser.add_argument("--data", metavar="BEIR_FOLDER", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/; each "
+                        "also .gz), or a Hub dataset id in BEIR's or MTEB's layout (BeIR/scifact; --dataset-revision).")
     parser.add_argument("--split", default="train",
                         help="Qrels split whose queries are used with --data (default: %(default)s).")
-    parser.add_argument("--queries", help="queries.jsonl ({'_id', 'text'} per line), with --corpus instead of --data.")
-    parser.add_argument("--corpus", help="corpus.jsonl ({'_id', 'title', 'text'} per line), with --queries.")
+    parser.add_argument("--queries", help="queries.jsonl ({'_id', 'text'} per line; also .gz), with --corpus instead "
+                        "of --data.")
+    parser.add_argument("--corpus", help="corpus.jsonl ({'_id', 'title', 'text'} per line; also .gz), with --queries.")
+    add_dataset_revision_flag(parser)
     parser.add_argument("--output", required=True,
                         help="Output jsonl; an existing one with the same settings is resumed.")
     parser.add_argument("--top-k", type=positive_int, default=100,
@@ -282,10 +296,13 @@ def score_teacher(argv: list[str]) -> int:
         parser.error("give either --data or --queries with --corpus, not both")
     if options.data is None and (options.queries is None or options.corpus is None):
         parser.error("give --data BEIR_FOLDER, or both --queries and --corpus")
+    if options.dataset_revision is not None and options.data is None:
+        parser.error("--dataset-revision is the revision of --data, a Hub dataset; --queries and --corpus are local "
+                     "files")
     check_device(options.device)
     check_model(options.cross_encoder, "teacher")
     if options.data is not None:
-        dataset = load_beir(options.data, split=options.split)
+        dataset = load_beir(options.data, split=options.split, revision=options.dataset_revision)
         queries, corpus = dataset.queries, dataset.corpus
     else:
         queries, corpus = read_queries_jsonl(options.queries), read_corpus_jsonl(options.corpus)
@@ -357,6 +374,7 @@ def infuse(argv: list[str]) -> int:
                                         top_k=args.rerank_top_k, batch_size=args.batch_size,
                                         output=Path(args.output_dir) / "report.json",
                                         trust_remote_code=args.trust_remote_code,
+                                        revision=args.dataset_revisions()[1],
                                         **args.graded_pair_options(args.eval_data))
         record_infusion_report(trained, report)  # each model's card reports its row
         print(format_report(report))

@@ -1,7 +1,9 @@
 """Pre-training corpora: load documents into a one-column (``text``) dataset and tokenize them.
 
 Sources: ``.txt`` (one document per non-empty line), ``.jsonl``/``.json`` (one JSON object per
-line, BEIR-style ``title`` + ``text``), a directory of such files, or an existing
+line, BEIR-style ``title`` + ``text``), ``.parquet`` (those columns), each also gzip-compressed (``.gz``), a
+directory of such files, the corpus of a dataset on the Hub given by id (``BeIR/scifact``, ``mteb/scifact``:
+:mod:`~dense_encoders.data.hub_datasets`; streamed from the Hub when the corpus is streamed), or an existing
 ``datasets.Dataset``/``IterableDataset``. :func:`tokenize_for_condenser` cuts documents into
 consecutive blocks that fit Condenser's ``max_length`` once ``[CLS]``/``[SEP]`` are added.
 """
@@ -12,14 +14,15 @@ import os
 import pathlib
 from typing import Any, Optional, Union
 
-from .format import DOCUMENT_TEXT_FIELDS, document_record, document_text, json_lines, text_lines
+from .format import DOCUMENT_TEXT_FIELDS, data_suffix, document_record, document_text, records, text_lines
+from .hub_datasets import DatasetFiles, resolve_dataset
 from .masking import EXAMPLE_INDEX
 
 __all__ = ["JSON_EXTENSIONS", "SUPPORTED_EXTENSIONS", "corpus_files", "default_corpus_path", "load_corpus",
            "tokenize_for_condenser"]
 
-SUPPORTED_EXTENSIONS = (".txt", ".jsonl", ".json")
-JSON_EXTENSIONS = (".jsonl", ".json")
+SUPPORTED_EXTENSIONS = (".txt", ".jsonl", ".json", ".parquet")
+JSON_EXTENSIONS = (".jsonl", ".json", ".parquet")  # files of records (read by data.format.records), not of lines
 
 
 def default_corpus_path() -> pathlib.Path:
@@ -29,42 +32,50 @@ def default_corpus_path() -> pathlib.Path:
     return pathlib.Path(__file__).resolve().parent.parent / "resources" / "quickstart_beir" / "corpus.jsonl"
 
 
-def corpus_files(source: Union[str, os.PathLike]) -> list[pathlib.Path]:
-    """The files of a corpus path: the file itself, or the supported files of a folder sorted by name."""
-    path = pathlib.Path(source)
+def corpus_files(source: Union[str, os.PathLike], *, revision: Optional[str] = None,
+                 streaming: bool = False) -> list[Union[pathlib.Path, str]]:
+    """The files of a corpus: the file itself, the supported files of a folder sorted by name (each also
+    ``.gz``), or the corpus files of a Hub dataset given by id at ``revision`` (downloaded into the Hugging Face
+    cache; ``hf://`` URLs read as streams when ``streaming`` and the Hub is reachable)."""
+    resolved = resolve_dataset(source, revision=revision, parts=("corpus",), split=None, stream=streaming)
+    if isinstance(resolved, DatasetFiles):
+        return list(resolved.corpus_files)
+    path = resolved
     if not path.exists():
         raise FileNotFoundError(f"corpus path {str(path)!r} does not exist")
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in SUPPORTED_EXTENSIONS)
+        files = sorted(p for p in path.iterdir() if p.is_file() and data_suffix(p) in SUPPORTED_EXTENSIONS)
         if not files:
             raise ValueError(
                 f"corpus directory {str(path)!r} contains no files with a supported extension "
-                f"{list(SUPPORTED_EXTENSIONS)}"
+                f"{list(SUPPORTED_EXTENSIONS)} (each also .gz)"
             )
         return files
-    if path.suffix.lower() not in SUPPORTED_EXTENSIONS:
+    if data_suffix(path) not in SUPPORTED_EXTENSIONS:
         raise ValueError(
             f"unsupported corpus file {str(path)!r} (extension {path.suffix!r}); supported extensions: "
-            f"{list(SUPPORTED_EXTENSIONS)}, a directory of such files, or a datasets.Dataset"
+            f"{list(SUPPORTED_EXTENSIONS)} (each also .gz), a directory of such files, the id of a Hub dataset, or a "
+            "datasets.Dataset"
         )
     return [path]
 
 
-def _read_txt(path: pathlib.Path) -> list[str]:
+def _read_txt(path) -> list[str]:
     return [line.strip() for _, line in text_lines(path) if line.strip()]
 
 
-def _read_json_lines(path: pathlib.Path, text_field: Optional[str], title_field: Optional[str]) -> list[str]:
+def _read_json_lines(path, text_field: Optional[str], title_field: Optional[str]) -> list[str]:
     return list(_json_texts(path, text_field, title_field))
 
 
-def _json_texts(path: pathlib.Path, text_field: Optional[str], title_field: Optional[str]):
-    """The document of every record of a JSON-lines file, in order, read by
+def _json_texts(path, text_field: Optional[str], title_field: Optional[str]):
+    """The document of every record of a JSON-lines (or Parquet) file, in order, read by
     :func:`~dense_encoders.data.format.document_record` (the reader of evaluation and encoding corpora too):
-    ``text_field``, or ``text`` / ``contents`` when it is None. Errors name ``file:line`` (from 1)."""
+    ``text_field``, or ``text`` / ``contents`` when it is None. Errors name ``file:line`` (from 1; the row of a
+    Parquet file)."""
     text_fields = DOCUMENT_TEXT_FIELDS if text_field is None else (text_field,)
     hint = "; pass text_field=<the field holding the document text>"
-    for lineno, record in json_lines(path):
+    for lineno, record in records(path):
         yield document_text(document_record(path, lineno, record, text_fields=text_fields, title_field=title_field,
                                             hint=hint))
 
@@ -72,8 +83,8 @@ def _json_texts(path: pathlib.Path, text_field: Optional[str], title_field: Opti
 def _stream_json_files(files: list[str], text_field: Optional[str], title_field: Optional[str]):
     """Generator behind streamed JSON-lines corpora: read with :func:`_json_texts`, so a bad record is
     reported as ``file:line`` counted from 1, exactly as when the corpus is read eagerly."""
-    for path in files:
-        for text in _json_texts(pathlib.Path(path), text_field, title_field):
+    for path in files:  # a path, or the hf:// URL of a Hub dataset's file (kept as a string)
+        for text in _json_texts(path, text_field, title_field):
             yield {"text": text}
 
 
@@ -106,13 +117,13 @@ def _from_datasets_object(dataset, text_field: str, title_field: Optional[str], 
     return dataset.map(_to_text, batched=True).select_columns(["text"])
 
 
-def _stream_files(files: list[pathlib.Path], text_field: Optional[str], title_field: Optional[str]):
+def _stream_files(files: list, text_field: Optional[str], title_field: Optional[str]):
     import datasets  # slow to import (datasets); keeps `dense-encoders --help` fast
 
     # one load_dataset call per run of same-kind files keeps the sorted file order
     runs: list[tuple[str, list[str]]] = []
     for path in files:
-        kind = "json" if path.suffix.lower() in JSON_EXTENSIONS else "text"
+        kind = "json" if data_suffix(path) in JSON_EXTENSIONS else "text"
         if runs and runs[-1][0] == kind:
             runs[-1][1].append(str(path))
         else:
@@ -141,6 +152,7 @@ def load_corpus(
     text_field: Optional[str] = None,
     title_field: Optional[str] = "title",
     streaming: bool = False,
+    revision: Optional[str] = None,
 ):
     """Load documents as a dataset with exactly one column, ``text``.
 
@@ -151,7 +163,8 @@ def load_corpus(
     BEIR-style ``title + " " + text``: :func:`~dense_encoders.data.format.document_text`, the same
     string evaluation makes of a document), a directory (all supported files in it, sorted by name), or
     a ``datasets.Dataset``/``IterableDataset`` with a ``text_field`` column (by default ``text``; title
-    joined likewise).
+    joined likewise), or the id of a Hub dataset in BEIR's or MTEB's layout, whose corpus is read at ``revision``
+    (:func:`corpus_files`). Files may be gzip-compressed (``.gz``) or Parquet.
     Files are read and validated eagerly (errors name ``file:line``) unless ``streaming=True``,
     which returns a lazy ``datasets.IterableDataset`` built with ``datasets.load_dataset``. An
     ``IterableDataset`` source always stays iterable.
@@ -169,12 +182,12 @@ def load_corpus(
             f"unsupported corpus source of type {type(source).__name__}; pass a path to a "
             f"{'/'.join(SUPPORTED_EXTENSIONS)} file, a directory, or a datasets.Dataset/IterableDataset"
         )
-    files = corpus_files(source)
+    files = corpus_files(source, revision=revision, streaming=streaming)
     if streaming:
         return _stream_files(files, text_field, title_field)
     texts: list[str] = []
     for path in files:
-        if path.suffix.lower() in JSON_EXTENSIONS:
+        if data_suffix(path) in JSON_EXTENSIONS:
             texts.extend(_read_json_lines(path, text_field, title_field))
         else:
             texts.extend(_read_txt(path))

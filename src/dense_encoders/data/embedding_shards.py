@@ -16,7 +16,9 @@ Shard ``i`` holds the texts ``[i * shard_size, (i + 1) * shard_size)`` of the so
 any process can encode any shard, and a shard is complete when its safetensors file exists (ids first,
 then embeddings, each written atomically). Sources are read as streams: a BEIR ``corpus.jsonl`` or
 ``queries.jsonl`` (or a BEIR folder), a ``.tsv`` of ``id<TAB>text`` (MS MARCO's collection.tsv and
-queries.tsv), or a ``.txt`` file with one text per line (ids: line numbers, from 1).
+queries.tsv), or a ``.txt`` file with one text per line (ids: line numbers, from 1), each also gzip-compressed
+(``.gz``); or the corpus (queries) of a Hub dataset by id (``BeIR/scifact``, at a revision:
+:mod:`~dense_encoders.data.hub_datasets`), whose repository and commit the manifest records.
 """
 
 from __future__ import annotations
@@ -34,8 +36,18 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from .files import atomic_write, read_json, write_json
-from .format import DataFormatError, UniqueIds, document_text, has_whitespace, json_lines, text_lines
-from .retrieval import beir_ids, corpus_record, query_record
+from .format import (
+    DataFormatError,
+    UniqueIds,
+    data_suffix,
+    document_text,
+    has_whitespace,
+    parquet_shards,
+    records,
+    text_lines,
+)
+from .hub_datasets import DatasetFiles, resolve_dataset
+from .retrieval import beir_file, beir_ids, corpus_record, query_record
 
 SETTINGS_FILE = "encoding.json"
 MANIFEST_FILE = "manifest.json"
@@ -65,34 +77,52 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TextSource:
-    """A file of texts with ids: ``kind`` is ``beir`` (jsonl read by
-    :func:`~dense_encoders.data.retrieval.corpus_record` / ``query_record``), ``tsv`` or ``lines``."""
+    """A file of texts with ids: ``kind`` is ``beir`` (records, JSON lines or Parquet, read by
+    :func:`~dense_encoders.data.retrieval.corpus_record` / ``query_record``), ``tsv`` or ``lines``; ``hub``: the
+    Hub dataset it is part of (``repo_id``, ``revision``: the commit, ``layout``), None for a local file."""
 
     path: Path
     kind: str
     side: str
+    hub: dict | None = None
 
     def describe(self) -> dict:
-        return {"path": str(self.path.resolve()), "kind": self.kind}
+        # a Hub dataset's file by its place in the snapshot (resolving it would give the cache's blob, without a name)
+        path = self.path.absolute() if self.hub else self.path.resolve()
+        return {"path": str(path), "kind": self.kind, **({"hub": self.hub} if self.hub else {})}
+
+    def files(self) -> list[Path]:
+        """The files read: the file, or the shards of a Parquet folder."""
+        return parquet_shards(self.path) if self.path.is_dir() else [self.path]
 
 
-def text_source(path: str | Path, side: str = "document") -> TextSource:
-    """The file to read for ``side``: a BEIR folder gives its corpus.jsonl (or queries.jsonl)."""
+TEXT_KINDS = {".jsonl": "beir", ".parquet": "beir", ".tsv": "tsv", ".txt": "lines"}
+
+
+def text_source(path: str | Path, side: str = "document", *, revision: str | None = None) -> TextSource:
+    """The file to read for ``side``: a BEIR folder gives its corpus.jsonl (or queries.jsonl), a Hub dataset id its
+    corpus (or queries) at ``revision`` (:func:`~dense_encoders.data.hub_datasets.resolve_dataset`); files may be
+    gzip-compressed."""
     if side not in SIDES:
         raise ValueError(f"side={side!r}: choose one of {SIDES}")
-    path = Path(path)
+    part = "corpus" if side == "document" else "queries"
+    resolved = resolve_dataset(path, revision=revision, parts=(part,), split=None)
+    if isinstance(resolved, DatasetFiles):
+        return TextSource(Path(resolved.part(part)), "beir", side, hub=resolved.hub)
+    path = resolved
     if path.is_dir():
-        name = "corpus.jsonl" if side == "document" else "queries.jsonl"
-        if not (path / name).is_file():
-            raise FileNotFoundError(f"{path} has no {name}: give a BEIR folder, a .jsonl, a .tsv or a .txt file")
-        path = path / name
+        name = f"{part}.jsonl"
+        path = beir_file(path, name)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path.parent} has no {name}: give a BEIR folder, a .jsonl, a .tsv or a .txt "
+                                    "file, or a Hub dataset id")
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: give a BEIR folder, a .jsonl, a .tsv or a .txt file")
-    kinds = {".jsonl": "beir", ".tsv": "tsv", ".txt": "lines"}
-    if path.suffix not in kinds:
+        raise FileNotFoundError(f"{path} does not exist: give a BEIR folder, a .jsonl, a .tsv or a .txt file, or the "
+                                "id of a Hub dataset (namespace/name)")
+    if data_suffix(path) not in TEXT_KINDS:
         raise ValueError(f"{path}: texts come as .jsonl (BEIR, with _id or id), .tsv (id<TAB>text) or .txt (one per "
-                         f"line), not {path.suffix or 'a file without suffix'}")
-    return TextSource(path, kinds[path.suffix], side)
+                         f"line), each also .gz, not {data_suffix(path) or 'a file without suffix'}")
+    return TextSource(path, TEXT_KINDS[data_suffix(path)], side)
 
 
 def iterate_texts(source: TextSource, *, allow_empty: bool = False) -> Iterator[tuple[str, str]]:
@@ -114,7 +144,7 @@ def iterate_texts(source: TextSource, *, allow_empty: bool = False) -> Iterator[
 def _raw_texts(source: TextSource) -> Iterator[tuple[int, str, str]]:
     """``(line number, id, text)`` of every text of ``source``, ids not yet checked."""
     if source.kind == "beir":
-        for number, record in json_lines(source.path):
+        for number, record in records(source.path):
             if source.side == "document":
                 identifier, document = corpus_record(source.path, number, record)
                 yield number, identifier, document_text(document)
@@ -140,11 +170,13 @@ def _checked(source: TextSource, number: int, identifier: str, text: str, allow_
 
 
 def scan_source(source: TextSource, *, allow_empty: bool = False) -> dict:
-    """One streamed pass: the number of texts and the file's sha256 (what the manifest pins the corpus by)."""
+    """One streamed pass: the number of texts and the file's sha256 (what the manifest pins the corpus by; of the
+    shards one after the other for a folder of Parquet shards)."""
     digest = hashlib.sha256()
-    with open(source.path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    for path in source.files():
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
     count = sum(1 for _ in iterate_texts(source, allow_empty=allow_empty))
     if count == 0:
         raise ValueError(f"{source.path} holds no texts")
@@ -314,8 +346,12 @@ def file_sha256(path: Path) -> str:
 
 def encode_command(folder: Path, settings: dict) -> str:
     """The ``dense-encoders encode`` command that continues, or repairs, the run ``settings`` describe: the
-    recorded model and texts, and every setting that decides the embeddings spelt out."""
-    argv = ["dense-encoders", "encode", settings["model"], settings["source"]["path"], "--output", str(folder)]
+    recorded model and texts (a Hub dataset by its id at the recorded commit), and every setting that decides the
+    embeddings spelt out."""
+    source = settings["source"]
+    hub = source.get("hub")
+    texts = [hub["repo_id"], "--dataset-revision", hub["revision"]] if hub else [source["path"]]
+    argv = ["dense-encoders", "encode", settings["model"], texts[0], "--output", str(folder), *texts[1:]]
     if settings["side"] == "query":
         argv.append("--queries")
     argv += ["--shard-size", str(settings["shard_size"]), "--dtype", settings["dtype"], "--prompt",

@@ -1,5 +1,8 @@
 """What every data file of the package shares: the error for a bad line, the line and JSON-lines readers,
 field and id checks, and :func:`document_text`, the one place where a document (title + text) becomes a string.
+Every reader opens its file through :func:`open_data_file`: a name ending in ``.gz`` is gzip-compressed
+(``corpus.jsonl.gz``, ``qrels/test.tsv.gz``), and :func:`records` reads JSON lines and Parquet files alike
+(the layout of Hub datasets, :mod:`.hub_datasets`).
 
 Training (pre-training corpora, distillation files) and evaluation (BEIR folders, pairs, runs, embedding
 shards) read their files through these helpers, so a malformed line raises the same :class:`DataFormatError`
@@ -9,8 +12,11 @@ and a document is the same string for both. Text files are UTF-8; a byte order m
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import json
 import re
+import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -42,11 +48,75 @@ def require_file(path: Path, what: str) -> Path:
     return path
 
 
-def text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number from 1, line without its line break) of a UTF-8 text file, lines ending at ``\\n``. A byte
-    order mark at the start is skipped; bytes that are not UTF-8 are a DataFormatError naming the line."""
-    with open(path, "rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
+GZIP_SUFFIX = ".gz"
+PARQUET_SUFFIX = ".parquet"
+# what a name starting with this is: a file of a Hub dataset read remotely (huggingface_hub.HfFileSystem)
+HF_URL_PREFIX = "hf://"
+
+
+def data_suffix(path: str | Path) -> str:
+    """The format suffix of a data file's name, in lower case, without a trailing ``.gz``: ``.jsonl`` for
+    ``corpus.jsonl`` and ``corpus.jsonl.gz``, ``.tsv`` for ``test.tsv.gz``, ``""`` for a name without one."""
+    name = str(path).replace("\\", "/").rsplit("/", 1)[-1].lower()
+    name = name.removesuffix(GZIP_SUFFIX)
+    return "." + name.rsplit(".", 1)[1] if "." in name.strip(".") else ""
+
+
+def is_gzip(path: str | Path) -> bool:
+    return str(path).lower().endswith(GZIP_SUFFIX)
+
+
+def is_parquet(path: str | Path) -> bool:
+    """A Parquet file (``.parquet``), or a folder of Parquet shards (a part of a Hub dataset, :func:`records`)."""
+    if str(path).lower().endswith(PARQUET_SUFFIX):
+        return True
+    return not str(path).startswith(HF_URL_PREFIX) and Path(path).is_dir() and bool(parquet_shards(Path(path)))
+
+
+def parquet_shards(folder: Path) -> list[Path]:
+    """The ``.parquet`` files of ``folder``, sorted by name (the order of ``-00000-of-00002`` shards)."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(PARQUET_SUFFIX))
+
+
+@contextlib.contextmanager
+def open_data_file(path: str | Path):
+    """``path`` opened for reading bytes: decompressed when its name ends in ``.gz``; an ``hf://`` URL (a file of a
+    Hub dataset, read as a stream) through ``huggingface_hub.HfFileSystem``."""
+    with contextlib.ExitStack() as stack:
+        if str(path).startswith(HF_URL_PREFIX):
+            from huggingface_hub import HfFileSystem, constants  # only for a remote file
+
+            # by endpoint: fsspec keeps one instance per set of arguments, and the endpoint is read when it is made
+            handle = stack.enter_context(HfFileSystem(endpoint=constants.ENDPOINT).open(str(path), "rb"))
+        else:
+            handle = stack.enter_context(open(path, "rb"))
+        if is_gzip(path):
+            handle = stack.enter_context(gzip.GzipFile(fileobj=handle, mode="rb"))
+        yield handle
+
+
+def _decompression_error(path, line_number: int, error: Exception) -> DataFormatError:
+    problem = str(error).rstrip(".") or type(error).__name__
+    return DataFormatError(path, line_number, f"not readable as gzip ({problem}): its name ends in {GZIP_SUFFIX}, so "
+                           "it must be gzip-compressed and complete; compress it again or drop the .gz")
+
+
+def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(line number from 1, line without its line break) of a UTF-8 text file, lines ending at ``\\n``; a name
+    ending in ``.gz`` is read decompressed (:func:`open_data_file`). A byte order mark at the start is skipped;
+    bytes that are not UTF-8 are a DataFormatError naming the line, and so is gzip data that is damaged."""
+    with open_data_file(path) as handle:
+        line_number, lines = 0, iter(handle)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                return
+            except (OSError, EOFError, zlib.error) as error:
+                if not is_gzip(path):
+                    raise
+                raise _decompression_error(path, line_number + 1, error) from None
+            line_number += 1
             try:
                 line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")
             except UnicodeDecodeError as error:
@@ -68,6 +138,29 @@ def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
             problem = f"expected a JSON object per line, got {type(record).__name__}"
             raise DataFormatError(path, line_number, problem)
         yield line_number, record
+
+
+def records(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(number, record) of every record of a data file: JSON lines (``.jsonl``, also ``.jsonl.gz``; the number is
+    the line, :func:`json_lines`) or Parquet (a ``.parquet`` file, or a folder of ``.parquet`` shards read in name
+    order; the number is the row, from 1, counted across the shards). Each record is a dict of its columns."""
+    if not is_parquet(path):
+        yield from json_lines(path)
+        return
+    import pyarrow.parquet as pq  # installed with datasets; only for Parquet files
+
+    shards = parquet_shards(Path(path)) if not str(path).startswith(HF_URL_PREFIX) and Path(path).is_dir() else [path]
+    number = 0
+    for shard in shards:
+        with open_data_file(shard) as handle:
+            try:
+                table = pq.ParquetFile(handle)
+            except Exception as error:  # noqa: BLE001 - pyarrow's errors have no common base: name the file
+                raise DataFormatError(shard, 1, f"not a Parquet file ({str(error).splitlines()[0]})") from None
+            for batch in table.iter_batches(batch_size=4096):
+                for record in batch.to_pylist():
+                    number += 1
+                    yield number, record
 
 
 def is_json_number(value) -> bool:
@@ -176,8 +269,16 @@ __all__ = [
     "DOCUMENT_ID_FIELDS",
     "DOCUMENT_TEXT_FIELDS",
     "DataFormatError",
+    "GZIP_SUFFIX",
+    "HF_URL_PREFIX",
     "document_record",
     "UniqueIds",
+    "data_suffix",
+    "is_gzip",
+    "is_parquet",
+    "open_data_file",
+    "parquet_shards",
+    "records",
     "check_id",
     "has_whitespace",
     "document_text",

@@ -3,8 +3,10 @@ sentence pairs (STSB-style, thresholded into a retrieval task).
 
 A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``; ``id`` / ``docid`` and ``contents``
 are read too, :func:`corpus_record`), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv``
-(``query-id  corpus-id  score`` with a header). Every malformed line raises
-:class:`~dense_encoders.data.format.DataFormatError` naming the file and the line number.
+(``query-id  corpus-id  score`` with a header). Each file may be gzip-compressed (``corpus.jsonl.gz``,
+``qrels/test.tsv.gz``). A dataset on the Hub (``BeIR/scifact``, ``mteb/scifact``) is read from the files
+:func:`~dense_encoders.data.hub_datasets.resolve_dataset` gives (JSON lines, tab-separated or Parquet). Every
+malformed line raises :class:`~dense_encoders.data.format.DataFormatError` naming the file and the line number.
 """
 
 from __future__ import annotations
@@ -19,17 +21,22 @@ from typing import Any
 
 from .format import (
     DOCUMENT_ID_FIELDS,
+    GZIP_SUFFIX,
     DataFormatError,
     UniqueIds,
+    data_suffix,
     document_record,
     document_text,
     is_json_number,
+    is_parquet,
     json_lines,
     parses_as_number,
+    records,
     require_file,
     string_field,
     text_lines,
 )
+from .hub_datasets import DatasetFiles, resolve_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -94,22 +101,31 @@ def beir_ids(path: Path, side: str = "document") -> UniqueIds:
     """The id checker of a BEIR ``corpus.jsonl`` (``side="document"``) or ``queries.jsonl`` (``"query"``)."""
     fields = DOCUMENT_ID_FIELDS if side == "document" else QUERY_ID_FIELDS
     return UniqueIds(path, f"{side} id", lambda: ((line_number, string_field(path, line_number, record, *fields))
-                                          for line_number, record in json_lines(path)))
+                                          for line_number, record in records(path)))
+
+
+def require_records(path: str | Path, what: str) -> Path | str:
+    """``path`` when it holds records (:func:`~dense_encoders.data.format.records`): a file, a folder of Parquet
+    shards, or an ``hf://`` URL; else a FileNotFoundError naming ``what``."""
+    if str(path).startswith("hf://") or is_parquet(path):
+        return path
+    return require_file(Path(path), what)
 
 
 def read_corpus_jsonl(path: str | Path, *, allow_empty_documents: bool = False) -> dict[str, dict[str, str]]:
-    """BEIR ``corpus.jsonl``: ``{"_id", "title", "text"}`` per line (:func:`corpus_record`).
+    """BEIR ``corpus.jsonl``: ``{"_id", "title", "text"}`` per line (:func:`corpus_record`); also gzip-compressed
+    (``corpus.jsonl.gz``) or Parquet with those columns (a file, or a folder of shards: a Hub dataset's corpus).
 
     Ids are unique, not empty and without whitespace (:func:`~dense_encoders.data.format.check_id`).
     Documents whose title and text are both empty or blank are an error naming their count and the
     first ``file:line`` (they would be encoded as the empty string); ``allow_empty_documents=True``
     keeps them with one counted warning.
     """
-    path = require_file(Path(path), "corpus file")
+    path = require_records(path, "corpus file")
     corpus: dict[str, dict[str, str]] = {}
     ids = beir_ids(path)
     empty_lines: list[int] = []
-    for line_number, record in json_lines(path):
+    for line_number, record in records(path):
         doc_id, document = corpus_record(path, line_number, record)
         corpus[ids.add(line_number, doc_id)] = document
         if not document_text(document):
@@ -127,11 +143,12 @@ def read_corpus_jsonl(path: str | Path, *, allow_empty_documents: bool = False) 
 
 
 def read_queries_jsonl(path: str | Path) -> dict[str, str]:
-    """BEIR ``queries.jsonl``: ``{"_id", "text"}`` per line (:func:`query_record`); ids as in a corpus."""
-    path = require_file(Path(path), "queries file")
+    """BEIR ``queries.jsonl``: ``{"_id", "text"}`` per line (:func:`query_record`); ids as in a corpus; gzip or
+    Parquet as :func:`read_corpus_jsonl` reads them."""
+    path = require_records(path, "queries file")
     queries: dict[str, str] = {}
     ids = beir_ids(path, "query")
-    for line_number, record in json_lines(path):
+    for line_number, record in records(path):
         query_id, text = query_record(path, line_number, record)
         if not text.strip():
             raise DataFormatError(
@@ -178,12 +195,24 @@ def _judgements(path: Path, qrels: Qrels):
     return judge
 
 
+QRELS_COLUMNS = ("query-id", "corpus-id", "score")
+
+
 def read_beir_qrels(path: str | Path) -> Qrels:
-    """BEIR ``qrels/<split>.tsv``: a ``query-id  corpus-id  score`` header, then tab-separated rows. A pair
+    """BEIR ``qrels/<split>.tsv`` (also ``.tsv.gz``): a ``query-id  corpus-id  score`` header, then tab-separated
+    rows; or records with those three columns (Parquet or JSON lines, as MTEB's Hub datasets hold them). A pair
     judged twice with different grades is an error naming ``file:line`` (:func:`_judgements`)."""
-    path = require_file(Path(path), "qrels file")
+    path = require_records(path, "qrels file")
     qrels: Qrels = {}
     judge = _judgements(path, qrels)
+    if is_parquet(path) or data_suffix(path) == ".jsonl":  # records; anything else is read as tab-separated text
+        for number, record in records(path):
+            query_id, doc_id = (string_field(path, number, record, name) for name in QRELS_COLUMNS[:2])
+            grade = record.get("score")
+            if not is_json_number(grade):
+                raise DataFormatError(path, number, f"relevance {grade!r} is not a number")
+            judge(query_id, doc_id, _grade(path, number, str(grade)), number)
+        return qrels
     for line_number, line in text_lines(path):
         if not line.strip():
             continue
@@ -245,45 +274,95 @@ def read_qrels(path: str | Path) -> Qrels:
 # --------------------------------------------------------------------------------------------
 
 
-def load_beir(folder: str | Path, split: str = "test", *, allow_empty_documents: bool = False) -> RetrievalDataset:
-    """A BEIR-format folder as a :class:`RetrievalDataset` of ``split``.
+def beir_file(folder: Path, name: str) -> Path:
+    """``folder/name`` (``corpus.jsonl``, ``qrels/test.tsv``), or its gzip-compressed ``name.gz`` when only that one
+    exists (the plain name when neither does, for the error that follows)."""
+    plain, compressed = folder / name, folder / (name + GZIP_SUFFIX)
+    if plain.is_file() and compressed.is_file():
+        raise ValueError(f"{folder} holds both {name} and {name}{GZIP_SUFFIX}: keep one of the two")
+    return compressed if compressed.is_file() else plain
+
+
+def beir_folder_files(folder: str | Path, split: str | None = "test") -> DatasetFiles:
+    """The :class:`~dense_encoders.data.hub_datasets.DatasetFiles` of a local BEIR folder: ``corpus.jsonl``,
+    ``queries.jsonl`` and ``qrels/<split>.tsv`` (each possibly ``.gz``); ``split=None`` asks for no judgements. A
+    missing split is a FileNotFoundError naming the splits the folder has."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"BEIR folder not found: {folder}")
+    qrels = ()
+    if split is not None:
+        qrels_path = beir_file(folder / "qrels", f"{split}.tsv")
+        if not qrels_path.is_file():
+            available = sorted({p.name.split(".")[0] for p in (folder / "qrels").iterdir() if data_suffix(p) == ".tsv"}
+                               ) if (folder / "qrels").is_dir() else []
+            raise FileNotFoundError(f"{folder / 'qrels' / f'{split}.tsv'} not found: a BEIR folder needs "
+                                    f"qrels/<split>.tsv; splits here: {available or 'none'}")
+        qrels = (qrels_path,)
+    return DatasetFiles(name=folder.name or folder.resolve().name, source=str(folder.resolve()), split=split,
+                        qrels=qrels, corpus_files=(beir_file(folder, "corpus.jsonl"),),
+                        queries_files=(beir_file(folder, "queries.jsonl"),))
+
+
+def read_dataset_part(source: str | Path, part: str, *, revision: str | None = None):
+    """The corpus (``part="corpus"``: :func:`read_corpus_jsonl`) or the queries (``"queries"``:
+    :func:`read_queries_jsonl`) of ``source``: its file (``corpus.jsonl``, also ``.gz``), a BEIR folder, or a
+    dataset on the Hub by id at ``revision`` (:func:`~dense_encoders.data.hub_datasets.resolve_dataset`)."""
+    if part not in ("corpus", "queries"):
+        raise ValueError(f"part={part!r}: choose corpus or queries")
+    resolved = resolve_dataset(source, revision=revision, parts=(part,), split=None)
+    if isinstance(resolved, DatasetFiles):
+        path = resolved.part(part)
+    else:
+        path = beir_file(resolved, f"{part}.jsonl") if resolved.is_dir() else resolved
+    return read_corpus_jsonl(path) if part == "corpus" else read_queries_jsonl(path)
+
+
+def load_beir(source: str | Path | DatasetFiles, split: str = "test", *, allow_empty_documents: bool = False,
+              revision: str | None = None) -> RetrievalDataset:
+    """A BEIR-format folder, or a retrieval dataset on the Hub (``BeIR/scifact``, ``mteb/scifact`` at
+    ``revision``: :func:`~dense_encoders.data.hub_datasets.resolve_dataset`), as a :class:`RetrievalDataset` of
+    ``split``.
 
     Only queries judged in ``qrels/<split>.tsv`` are kept. Judged documents missing from the corpus
     are logged (they can never be retrieved, so they only lower recall). An empty corpus or queries
     file is an error naming the file; so are blank queries and (unless ``allow_empty_documents``)
-    blank documents (:func:`read_corpus_jsonl`).
+    blank documents (:func:`read_corpus_jsonl`). A Hub dataset's ``extra["hub"]`` records its repository and
+    the commit read.
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"BEIR folder not found: {folder}")
-    qrels_path = folder / "qrels" / f"{split}.tsv"
-    if not qrels_path.is_file():
-        available = sorted(p.stem for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
-        raise FileNotFoundError(
-            f"{qrels_path} not found: a BEIR folder needs qrels/<split>.tsv; splits here: {available or 'none'}"
-        )
-    corpus = read_corpus_jsonl(folder / "corpus.jsonl", allow_empty_documents=allow_empty_documents)
+    files = source if isinstance(source, DatasetFiles) else resolve_dataset(source, revision=revision, split=split)
+    if not isinstance(files, DatasetFiles):
+        files = beir_folder_files(files, split)
+    corpus_path, queries_path = files.corpus, files.queries
+    corpus = read_corpus_jsonl(corpus_path, allow_empty_documents=allow_empty_documents)
     if not corpus:
-        raise ValueError(f"{folder / 'corpus.jsonl'} has no documents: a BEIR corpus needs one JSON object per line")
-    all_queries = read_queries_jsonl(folder / "queries.jsonl")
+        raise ValueError(f"{corpus_path} has no documents: a BEIR corpus needs one JSON object per line")
+    all_queries = read_queries_jsonl(queries_path)
     if not all_queries:
-        raise ValueError(
-            f"{folder / 'queries.jsonl'} has no queries: a BEIR queries file needs one JSON object per line")
-    qrels = read_beir_qrels(qrels_path)
+        raise ValueError(f"{queries_path} has no queries: a BEIR queries file needs one JSON object per line")
+    qrels: Qrels = {}
+    for qrels_path in files.qrels:
+        for query_id, judged in read_beir_qrels(qrels_path).items():
+            repeated = {doc for doc, grade in judged.items() if qrels.get(query_id, {}).get(doc, grade) != grade}
+            if repeated:
+                raise ValueError(f"{qrels_path} grades document {sorted(repeated)[0]!r} of query {query_id!r} "
+                                 f"otherwise than {files.qrels[0]}: keep one judgement")
+            qrels.setdefault(query_id, {}).update(judged)
+    qrels_path = files.qrels[0] if len(files.qrels) == 1 else f"the {files.split} qrels of {files.source}"
     if not qrels:
         raise ValueError(f"{qrels_path} has no judgements: expected query-id, corpus-id, score rows")
     missing_queries = sorted(set(qrels) - set(all_queries))
     if missing_queries:
         raise ValueError(
-            f"{qrels_path} judges {len(missing_queries)} queries that queries.jsonl lacks, e.g. {missing_queries[:3]}"
+            f"{qrels_path} judges {len(missing_queries)} queries that {Path(str(queries_path)).name} lacks, e.g. "
+            f"{missing_queries[:3]}"
         )
     missing_documents = {doc for judged in qrels.values() for doc in judged if doc not in corpus}
     if missing_documents:
         logger.warning("%s: %d judged documents are not in the corpus", qrels_path, len(missing_documents))
     queries = {query_id: text for query_id, text in all_queries.items() if query_id in qrels}
-    return RetrievalDataset(
-        name=folder.name, split=split, corpus=corpus, queries=queries, qrels=qrels, source=str(folder.resolve())
-    )
+    return RetrievalDataset(name=files.name, split=split, corpus=corpus, queries=queries, qrels=qrels,
+                            source=files.source, extra={"hub": files.hub} if files.hub else {})
 
 
 def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
@@ -295,12 +374,12 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
     """
     path = require_file(Path(path), "pairs file")
     pairs: list[tuple[int, str, str]] = []
-    if path.suffix == ".jsonl":
+    if data_suffix(path) == ".jsonl":
         for line_number, record in json_lines(path):
             query = string_field(path, line_number, record, "query", "anchor")
             positive = string_field(path, line_number, record, "positive", "document", "passage")
             pairs.append((line_number, query, positive))
-    elif path.suffix in (".tsv", ".txt"):
+    elif data_suffix(path) in (".tsv", ".txt"):
         for line_number, row in tsv_rows(path):
             if not row or not "".join(row).strip():
                 continue
@@ -309,7 +388,8 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
                                       f"expected 2 tab-separated columns (query, positive), got {len(row)}")
             pairs.append((line_number, row[0], row[1]))
     else:
-        raise ValueError(f"{path}: pairs must be a .tsv (query<TAB>positive) or .jsonl file, got {path.suffix!r}")
+        raise ValueError(f"{path}: pairs must be a .tsv (query<TAB>positive) or .jsonl file (either also .gz), got "
+                         f"{data_suffix(path)!r}")
     if not pairs:
         raise ValueError(f"{path} holds no (query, positive) pairs")
     query_ids: dict[str, str] = {}
@@ -322,7 +402,7 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
         doc_id = doc_ids.setdefault(positive, f"d{len(doc_ids)}")
         qrels.setdefault(query_id, {})[doc_id] = 1
     return RetrievalDataset(
-        name=name or path.stem,
+        name=name or _stem(path),
         split="pairs",
         corpus={doc_id: {"title": "", "text": text} for text, doc_id in doc_ids.items()},
         queries={query_id: text for text, query_id in query_ids.items()},
@@ -332,6 +412,11 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
 
 
 GRADED_SCORE_FIELDS = ("score", "label")
+
+
+def _stem(path: Path) -> str:
+    """A data file's name without its suffixes: ``stsbenchmark`` of ``stsbenchmark.tsv`` and ``.tsv.gz``."""
+    return path.name.removesuffix(GZIP_SUFFIX).rsplit(".", 1)[0] if "." in path.name else path.name
 
 
 def _score(path: Path, line_number: int, value) -> float:
@@ -424,7 +509,7 @@ def load_graded_pairs(
     _check_pair_options(threshold, scale)
     path = require_file(Path(path), "graded pairs file")
     triples: list[tuple[int, str, str, float]] = []
-    if path.suffix == ".jsonl":
+    if data_suffix(path) == ".jsonl":
         split = None  # jsonl records carry no split
         for line_number, record in json_lines(path):
             first = string_field(path, line_number, record, "sentence1")
@@ -433,13 +518,13 @@ def load_graded_pairs(
             if field_name is None:
                 raise DataFormatError(path, line_number, "missing field 'score' or 'label'")
             triples.append((line_number, first, second, _score(path, line_number, record[field_name])))
-    elif path.suffix in (".tsv", ".txt"):
+    elif data_suffix(path) in (".tsv", ".txt"):
         rows, split = _graded_tsv_rows(path, split)
         for line_number, first, second, score in rows:
             triples.append((line_number, first, second, _score(path, line_number, score)))
     else:
-        raise ValueError(f"{path}: graded pairs must be a .tsv (sentence1<TAB>sentence2<TAB>score) or .jsonl file, "
-                         f"got {path.suffix!r}")
+        raise ValueError(f"{path}: graded pairs must be a .tsv (sentence1<TAB>sentence2<TAB>score) or .jsonl file "
+                         f"(either also .gz), got {data_suffix(path)!r}")
     largest = max((score for *_, score in triples), default=None)
     if scale is None and largest is not None:
         if largest > 5:
@@ -471,7 +556,7 @@ def load_graded_pairs(
             f"{largest:g}. Lower the threshold (--pair-threshold) or check the scale (--pair-scale)"
         )
     return RetrievalDataset(
-        name=name or path.stem,
+        name=name or _stem(path),
         split=f"{split or 'pairs'}@{threshold:g}",
         corpus={doc_id: {"title": "", "text": text} for text, doc_id in doc_ids.items()},
         queries={query_id: text for text, query_id in query_ids.items() if query_id in qrels},
@@ -490,13 +575,13 @@ def is_graded_pairs_file(path: str | Path) -> bool:
     first = next((line for _, line in text_lines(path) if line.strip()), None)
     if first is None:
         return False
-    if path.suffix == ".jsonl":
+    if data_suffix(path) == ".jsonl":
         try:
             record = json.loads(first)
         except json.JSONDecodeError:
             return False
         return isinstance(record, dict) and any(f in record for f in GRADED_SCORE_FIELDS)
-    if path.suffix in (".tsv", ".txt"):
+    if data_suffix(path) in (".tsv", ".txt"):
         return len(first.split("\t")) >= 3
     return False
 
@@ -508,14 +593,23 @@ def load_dataset_for_evaluation(
     allow_empty_documents: bool = False,
     pair_threshold: float | None = None,
     pair_scale: float | None = None,
+    revision: str | None = None,
 ) -> RetrievalDataset:
-    """A BEIR folder, a (query, positive) pairs file or a graded pairs file (``.tsv`` / ``.jsonl``).
+    """A BEIR folder, a (query, positive) pairs file, a graded pairs file (``.tsv`` / ``.jsonl``, either also
+    ``.gz``), or a retrieval dataset on the Hub by id (``BeIR/scifact``, ``mteb/scifact``, at ``revision``:
+    :func:`~dense_encoders.data.hub_datasets.resolve_dataset`; a local path of the same name wins).
 
     ``pair_threshold`` (default 0.5) and ``pair_scale`` go to :func:`load_graded_pairs`; they are refused
     for the other sources, which have no scores to threshold. A graded file with a ``split`` column keeps
     the rows of ``split``."""
-    source = Path(source)
     pair_options = [n for n, v in (("pair_threshold", pair_threshold), ("pair_scale", pair_scale)) if v is not None]
+    resolved = resolve_dataset(source, revision=revision, split=split)
+    if isinstance(resolved, DatasetFiles):
+        if pair_options:
+            raise ValueError(f"{' and '.join(pair_options)} (--pair-threshold / --pair-scale) apply to graded pair "
+                             f"files (sentence1, sentence2, score); {source} is a retrieval dataset: leave them out")
+        return load_beir(resolved, split=split, allow_empty_documents=allow_empty_documents)
+    source = resolved
     if source.is_file() and is_graded_pairs_file(source):
         threshold = 0.5 if pair_threshold is None else pair_threshold
         return load_graded_pairs(source, threshold=threshold, scale=pair_scale, split=split)
@@ -530,7 +624,8 @@ def load_dataset_for_evaluation(
     if source.is_file():
         return load_pairs(source)
     raise FileNotFoundError(
-        f"{source}: expected a BEIR folder (corpus.jsonl, queries.jsonl, qrels/), a pairs file or a graded pairs file"
+        f"{source}: expected a BEIR folder (corpus.jsonl, queries.jsonl, qrels/), a pairs file, a graded pairs file "
+        "or the id of a Hub dataset (namespace/name, e.g. BeIR/scifact)"
     )
 
 
@@ -539,8 +634,12 @@ __all__ = [
     "QUERY_ID_FIELDS",
     "Qrels",
     "RetrievalDataset",
+    "QRELS_COLUMNS",
+    "beir_file",
+    "beir_folder_files",
     "beir_ids",
     "corpus_record",
+    "require_records",
     "is_graded_pairs_file",
     "load_beir",
     "load_dataset_for_evaluation",
@@ -548,6 +647,7 @@ __all__ = [
     "load_pairs",
     "read_beir_qrels",
     "read_corpus_jsonl",
+    "read_dataset_part",
     "read_qrels",
     "read_queries_jsonl",
     "query_record",

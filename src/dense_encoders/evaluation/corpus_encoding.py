@@ -163,8 +163,10 @@ def encode_corpus(
     allow_missing_weights: bool = False,
     trust_remote_code: bool = False,
     show_progress_bar: bool = True,
+    revision: str | None = None,
 ) -> EmbeddingShards | None:
-    """Encode the texts of ``source`` (BEIR folder, .jsonl, .tsv or .txt) into shards in ``output``.
+    """Encode the texts of ``source`` (BEIR folder, .jsonl, .tsv or .txt, each also .gz; or a Hub dataset id at
+    ``revision``, whose repository and commit the manifest records) into shards in ``output``.
 
     Returns the finished :class:`EmbeddingShards` on rank 0 (None on the other ranks). ``prompt`` and
     ``max_length`` default to the model's own for ``side`` (as :class:`RetrievalEncoder` reads them). A model
@@ -180,7 +182,7 @@ def encode_corpus(
     if device is None and world > 1:
         device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
     output = Path(output)
-    texts = text_source(source, side)
+    texts = text_source(source, side, revision=revision)
     options = {f"{side}_prompt": prompt, f"{side}_max_length": max_length}
     # a local model by its absolute path, so that `search` finds it from any folder
     name = str(Path(model).resolve()) if isinstance(model, (str, Path)) and Path(model).exists() else None

@@ -50,7 +50,9 @@ class RetrievalResults:
     :data:`RESULTS_FORMAT`), :meth:`from_dict` reads it back.
 
     * ``dataset``: ``name``, ``split``, ``source``, ``num_queries``, ``num_documents``; a graded pairs file adds
-      ``pair_threshold`` and ``pair_scale`` (its split names the threshold, ``pairs@0.5``).
+      ``pair_threshold`` and ``pair_scale`` (its split names the threshold, ``pairs@0.5``); a Hub dataset adds
+      ``hub``: ``repo_id``, ``revision`` (the commit read), ``layout`` and, for BEIR's layout, ``qrels`` (the
+      companion repository and its commit); its ``source`` is ``hf://datasets/<id>@<commit>``.
     * ``settings``: ``k``, ``similarity``, ``search_backend`` (``exact``, or ``faiss``: an ``IndexFlatIP``),
       ``relevance_level``, ``pooling`` (given for a plain checkpoint; None: the model's own), the encoder's
       settings (``batch_size``, ``prompts``, ``max_lengths``, ...), ``corpus_embeddings`` and
@@ -151,8 +153,10 @@ def evaluate_retrieval(
     rerank_cache: dict | None = None,
     **settings,
 ) -> RetrievalResults:
-    """Evaluate ``model`` (anything :class:`RetrievalEncoder` accepts, or a RetrievalEncoder) on ``data`` with the
-    settings ``args`` (:class:`EvaluationArguments`; keyword ``settings`` replace its fields, e.g. ``k=10``).
+    """Evaluate ``model`` (anything :class:`RetrievalEncoder` accepts, or a RetrievalEncoder) on ``data`` (a loaded
+    :class:`RetrievalDataset`, or what :func:`~dense_encoders.data.retrieval.load_dataset_for_evaluation` reads: a
+    BEIR folder, a pairs file, a Hub dataset id at ``args.dataset_revision``) with the settings ``args``
+    (:class:`EvaluationArguments`; keyword ``settings`` replace its fields, e.g. ``k=10``).
     ``model="bm25"`` (:data:`BM25`) evaluates the lexical baseline instead: ``bm25s`` with English stopwords over
     the corpus (:func:`~dense_encoders.data.bm25.bm25_run`); its run is a first stage like an encoder's.
 
@@ -297,7 +301,7 @@ def _dataset_record(dataset: RetrievalDataset) -> dict:
         "source": dataset.source,
         "num_queries": len(dataset.query_ids()),
         "num_documents": len(dataset.document_ids()),
-        **{key: dataset.extra[key] for key in ("pair_threshold", "pair_scale") if key in dataset.extra},
+        **{key: dataset.extra[key] for key in ("pair_threshold", "pair_scale", "hub") if key in dataset.extra},
     }
 
 
@@ -333,13 +337,17 @@ def _search_stored_corpus(encoder: RetrievalEncoder, dataset: RetrievalDataset, 
 
 
 def _dataset(data: RetrievalDataset | str | Path, args: EvaluationArguments) -> RetrievalDataset:
-    """``data`` loaded as ``args`` say (split, graded pair threshold and scale, empty documents)."""
+    """``data`` loaded as ``args`` say (split, graded pair threshold and scale, empty documents, the revision of a
+    Hub dataset)."""
     if isinstance(data, RetrievalDataset) and (args.pair_threshold is not None or args.pair_scale is not None):
         raise ValueError("pair_threshold / pair_scale apply when loading a graded pairs file; this dataset is "
                          "already loaded: pass the file's path, or load it with load_graded_pairs")
+    if isinstance(data, RetrievalDataset) and args.dataset_revision is not None:
+        raise ValueError("dataset_revision applies when loading a Hub dataset; this dataset is already loaded: pass "
+                         "its Hub id, or load it with load_beir(id, revision=...)")
     dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(
         data, split=args.split, allow_empty_documents=args.allow_empty_documents, pair_threshold=args.pair_threshold,
-        pair_scale=args.pair_scale)
+        pair_scale=args.pair_scale, revision=args.dataset_revision)
     if not dataset.queries or not dataset.corpus:
         raise ValueError(f"dataset {dataset.name!r} ({dataset.split}) has no queries or no documents")
     return dataset

@@ -14,6 +14,11 @@ from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from .harness import EvaluationArguments, evaluate_retrieval
 
 
+def _hub_record(dataset: RetrievalDataset) -> dict:
+    """``{"hub": ...}``: the repository and commit of a dataset read from the Hub; nothing for a local one."""
+    return {"hub": dataset.extra["hub"]} if "hub" in dataset.extra else {}
+
+
 def retrieve_rerank_report(
     cross_encoder: str | Path,
     dual_encoders: dict[str, str | Path],
@@ -27,15 +32,16 @@ def retrieve_rerank_report(
     pair_scale: float | None = None,
     output: str | Path | None = None,
     trust_remote_code: bool = False,
+    revision: str | None = None,
 ) -> dict:
     """The paper's Table 1: Hits@10 / MRR@10 of each dual encoder for retrieve and retrieve + rerank by
     ``cross_encoder`` (top ``top_k``), and each encoder's corpus encode speed (documents/s) with the
     speed-up over ``baseline`` (default: the first entry), all measured in this one run. ``pair_threshold`` /
     ``pair_scale``: for a graded pairs file (:func:`~dense_encoders.data.retrieval.load_graded_pairs`). The report
     is also written to ``output`` as JSON. Models that run code of their own (the cross-encoder, a baseline) are
-    refused unless ``trust_remote_code``."""
+    refused unless ``trust_remote_code``. ``data`` may be a Hub dataset id, read at ``revision``."""
     dataset = data if isinstance(data, RetrievalDataset) else load_dataset_for_evaluation(
-        data, split=split, pair_threshold=pair_threshold, pair_scale=pair_scale)
+        data, split=split, pair_threshold=pair_threshold, pair_scale=pair_scale, revision=revision)
     baseline = baseline or next(iter(dual_encoders))
     reranker = load_cross_encoder(cross_encoder, trust_remote_code=trust_remote_code)
     scores: dict = {}  # (query, document) -> CE score, shared: each pair is scored once for all encoders
@@ -58,7 +64,7 @@ def retrieve_rerank_report(
     for row in rows:
         row["speedup"] = row["documents_per_s"] / reference["documents_per_s"]
     graded = {key: dataset.extra[key] for key in ("pair_threshold", "pair_scale") if key in dataset.extra}
-    report = {"dataset": dataset.name, "split": dataset.split, **graded, "top_k": top_k,
+    report = {"dataset": dataset.name, "split": dataset.split, **graded, **_hub_record(dataset), "top_k": top_k,
               "cross_encoder": str(cross_encoder), "baseline": baseline, "rows": rows}
     if output is not None:
         Path(output).write_text(json.dumps(report, indent=2) + "\n")

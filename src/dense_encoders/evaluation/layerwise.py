@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from ..checkpoints.loading import cross_encoder_model_and_tokenizer, model_and_tokenizer
 from ..data.files import DASHED_FLAGS, prepare_new_output_dir
+from ..data.hub_datasets import revisions_for
 from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
 from ..models.infused.modeling_infused import mean_pool
 from .harness import search_and_score
@@ -163,6 +164,7 @@ def layerwise_analysis(
     pair_scale: float | None = None,
     trust_remote_code: bool = False,
     overwrite_output_dir: bool = False,
+    revision: str | None = None,
 ) -> dict:
     """Per-layer Hits@10 / MRR@10 of ``cross_encoder`` and ``dual_encoder`` on each dataset (a folder or Hub id
     that runs code of its own is refused unless ``trust_remote_code``).
@@ -173,7 +175,8 @@ def layerwise_analysis(
 
     ``pair_threshold`` / ``pair_scale`` apply to the graded pairs files among ``datasets`` (the paper's STSB
     task, :func:`~dense_encoders.data.retrieval.load_graded_pairs`); a graded dataset's rows are named
-    ``name (split)``, the split naming the threshold.
+    ``name (split)``, the split naming the threshold. A dataset may be a Hub dataset id (``BeIR/scifact``), read
+    at ``revision`` (each one given by Hub id) (:func:`~dense_encoders.data.retrieval.load_dataset_for_evaluation`).
 
     Returns ``{"rows": [{dataset, encoder, layer, hits@10, mrr@10}], "t_tests": [{layer, measure,
     t, p, datasets}]}``; with ``output_dir``: ``layerwise.csv``, ``layerwise.json``, ``layerwise.png``.
@@ -184,14 +187,15 @@ def layerwise_analysis(
     if (pair_threshold is not None or pair_scale is not None) and not any(graded):
         raise ValueError("--pair-threshold / --pair-scale (pair_threshold, pair_scale) apply to graded pair files "
                          "(sentence1, sentence2, score); none of the datasets is one: leave them out")
+    revisions = revisions_for([None if isinstance(s, RetrievalDataset) else s for s in datasets], revision)
     if output_dir is not None:
         inputs = [source for source in (cross_encoder, dual_encoder, *datasets) if isinstance(source, (str, Path))]
         prepare_new_output_dir(output_dir, overwrite=overwrite_output_dir, inputs=inputs, flags=DASHED_FLAGS)
     rows = []
-    for source, is_graded in zip(datasets, graded):
+    for source, is_graded, source_revision in zip(datasets, graded, revisions):
         pair_options = {"pair_threshold": pair_threshold, "pair_scale": pair_scale} if is_graded else {}
         dataset = source if isinstance(source, RetrievalDataset) else load_dataset_for_evaluation(
-            source, split, **pair_options)
+            source, split, revision=source_revision, **pair_options)
         label = f"{dataset.name} ({dataset.split})" if "pair_threshold" in dataset.extra else dataset.name
         queries, documents = dataset.query_texts(), dataset.document_texts()
         options = {"batch_size": batch_size, "max_length": max_length, "show_progress_bar": show_progress_bar,

@@ -550,6 +550,17 @@ embeddings = model.encode(["what is dense retrieval?"])  # compare with {similar
 ```"""
 
 
+def _dataset_cell(dataset: dict) -> str:
+    """A results row's dataset: its name, or for a Hub dataset its id at the commit read (and, for BEIR's layout,
+    the commit of its companion qrels)."""
+    hub = dataset.get("hub")
+    if not hub:
+        return dataset["name"]
+    qrels = hub.get("qrels")
+    companion = f", qrels `{qrels['repo_id']}` at `{qrels['revision'][:12]}`" if qrels else ""
+    return f"`{hub['repo_id']}` at revision `{hub['revision'][:12]}`{companion}"
+
+
 def model_card(
     folder: str | Path,
     repo_id: str | None = None,
@@ -572,13 +583,14 @@ def model_card(
     report, report_row = _infusion_report(folder)
     eval_results = []
     for result in evaluations:
-        dataset = result["dataset"]
+        dataset, hub = result["dataset"], result["dataset"].get("hub") or {}
         for key, value in result["metrics"].items():
             if key in RESULT_METRICS:
                 metric_type, metric_name = RESULT_METRICS[key]
                 eval_results.append(EvalResult(
-                    task_type="retrieval", task_name="Retrieval", dataset_type=dataset["name"],
-                    dataset_name=dataset["name"], dataset_split=dataset["split"], metric_type=metric_type,
+                    task_type="retrieval", task_name="Retrieval", dataset_type=hub.get("repo_id", dataset["name"]),
+                    dataset_name=hub.get("repo_id", dataset["name"]), dataset_split=dataset["split"],
+                    dataset_revision=hub.get("revision"), metric_type=metric_type,
                     metric_value=round(float(value), 4), metric_name=metric_name,
                 ))
     if report_row is not None:
@@ -590,7 +602,7 @@ def model_card(
                     dataset_name=report["dataset"], dataset_split=report["split"], metric_type=metric_type,
                     metric_value=round(float(value), 4), metric_name=metric_name,
                 ))
-    data = ModelCardData(  # no `datasets:`: evaluation data are local folders, not Hub datasets
+    data = ModelCardData(  # no `datasets:`: that list names training data, and evaluation data are in eval_results
         model_name=name,
         library_name="sentence-transformers" if pooling is not None else "transformers",
         pipeline_tag="feature-extraction",
@@ -616,7 +628,7 @@ def model_card(
             device = result.get("environment", {}).get("device", "")
             level = result.get("settings", {}).get("relevance_level", 1)
             split = result["dataset"]["split"] + (f" (relevance level {level})" if len(levels) > 1 else "")
-            lines.append(f"| {result['dataset']['name']} | {split} | " + " | ".join(cells)
+            lines.append(f"| {_dataset_cell(result['dataset'])} | {split} | " + " | ".join(cells)
                          + f" | {_search(result)} | {f'{speed:.1f} ({device})' if speed else '-'} |")
         lines += ["", "Measured with `dense-encoders evaluate` and ir-measures; the search column says how the "
                   "documents were searched (exact: every document scored with float32 embeddings encoded in the run; "

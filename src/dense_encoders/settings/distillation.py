@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..recipes import RECIPE_HELP
 from ..vectors import POOLING_MODES, SIMILARITIES
+from .datasets import dataset_revision_field
 from .losses import LossSettings
 from .training import overwrite_output_dir_field, resume_from_checkpoint_field
 
@@ -48,8 +49,12 @@ class _DistillationData:
     student: str = field(default=None, metadata={"help": "Student checkpoint: folder or Hub id (any encoder)."})
     train_file: str = field(default=None,
                             metadata={"help": "Training jsonl (query, documents or ids, teacher scores)."})
-    corpus: str | None = field(default=None, metadata={"help": "corpus.jsonl or BEIR folder resolving document_ids."})
-    queries: str | None = field(default=None, metadata={"help": "queries.jsonl (or BEIR folder) resolving query_ids."})
+    corpus: str | None = field(default=None, metadata={
+        "help": "corpus.jsonl (also .gz), a BEIR folder, or a Hub dataset id (BeIR/scifact, mteb/scifact) resolving "
+        "document_ids."})
+    queries: str | None = field(default=None, metadata={
+        "help": "queries.jsonl (also .gz), a BEIR folder, or a Hub dataset id resolving query_ids."})
+    dataset_revision: str | None = dataset_revision_field()
     recipe: str | None = field(default=None, metadata={"help": RECIPE_HELP})
     losses: str = field(default="margin_mse+kl+infonce", metadata={"help": "Losses, '+'-joined, optional ':weight'."})
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..vectors import POOLING_MODES, SIMILARITIES
+from .datasets import dataset_revision_field
 
 #: Our result names -> ir-measures measure strings.  ``RR``, ``R`` and ``Success`` use
 #: ir-measures' default ``rel=1`` (qrels grade >= 1 is relevant); ``nDCG`` uses the raw
@@ -33,8 +34,9 @@ class EvaluationArguments:
     positional arguments are the model and the data)."""
 
     split: str = field(default="test", metadata={
-        "help": "qrels split of a BEIR folder, or the rows of a graded pairs tsv with a split column "
-        "(default: %(default)s)."})
+        "help": "qrels split of a BEIR folder or a Hub dataset, or the rows of a graded pairs tsv with a split "
+        "column (default: %(default)s)."})
+    dataset_revision: str | None = dataset_revision_field()
     pair_threshold: float | None = field(default=None, metadata={
         "help": "Graded pair files: a pair is relevant when its score >= this fraction of the scale (default 0.5)."})
     pair_scale: float | None = field(default=None, metadata={

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..recipes import RECIPE_HELP
+from .datasets import dataset_revision_field
 
 METHODS = ("mnrl", "distill")
 # fields of InfusionArguments that must be integers >= 1
@@ -21,8 +22,8 @@ class InfusionArguments:
     recipe: str | None = field(default=None, metadata={"help": RECIPE_HELP + " The paper's: --recipe ce-infusion."})
     cross_encoder: str = field(metadata={"help": "Sequence-classification cross-encoder."})
     train_data: str = field(metadata={
-        "help": "BEIR folder with qrels/<split>.tsv, a (query, positive) pairs file or a graded pairs file "
-        "(sentence1, sentence2, score) for training."})
+        "help": "BEIR folder with qrels/<split>.tsv, a (query, positive) pairs file, a graded pairs file "
+        "(sentence1, sentence2, score), or a Hub dataset id (BeIR/scifact, mteb/scifact) for training."})
     split: str = field(default="train", metadata={
         "help": "Qrels split of --train-data (a BEIR folder), or the rows of a graded pairs tsv with that split, to "
         "train on."})
@@ -56,7 +57,8 @@ class InfusionArguments:
     seed: int = field(default=0, metadata={
         "help": "Seed of the new layers' initialisation, the BM25 negatives' sampling and the training order."})
     eval_data: str | None = field(default=None, metadata={
-        "help": "BEIR folder, pairs or graded pairs file for the retrieve + rerank report."})
+        "help": "BEIR folder, pairs or graded pairs file, or a Hub dataset id, for the retrieve + rerank report."})
+    dataset_revision: str | None = dataset_revision_field()
     eval_split: str = field(default="test", metadata={
         "help": "Qrels split of --eval-data (or the rows of a graded pairs tsv with that split) the report uses."})
     baseline: str | None = field(default=None, metadata={
@@ -91,6 +93,13 @@ class InfusionArguments:
                 self.graded_pair_options(self.train_data) or self.graded_pair_options(self.eval_data)):
             raise ValueError("--pair-threshold / --pair-scale apply to graded pair files (sentence1, sentence2, "
                              "score); neither --train-data nor --eval-data is one: leave them out")
+
+    def dataset_revisions(self) -> tuple[str | None, str | None]:
+        """The revisions of ``train_data`` and ``eval_data``: ``dataset_revision`` for those given by Hub id."""
+        from ..data.hub_datasets import revisions_for  # looks at paths: not needed by --help
+
+        train, evaluation = revisions_for((self.train_data, self.eval_data), self.dataset_revision)
+        return train, evaluation
 
     def models(self) -> dict[str, tuple[Path, bool]]:
         """The dual encoders to train: name -> (folder, random_init). DE-N-Rand goes to ``output_dir/random``

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..models.condenser.presets import CONDENSER_PRESETS
 from ..models.tite.presets import TINY_PRESETS, TITE_PRESETS
 from ..recipes import RECIPE_HELP
+from .datasets import dataset_revision_field
 from .training import overwrite_output_dir_field, resume_from_checkpoint_field
 
 ARCHITECTURE_NAMES = ("condenser", "cocondenser", "tite")
@@ -62,8 +63,11 @@ class PreTrainingSetup:
     )
     corpus: str | None = field(
         default=None,
-        metadata={"help": "Text (.txt line per document), .jsonl (text/title) or folder; default: the bundled corpus."},
+        metadata={"help": "Text (.txt line per document), .jsonl (text/title), .parquet (each also .gz) or a folder of "
+                  "them, or a Hub dataset id in BEIR's or MTEB's layout (BeIR/scifact: its corpus, streamed from the "
+                  "Hub with --streaming); default: the bundled corpus."},
     )
+    dataset_revision: str | None = dataset_revision_field()
     streaming: bool = field(default=False, metadata={"help": "Stream the corpus (large files; needs --max_steps)."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per sequence incl. [CLS]/[SEP]."})
     mlm_probability: float | None = field(

@@ -50,7 +50,8 @@ from ..data.distillation import (
     uses_labelled_positives,
 )
 from ..data.files import read_json
-from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
+from ..data.hub_datasets import revisions_for
+from ..data.retrieval import read_dataset_part
 from ..hub import model_card
 from ..hub.trainer_push import HubPushMixin
 from ..models.condenser.modeling_condenser import gather_with_local_grad
@@ -362,18 +363,13 @@ def _build_student(setup: DistillationSetup) -> tuple[DualEncoder, str]:
 
 
 def load_training_records(setup: DistillationSetup) -> list[dict]:
-    def resolve(path: str | None, name: str, reader):
-        if path is None:
-            return None
-        path = Path(path)
-        return reader(path / name if path.is_dir() else path)
-
-    return read_training_file(
-        setup.train_file,
-        corpus=resolve(setup.corpus, "corpus.jsonl", read_corpus_jsonl),
-        queries=resolve(setup.queries, "queries.jsonl", read_queries_jsonl),
-        qrels=setup.qrels,
-    )
+    """The training file's records, their ids resolved by ``--corpus`` / ``--queries`` (a file, a BEIR folder, or
+    a Hub dataset by id at ``--dataset-revision``)."""
+    sources = {"corpus": setup.corpus, "queries": setup.queries}
+    revisions = revisions_for(sources.values(), setup.dataset_revision)
+    corpus, queries = (None if source is None else read_dataset_part(source, part, revision=revision)
+                       for (part, source), revision in zip(sources.items(), revisions))
+    return read_training_file(setup.train_file, corpus=corpus, queries=queries, qrels=setup.qrels)
 
 
 def positives_record(setup: DistillationSetup, records: list[dict],

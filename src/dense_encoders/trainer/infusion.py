@@ -127,10 +127,11 @@ def train_infused(args: InfusionArguments) -> dict[str, Path]:
     ``infusion_setup.json`` and model card (:func:`write_infusion_record`). Returns name -> folder. The run holds
     the folder's lock throughout (:func:`~dense_encoders.trainer.output_dir.output_dir_lock`)."""
     args.check_graded_pairs()
+    train_revision, _ = args.dataset_revisions()  # refused before the folder is touched when no data is a Hub id
     with output_dir_lock(args.output_dir, flags=DASHED_FLAGS):
         prepare_output_dir(Path(args.output_dir), overwrite=args.overwrite_output_dir, flags=DASHED_FLAGS,
                            inputs=(args.cross_encoder, args.train_data, args.eval_data, args.baseline))
-        dataset = load_dataset_for_evaluation(args.train_data, split=args.split,
+        dataset = load_dataset_for_evaluation(args.train_data, split=args.split, revision=train_revision,
                                               **args.graded_pair_options(args.train_data))
         trained = {}
         for name, (folder, random_init) in args.models().items():

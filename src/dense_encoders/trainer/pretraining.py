@@ -30,7 +30,8 @@ from ..data import (
     tokenize_for_condenser,
 )
 from ..data.corpus import JSON_EXTENSIONS, corpus_files
-from ..data.format import DataFormatError, document_record, document_text
+from ..data.format import DataFormatError, data_suffix, document_record, document_text, open_data_file, records
+from ..data.hub_datasets import revisions_for
 from ..hub import model_card
 from ..hub.trainer_push import HubPushMixin
 from ..models.condenser.modeling_condenser import (
@@ -265,7 +266,8 @@ def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer, seed: int | N
     With ``seed``, spans and masks are a function of (seed, epoch, example) only, so a resumed
     run sees exactly the batches of an uninterrupted one.
     """
-    corpus = load_corpus(setup.corpus or default_corpus_path(), streaming=setup.streaming)
+    corpus = load_corpus(setup.corpus or default_corpus_path(), streaming=setup.streaming,
+                         revision=setup.dataset_revision)
     if setup.architecture == "cocondenser":
         dataset = add_spans(
             corpus, tokenizer, min_span_tokens=setup.min_span_tokens, max_span_tokens=setup.max_span_tokens, seed=seed
@@ -281,15 +283,29 @@ def build_dataset_and_collator(setup: PreTrainingSetup, tokenizer, seed: int | N
     return dataset, collator
 
 
-def check_corpus(source, *, streaming: bool = False) -> None:
-    """A pre-training corpus file (or folder) has at least one document, and is UTF-8 text: errors name
-    ``file:line`` (from 1) before any folder is made or model loaded. Non-streaming corpora are read in
-    full (the loader reads them anyway); a streamed one only up to its first document."""
-    files = corpus_files(source)
+def _has_document(path, record, line_number: int) -> bool:
+    """Whether a corpus record holds a non-blank document; a malformed one counts as none (the loader reports it
+    with ``file:line``)."""
+    try:
+        return isinstance(record, dict) and bool(document_text(document_record(path, line_number, record)))
+    except DataFormatError:
+        return False
+
+
+def check_corpus(source, *, streaming: bool = False, revision: str | None = None) -> None:
+    """A pre-training corpus file (or folder, or Hub dataset at ``revision``) has at least one document, and is
+    UTF-8 text: errors name ``file:line`` (from 1) before any folder is made or model loaded. Non-streaming corpora
+    are read in full (the loader reads them anyway); a streamed one only up to its first document."""
+    files = corpus_files(source, revision=revision, streaming=streaming)
     found = False
     for path in files:
-        is_json = path.suffix.lower() in JSON_EXTENSIONS
-        with open(path, "rb") as handle:
+        if data_suffix(path) == ".parquet":  # records, not lines: the loader reads the rest
+            found = found or any(_has_document(path, record, row) for row, record in records(path))
+            if found and streaming:
+                return
+            continue
+        is_json = data_suffix(path) in JSON_EXTENSIONS
+        with open_data_file(path) as handle:
             for line_number, raw in enumerate(handle, start=1):
                 try:
                     line = raw.decode("utf-8")
@@ -307,16 +323,12 @@ def check_corpus(source, *, streaming: bool = False) -> None:
                         record = json.loads(line)
                     except json.JSONDecodeError:
                         continue  # the loader reports it with file:line
-                    try:
-                        found = isinstance(record, dict) and bool(
-                            document_text(document_record(path, line_number, record)))
-                    except DataFormatError:
-                        continue  # the loader reports it with file:line
+                    found = _has_document(path, record, line_number)
                 if found and streaming:
                     return
     if not found:
         what = "a JSON object with a non-blank 'text' or 'contents' (or 'title')" if any(
-            p.suffix.lower() in JSON_EXTENSIONS for p in files) else "a non-blank line"
+            data_suffix(p) in JSON_EXTENSIONS for p in files) else "a non-blank line"
         raise ValueError(
             f"{source} has no text: it is empty or every document is blank; give a corpus with at least "
             f"one document ({what} per document)"
@@ -350,8 +362,9 @@ def _pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     check_mixed_precision(args, setup.recipe)
     if setup.streaming and args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps: a streamed corpus has no known length.")
+    revisions_for([setup.corpus], setup.dataset_revision)  # a revision needs a Hub dataset
     if setup.corpus:  # before any folder is made or model loaded (the bundled corpus is known good)
-        check_corpus(setup.corpus, streaming=setup.streaming)
+        check_corpus(setup.corpus, streaming=setup.streaming, revision=setup.dataset_revision)
     if setup.tokenizer is None:  # the tokenizer comes from the model folder: it must hold one
         for flag, folder in (("--backbone", setup.backbone), ("--init-from", setup.init_from)):
             if folder is not None:

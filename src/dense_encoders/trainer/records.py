@@ -19,6 +19,7 @@ import torch
 
 from ..checkpoints.folder import source_reference
 from ..data.files import read_json
+from ..data.hub_datasets import names_hub_dataset
 from ..recipes import load_recipe
 
 # the fields of the setup records that name a model, and those that name a data file or folder (or the run's own)
@@ -89,7 +90,7 @@ def public_record(values: dict) -> dict:
     """``values`` (a setup record) without local paths: each model field (:data:`MODEL_FIELDS`) holds the name
     :func:`~dense_encoders.checkpoints.folder.source_reference` gives it, the whole reference
     (``name``, ``hub``, ``revision``) under ``sources``; each data field (:data:`DATA_FIELDS`) holds the file's
-    or folder's name. Fields already named (under ``sources``) are kept."""
+    or folder's name, or the id of a Hub dataset (public). Fields already named (under ``sources``) are kept."""
     record = dict(values)
     sources = dict(record.get("sources") or {})
     for key in MODEL_FIELDS:
@@ -99,7 +100,7 @@ def public_record(values: dict) -> dict:
             record[key] = sources[key]["name"]
     for key in DATA_FIELDS:
         value = record.get(key)
-        if isinstance(value, str) and value:
+        if isinstance(value, str) and value and not names_hub_dataset(value):
             record[key] = Path(value).name or value
     if sources:
         record["sources"] = sources
