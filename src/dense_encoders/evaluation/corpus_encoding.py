@@ -285,8 +285,8 @@ def _encode_sorted(encoder: RetrievalEncoder, side: str, texts: list[str], setti
     """One shard's embeddings in file order. The texts are sorted by their number of tokens (longest first, ties
     in file order; :func:`token_counts`) and cut into batches of ``encoder.batch_size``, so a batch is padded to
     little more than its texts; each batch goes to sentence-transformers' ``encode`` on its own, which would
-    otherwise regroup the texts by characters (up to a third more padded tokens on MS MARCO passages). With a
-    multi-process ``pool``, 16 batches go at a time."""
+    otherwise regroup the texts by characters (28 % more padded tokens on 5,000 MS MARCO passages in batches of
+    32). With a multi-process ``pool``, 16 batches go at a time."""
     model = encoder.model
     encode = model.encode_query if side == "query" else model.encode_document
     order = np.argsort(-token_counts(model, texts, settings["prompt"], settings["max_length"]), kind="stable")
