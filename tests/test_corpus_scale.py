@@ -112,6 +112,40 @@ def test_shards_equal_the_in_memory_encoding(model, corpus, tmp_path):
     np.testing.assert_array_equal(stored16, eleven_significant_bits(embeddings))
 
 
+# characters and tokens disagree: long one-token words against single letters
+BY_TOKENS_NOT_CHARACTERS = {
+    "t1": "a b c d e f g h",  # 15 characters, 10 tokens with [CLS] / [SEP]
+    "t2": "international government university television information development association",  # 82, 9
+    "t3": "international government",  # 24, 4
+    "t4": "a",  # 1, 3
+}
+
+
+def test_encode_batches_texts_by_their_number_of_tokens(model, tok, tmp_path, monkeypatch):
+    """`encode` pads each batch to little more than its texts: the texts sorted by tokens (longest first), not by
+    characters (sentence-transformers' own order, which batches t2 with t3 and t1 with t4 here: 38 tokens for 26)."""
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("".join(f"{identifier}\t{text}\n" for identifier, text in BY_TOKENS_NOT_CHARACTERS.items()))
+    seen = []
+    forward = BertModel.forward
+
+    def recording(self, *args, **kwargs):
+        seen.append(sorted(kwargs["attention_mask"].sum(dim=1).tolist(), reverse=True))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(BertModel, "forward", recording)
+    assert main(["encode", str(model), str(corpus), "--output", str(tmp_path / "emb"), "--batch-size", "2",
+                 "--dtype", "float32", "--no-progress"]) == 0
+    counts = sorted((len(tok(text)["input_ids"]) for text in BY_TOKENS_NOT_CHARACTERS.values()), reverse=True)
+    assert seen == [counts[0:2], counts[2:4]] == [[10, 9], [4, 3]]
+    monkeypatch.setattr(BertModel, "forward", forward)
+    embeddings, ids = all_embeddings(EmbeddingShards.open(tmp_path / "emb"))
+    assert ids == list(BY_TOKENS_NOT_CHARACTERS)
+    reference = RetrievalEncoder(model, batch_size=2, show_progress_bar=False).encode_documents(
+        list(BY_TOKENS_NOT_CHARACTERS.values())).embeddings
+    np.testing.assert_allclose(embeddings, reference, rtol=0, atol=1e-6)
+
+
 def test_float16_shards_keep_every_magnitude(tmp_path):
     """A float16 shard gives back each value rounded to 11 significant bits, for rows of about 1e-9 (below
     float16's smallest subnormal), 1e-6 (subnormal), 1 and 1e6 (past float16's largest value), and a zero row."""

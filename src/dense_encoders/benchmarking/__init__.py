@@ -11,7 +11,8 @@ per thing measured:
     rows       the encoders measured (BERT, its length-sorted pass, Condenser, TITE presets, DE-2 and its
                source), built with random weights
     timing     precision, syncs, warm-up, the interleaved timed rounds, host syncs per forward, the Triton
-               pooling kernel's GB/s
+               pooling kernel's GB/s; whole tasks timed side by side in alternating rounds (process CPU
+               and wall time; ``benchmarks/peers.py``)
     report     :func:`efficiency_report`: the steps above, then ratios, bounds and efficiencies
     tables     :func:`format_report` (markdown tables) and :func:`render_table`
     plot       :func:`plot` (PNG of the speed-ups against the bounds)
@@ -35,14 +36,20 @@ from .tables import format_report, render_table
 from .timing import (
     DTYPE_CHOICES,
     SYNC_WARNING,
+    SelfTimed,
+    StepClock,
+    alternating_rounds,
     autocast,
+    clocks,
     count_syncs,
     cpu_pressure,
     device_name,
     pooling_bandwidth,
     resolve_precision,
+    spread,
     summarize,
     synchronize,
+    timed_call,
 )
 from .workloads import (
     CLS_ID,
@@ -105,11 +112,17 @@ __all__ = [
     "BERT_BASE_SHAPE",
     "render_table",
     "SYNC_WARNING",
+    "SelfTimed",
+    "StepClock",
+    "alternating_rounds",
     "autocast",
+    "clocks",
     "cpu_pressure",
     "device_name",
+    "spread",
     "summarize",
     "synchronize",
+    "timed_call",
     "CLS_ID",
     "FIRST_ORDINARY_ID",
     "LENGTHS_KEYS",

@@ -1,5 +1,7 @@
 """Timing: device syncs, precision, one timed forward, warm-up and the interleaved rounds, host
-syncs per forward, and the Triton pooling kernel's bandwidth.
+syncs per forward, the Triton pooling kernel's bandwidth, and whole tasks timed side by side
+(:func:`alternating_rounds`: process CPU time and wall time of ours and the tools users would pick
+instead, ``benchmarks/peers.py``).
 
 Inference only: ``eval()``, ``torch.inference_mode()``; weights cast with ``model.to(dtype)``
 (bf16 on CUDA, fp32 on CPU; ``weights_dtype``), bf16 autocast only when asked or with fp32 weights
@@ -17,6 +19,7 @@ summed batch times; the range is the min-max over rounds.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import math
 import os
@@ -24,11 +27,13 @@ import platform
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import TrainerCallback
 
 from ..models.tite.pooling_tite import DeviceArrays, PoolPlan, pool_planned, triton_pooling_backward
 from ..settings.benchmarking import DTYPE_CHOICES, MAX_LENGTH  # noqa: F401 (DTYPE_CHOICES re-exported)
@@ -287,3 +292,97 @@ def timed_rounds(rows: list[Row], batches: DeviceBatches, texts: dict[str, int],
             say(f"round {round_index + 1}/{rounds} {name} texts/s: {rates}  "
                 f"[{time.perf_counter() - started:.0f}s, CPU pressure {shown}]")
     return times, pressure, time.perf_counter() - started
+
+
+# ------------------------------------------------------------------------------------------
+# whole tasks side by side (benchmarks/peers.py)
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SelfTimed:
+    """What a side of :func:`alternating_rounds` measured itself instead of its whole call (a training run's
+    steady-state step, say): process CPU seconds, wall seconds, and the side's result."""
+
+    cpu: float
+    wall: float
+    value: object = None
+
+
+def clocks() -> tuple[float, float]:
+    """``(process CPU seconds, wall seconds)`` now. CPU time is ``time.process_time``: every thread of this
+    process (torch's and faiss' OpenMP pools, the tokenizers' threads)."""
+    return time.process_time(), time.perf_counter()
+
+
+def timed_call(function: Callable[[], object]) -> tuple[float, float, object]:
+    """``(process CPU seconds, wall seconds, result)`` of ``function()``, after a garbage collection (so that
+    one side's garbage is not collected in another side's time). A function that returns a :class:`SelfTimed`
+    reports its own times instead."""
+    gc.collect()
+    cpu, wall = clocks()
+    value = function()
+    now = clocks()
+    if isinstance(value, SelfTimed):
+        return value.cpu, value.wall, value.value
+    return now[0] - cpu, now[1] - wall, value
+
+
+class StepClock(TrainerCallback):
+    """The clocks (:func:`clocks`) when a ``Trainer`` run starts and at the end of every optimizer step: a step's
+    time is the interval between two marks (data loading, collation, forward, backward, optimizer, logging)."""
+
+    def __init__(self):
+        self.marks: list[tuple[float, float]] = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.marks = [clocks()]
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.marks.append(clocks())
+
+    def steady(self, skip: int, value: object = None) -> SelfTimed:
+        """The median step's CPU and wall seconds after the first ``skip`` steps (warm-up), with ``value``."""
+        steps = list(zip(self.marks, self.marks[1:]))[skip:]
+        if not steps:
+            raise RuntimeError(f"no step after the first {skip} to measure: train more steps")
+        return SelfTimed(statistics.median(after[0] - before[0] for before, after in steps),
+                         statistics.median(after[1] - before[1] for before, after in steps), value)
+
+
+def alternating_rounds(sides: Mapping[str, Callable[[], object]], rounds: int, *, warmup: int = 1,
+                       say: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """Time every side of one task in the same run: ``warmup`` untimed calls of each, then ``rounds`` rounds in
+    which each side runs once, the order rotating from round to round (no side always runs first, or after
+    the same side), so load from other jobs falls on all sides alike.
+
+    Returns ``{side: {"cpu": [seconds per round], "wall": [...], "value": the last round's result,
+    "pressure": [CPU pressure after each round]}}`` (:func:`cpu_pressure`)."""
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds}: at least one round")
+    names = list(sides)
+    for _ in range(warmup):
+        for name in names:
+            timed_call(sides[name])
+    results = {name: {"cpu": [], "wall": [], "value": None, "pressure": []} for name in names}
+    for round_index in range(rounds):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            cpu, wall, value = timed_call(sides[name])
+            results[name]["cpu"].append(cpu)
+            results[name]["wall"].append(wall)
+            results[name]["value"] = value
+        pressure = cpu_pressure()
+        for name in names:
+            results[name]["pressure"].append(pressure)
+        if say is not None:
+            shown = "n/a" if pressure is None else f"{pressure:.0f}%"
+            say(f"round {round_index + 1}/{rounds}: " + "  ".join(
+                f"{name} {results[name]['cpu'][-1]:.2f}s cpu / {results[name]['wall'][-1]:.2f}s wall"
+                for name in names) + f"  [CPU pressure {shown}]")
+    return results
+
+
+def spread(seconds: Sequence[float]) -> dict[str, float]:
+    """``{"min", "median"}`` of a side's per-round seconds."""
+    return {"min": min(seconds), "median": statistics.median(seconds)}

