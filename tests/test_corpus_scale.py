@@ -335,6 +335,27 @@ def test_a_killed_run_resumes_to_the_same_bytes(model, corpus, tmp_path):
     assert stored(output)["manifest.json"] == again["manifest.json"]
 
 
+def test_a_run_of_the_version_that_batched_by_characters_is_not_continued(model, corpus, tmp_path, capsys):
+    # shards batched otherwise differ in their last bits: a folder whose encoding.json records no batch_order
+    # (written before texts were batched by tokens) is refused, never continued with differently batched shards
+    output = tmp_path / "old"
+    encode_corpus(model, corpus, output, shard_size=40, batch_size=8, show_progress_bar=False)
+    settings = json.loads((output / "encoding.json").read_text())
+    assert settings["batch_order"] == "tokens"
+    del settings["batch_order"]
+    (output / "encoding.json").write_text(json.dumps(settings))
+    (output / "manifest.json").unlink()
+    (output / "shard-00002.safetensors").unlink()  # unfinished
+    before = stored(output)
+    assert main(["encode", str(model), str(corpus), "--output", str(output), "--shard-size", "40", "--batch-size",
+                 "8", "--no-progress"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1:]  # after transformers' loading bar
+    assert error == [f"dense-encoders encode: error: {output} was encoded by an earlier version, which batched the "
+                     "texts by characters: its shards still serve search and evaluate, but this version cannot "
+                     "continue them bit for bit; give a new --output"]
+    assert stored(output) == before
+
+
 def test_manifest_mismatches_are_refused(model, corpus, tok, tmp_path, capsys):
     output = tmp_path / "emb"
     argv = ["encode", str(model), str(corpus), "--output", str(output), "--shard-size", "100", "--no-progress"]

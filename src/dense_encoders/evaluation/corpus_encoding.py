@@ -52,9 +52,12 @@ logger = logging.getLogger(__name__)
 
 # texts tokenized in one call to count their tokens (token_counts)
 TOKENIZED_AT_ONCE = 4096
+# how a shard's texts are grouped into batches (_encode_sorted), recorded: the grouping decides the embeddings'
+# last bits; folders written before the key was recorded were batched by characters
+BATCH_ORDER = "tokens"
 # settings that decide the embeddings: a resume (or a search) must agree on all of them
 IDENTITY = ("side", "fingerprint", "pooling_modules", "prompt", "max_length", "normalize", "dtype", "shard_size",
-            "source_sha256", "count")
+            "source_sha256", "count", "batch_order")
 
 
 def distributed_context() -> tuple[int, int, int]:
@@ -125,6 +128,10 @@ def _prepare_folder(output: Path, settings: dict) -> list[str]:
                     "; ".join(differences[:4]))
         write_json(output / SETTINGS_FILE, settings)
         return []
+    if recorded.get("batch_order") != settings["batch_order"]:
+        raise ValueError(f"{output} was encoded by an earlier version, which batched the texts by characters: "
+                         "its shards still serve search and evaluate, but this version cannot continue them bit for "
+                         "bit; give a new --output")
     if differences:
         raise ValueError(f"{output} holds a run with other settings ({'; '.join(differences[:4])}): give the same "
                          "model, texts and flags to continue it, or a new --output")
@@ -198,7 +205,7 @@ def encode_corpus(
         "pooling": pooling, "pooling_modules": encoder.settings()["modules"], "similarity": encoder.similarity,
         "prompt": encoder.prompts[side], "max_length": encoder.max_lengths[side], "normalize": normalize,
         "dtype": dtype, "shard_size": shard_size, "source": scanned, "source_sha256": scanned["sha256"],
-        "count": scanned["count"], "allow_empty": allow_empty,
+        "count": scanned["count"], "allow_empty": allow_empty, "batch_order": BATCH_ORDER,
     }
     rebuilt = _from_rank_zero(world, _attempt(lambda: _prepare_folder(output, settings)) if rank == 0 else None)
     if (output / MANIFEST_FILE).is_file():
