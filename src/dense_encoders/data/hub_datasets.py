@@ -151,7 +151,9 @@ def _hub():
 def _cached_listing(repo_id: str, revision: str | None) -> _Listing | None:
     """The files of ``repo_id`` at ``revision`` that the Hugging Face cache holds (what earlier downloads fetched),
     or None when it holds none; read as the cache is laid out (``refs/<revision>`` names the commit,
-    ``snapshots/<commit>/`` holds the files: huggingface_hub's cache guide)."""
+    ``snapshots/<commit>/`` holds the files: huggingface_hub's cache guide). Not ``snapshot_download(...,
+    local_files_only=True)``: it refuses a snapshot that lacks any file of the repository, and a command downloads
+    only the files it reads."""
     _, constants, _ = _hub()
     storage = Path(constants.HF_HUB_CACHE) / ("datasets--" + repo_id.replace("/", "--"))
     commit = revision if revision and _COMMIT.fullmatch(revision) else None

@@ -116,9 +116,8 @@ def ranked_from_topk(query_ids: list[str], documents: EmbeddingShards, scores, i
     row_ids[found] = ids[np.searchsorted(positions, indices[found])]
     tied = (scores[:, 1:] == scores[:, :-1]).any(axis=1) if scores.shape[1] > 1 else np.zeros(len(scores), bool)
     ranked = []
-    for query_id, row_scores, row_doc_ids, row_found, row_tied in zip(query_ids, scores.tolist(), row_ids,
-                                                                       found, tied):
-        pairs = list(zip(row_doc_ids[row_found].tolist(), np.asarray(row_scores)[row_found].tolist()))
+    for query_id, row_scores, row_doc_ids, row_found, row_tied in zip(query_ids, scores, row_ids, found, tied):
+        pairs = list(zip(row_doc_ids[row_found].tolist(), row_scores[row_found].tolist()))
         if row_tied:
             pairs.sort(key=lambda pair: (-pair[1], pair[0]))
         ranked.append((query_id, [doc_id for doc_id, _ in pairs], [score for _, score in pairs]))
