@@ -265,11 +265,19 @@ def _naive_running_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, tor
     return torch.tensor(best_scores), torch.tensor(best_indices)
 
 
+@pytest.mark.parametrize("selection", ["tensor operations", "faiss heaps"])
 @pytest.mark.parametrize("case", ["ties", "gaussian", "ascending", "infinities"])
-def test_running_topk_keeps_the_order_of_a_full_sort_block_by_block(case):
+def test_running_topk_keeps_the_order_of_a_full_sort_block_by_block(case, selection, monkeypatch):
     # RunningTopK merges a block's entries above each query's running k-th score, or (a range not yet full, more
     # than CANDIDATES_PER_K * k candidates: "ascending" scores make every later block beat the running list) takes
-    # the block's own top-k first; either way the order is that of one full sort by (-score, index).
+    # the block's own top-k first; either way the order is that of one full sort by (-score, index). With faiss,
+    # bounded blocks go to its heaps; "infinities" sends a range from the heaps to the tensor operations midway.
+    heap_blocks = []
+    if selection == "faiss heaps":
+        pytest.importorskip("faiss")
+        add = search_module._HeapTopK.add
+        monkeypatch.setattr(search_module._HeapTopK, "add",
+                            lambda self, block, offset: (heap_blocks.append(offset), add(self, block, offset)))
     gen = torch.Generator().manual_seed(11)
     for trial in range(60):
         rows, columns = int(torch.randint(1, 7, (1,), generator=gen)), int(torch.randint(1, 250, (1,), generator=gen))
@@ -287,8 +295,52 @@ def test_running_topk_keeps_the_order_of_a_full_sort_block_by_block(case):
             scores[(draw > 0.6) & (draw < 0.63)] = float("-inf")
         running = RunningTopK(k)
         for start in range(0, columns, block):
-            running.add(0, scores[:, start : start + block], start)
+            block_scores = scores[:, start : start + block]
+            bounded = selection == "faiss heaps" and bool(torch.isfinite(block_scores).all())
+            running.add(0, block_scores, start, bounded=bounded)
         got_scores, got_indices = running.result()
         expected_scores, expected_indices = _naive_running_topk(scores, k)
         assert torch.equal(got_indices, expected_indices), (case, trial)
         assert torch.equal(got_scores, expected_scores), (case, trial)
+    assert bool(heap_blocks) == (selection == "faiss heaps")
+
+
+def test_scores_are_bounded_by_the_product_of_the_largest_norms():
+    from dense_encoders.evaluation.search import scores_are_bounded
+
+    half_max = torch.finfo(torch.float32).max / 2
+    unit = torch.eye(3)
+    assert scores_are_bounded(unit, unit * 1e19)  # norms 1 and 1e19: |score| <= 1e19
+    # norms 2e19 and 1e19: a score could reach 2e38 > float32 max / 2 (1.7e38), though each vector is finite
+    assert not scores_are_bounded(unit * 2e19, unit * 1e19)
+    assert 2e19 * 1e19 > half_max > 1e19 * 1e19
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        documents = unit.clone()
+        documents[1, 2] = bad
+        assert not scores_are_bounded(unit, documents), bad
+    assert not scores_are_bounded(unit[:0], unit)
+
+
+def test_exact_search_selects_the_same_with_and_without_faiss_heaps(monkeypatch):
+    # integer vectors: most scores tie, so which of the tied documents at the k-th place are kept, and their order,
+    # are checked across query ranges and document blocks; a NaN document moves the heaps' ranges to the tensor
+    # operations midway
+    pytest.importorskip("faiss")
+    gen = torch.Generator().manual_seed(5)
+    queries = torch.randint(-2, 3, (37, 8), generator=gen).float()
+    documents = torch.randint(-2, 3, (500, 8), generator=gen).float()
+    with_nan = documents.clone()
+    with_nan[301, 4] = float("nan")
+    for docs in (documents, with_nan):
+        kwargs = dict(similarity="dot", query_chunk_size=16, document_chunk_size=64)
+        heaps = exact_search(queries, docs, 50, **kwargs)
+        monkeypatch.setattr(search_module, "_faiss_heaps", lambda: None)
+        tensors = exact_search(queries, docs, 50, **kwargs)
+        monkeypatch.undo()
+        scores = queries.double() @ docs.double().T
+        expected_scores, expected_indices = _naive_running_topk(scores.float(), 50)
+        assert torch.equal(heaps[1], tensors[1])
+        assert torch.equal(heaps[0].nan_to_num(), tensors[0].nan_to_num())
+        if docs is documents:
+            assert torch.equal(heaps[1], expected_indices)
+            assert torch.equal(heaps[0], expected_scores)

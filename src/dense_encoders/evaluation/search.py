@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 
 from ..vectors import SIMILARITIES
 
-__all__ = ["NORMALIZE_EPS", "RunningTopK", "exact_search", "faiss_search", "score_block", "search", "topk_to_run",
-           "validate_k"]
+__all__ = ["NORMALIZE_EPS", "RunningTopK", "exact_search", "faiss_search", "score_block", "scores_are_bounded",
+           "search", "topk_to_run", "validate_k"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
@@ -29,6 +29,8 @@ BACKENDS = ("exact", "faiss")
 NORMALIZE_EPS = 1e-12  # the eps of the L2 normalisation of cosine similarity
 # past this many candidates per k in one query of one block, RunningTopK takes the block's own top-k first
 CANDIDATES_PER_K = 4
+# scores bounded by this (Cauchy-Schwarz, with a margin of 2 for rounding) are numbers above float32's lowest value
+_BOUNDED_SCORE = torch.finfo(torch.float32).max / 2
 
 
 def _to_float_matrix(x: Any, name: str) -> torch.Tensor:
@@ -160,6 +162,70 @@ def _stable_topk_with_nan(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, t
     return values, positions
 
 
+def scores_are_bounded(query_block: torch.Tensor, document_block: torch.Tensor) -> bool:
+    """Whether every score of ``score_block(query_block, document_block)`` is a number above float32's lowest value
+    (no NaN, no ``-inf``), by Cauchy-Schwarz: ``|q . d| <= ||q|| ||d||``, with a margin of 2 for the rounding of
+    the sum. A NaN or infinite norm answers False. This is what :class:`RunningTopK` needs to know to select a
+    block in faiss's heaps."""
+    if query_block.numel() == 0 or document_block.numel() == 0:
+        return False
+    largest = (torch.linalg.vector_norm(query_block, dim=1).amax()
+               * torch.linalg.vector_norm(document_block, dim=1).amax())
+    return bool(largest < _BOUNDED_SCORE)
+
+
+def _faiss_heaps():
+    """The faiss module when it is installed (the faiss extra), else None: :class:`RunningTopK` then selects in
+    torch alone, with the same results."""
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
+
+
+class _HeapTopK:
+    """The best ``k`` scores of each query of a range so far, in faiss's compiled per-query heaps
+    (``float_minheap_array_t``), fed block by block in increasing document order.
+
+    A heap keeps a new score only when it beats the heap's worst, and among equal scores takes the lower id for the
+    worse one. Storing a document's index ``i`` as the id ``-i - 2`` makes the higher index the worse among equal
+    scores, so that the heap holds exactly the best ``k`` by (-score, index); ``-1`` stays faiss's empty slot.
+    Scores must be numbers above float32's lowest value (:func:`scores_are_bounded`): a heap never takes a NaN or
+    a score equal to its empty slots' value."""
+
+    def __init__(self, faiss, num_queries: int, k: int):
+        self._faiss = faiss
+        self.k = k
+        self.seen = 0
+        self._values = np.empty((num_queries, k), dtype=np.float32)
+        self._ids = np.empty((num_queries, k), dtype=np.int64)
+        self._queries = np.arange(num_queries, dtype=np.int64)
+        heaps = faiss.float_minheap_array_t()
+        heaps.k, heaps.nh = k, num_queries
+        heaps.val, heaps.ids = faiss.swig_ptr(self._values), faiss.swig_ptr(self._ids)
+        heaps.heapify()
+        self._heaps = heaps
+
+    def add(self, block_scores: torch.Tensor, document_offset: int) -> None:
+        faiss, block = self._faiss, np.ascontiguousarray(block_scores.numpy())
+        ids = np.arange(-document_offset - 2, -document_offset - 2 - block.shape[1], -1, dtype=np.int64)
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(torch.get_num_threads())  # as many threads as the matrix product
+        try:
+            self._heaps.addn_query_subset_with_ids(len(self._queries), faiss.swig_ptr(self._queries), block.shape[1],
+                                                   faiss.swig_ptr(block), faiss.swig_ptr(ids), 0)
+        finally:
+            faiss.omp_set_num_threads(threads)
+        self.seen += block.shape[1]
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scores, indices)`` ``[queries, min(k, documents seen)]`` ordered by (-score, index)."""
+        scores, indices = _stable_sort_rows(torch.from_numpy(self._values.copy()), torch.from_numpy(-self._ids - 2))
+        count = min(self.k, self.seen)  # empty slots (-float32 max, index -1) sort last
+        return scores[:, :count].contiguous(), indices[:, :count].contiguous()
+
+
 class RunningTopK:
     """The best ``k`` documents of every query, updated one scored block at a time, so that among equal scores
     the lower document index stays first. The blocks of one query range must come in increasing document order
@@ -173,13 +239,32 @@ class RunningTopK:
     reservoir (faiss's heaps) in tensor operations: past the first blocks, a block costs about one pass over its
     scores beside its matrix product. A block with more candidates than ``k`` in some query, a NaN score, or a
     range not yet full goes the general way: the block's own top-k (:func:`_stable_topk`) merged by a stable
-    sort. Both give the same order: descending score, then ascending document index."""
+    sort. Both give the same order: descending score, then ascending document index.
+
+    On the CPU, with faiss installed, a query range whose blocks the caller declares ``bounded``
+    (:func:`scores_are_bounded`) is selected in faiss's compiled heaps instead (:class:`_HeapTopK`), with the same
+    result: a heap does in one pass what the tensor operations do in several. A range whose later block is not
+    bounded moves to the tensor operations from there on."""
 
     def __init__(self, k: int):
         self.k = k
         self._best: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._heaps: dict[int, _HeapTopK] = {}
 
-    def add(self, query_start: int, block_scores: torch.Tensor, document_offset: int) -> None:
+    def add(self, query_start: int, block_scores: torch.Tensor, document_offset: int, *, bounded: bool = False
+            ) -> None:
+        """Merge one block ``[queries of the range, documents]`` of scores, its first column the document at
+        ``document_offset``. ``bounded``: the caller knows every score is a number above float32's lowest value
+        (:func:`scores_are_bounded`), which lets faiss's heaps select."""
+        heap_ready = bounded and block_scores.device.type == "cpu" and block_scores.dtype == torch.float32
+        heap = self._heaps.get(query_start)
+        if heap is None and heap_ready and query_start not in self._best and (faiss := _faiss_heaps()) is not None:
+            heap = self._heaps[query_start] = _HeapTopK(faiss, block_scores.shape[0], self.k)
+        if heap is not None:
+            if heap_ready:
+                heap.add(block_scores, document_offset)
+                return
+            self._best[query_start] = self._heaps.pop(query_start).result()
         best = self._best.get(query_start)
         if best is not None and best[0].shape[1] == self.k:
             merged = self._merge_above_threshold(best, block_scores, document_offset)
@@ -233,9 +318,9 @@ class RunningTopK:
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scores, indices)`` ``[Q, min(k, documents seen)]``, query ranges in order."""
-        starts = sorted(self._best)
-        return (torch.cat([self._best[start][0] for start in starts]),
-                torch.cat([self._best[start][1] for start in starts]))
+        ranges = {**self._best, **{start: heap.result() for start, heap in self._heaps.items()}}
+        starts = sorted(ranges)
+        return torch.cat([ranges[start][0] for start in starts]), torch.cat([ranges[start][1] for start in starts])
 
 
 def exact_search(
@@ -282,7 +367,8 @@ def exact_search(
     for q_start in query_starts:
         q_block = q[q_start : q_start + query_chunk_size]
         for d_start in range(0, num_documents, document_chunk_size):
-            best.add(q_start, score_block(q_block, d[d_start : d_start + document_chunk_size]), d_start)
+            d_block = d[d_start : d_start + document_chunk_size]
+            best.add(q_start, score_block(q_block, d_block), d_start, bounded=scores_are_bounded(q_block, d_block))
     return best.result()
 
 

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from ..data.embedding_shards import EmbeddingShards, differing_settings, file_sha256, read_record
 from ..vectors import SIMILARITIES
-from .search import NORMALIZE_EPS, RunningTopK, score_block, validate_k
+from .search import NORMALIZE_EPS, RunningTopK, score_block, scores_are_bounded, validate_k
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,9 @@ def search_shards(
         for start in range(0, len(shard), document_chunk_size):
             block = shard[start : start + document_chunk_size]
             for q_start in range(0, len(queries), query_chunk_size):
-                best.add(q_start, score_block(queries[q_start : q_start + query_chunk_size], block), offset + start)
+                query_block = queries[q_start : q_start + query_chunk_size]
+                best.add(q_start, score_block(query_block, block), offset + start,
+                         bounded=scores_are_bounded(query_block, block))
         bar.update(len(shard))
     bar.close()
     return best.result()
