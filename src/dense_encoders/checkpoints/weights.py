@@ -77,7 +77,7 @@ class _LoadReportFilter(logging.Filter):
 @contextlib.contextmanager
 def load_report_hidden():
     """Meanwhile, transformers' load report of missing and unexpected keys is not printed (module doc): for loads
-    whose weights :func:`check_checkpoint_weights` or :func:`loaded_differences` check."""
+    whose weights :func:`check_checkpoint_weights` or :func:`refuse_loaded_differences` check."""
     logger_ = logging.getLogger("transformers.modeling_utils")  # where from_pretrained logs the report
     report_filter = _LoadReportFilter()
     logger_.addFilter(report_filter)
@@ -312,10 +312,10 @@ def check_checkpoint_weights(
 
 
 def from_pretrained_kwargs(report: dict | None, allow_missing_weights: bool) -> dict:
-    """What ``from_pretrained`` needs to load the checkpoint that :func:`check_checkpoint_weights` reported.
-
-    Our model classes refuse missing weights themselves (``StrictLoadingMixin`` in their remote code); when
-    the caller allowed a partial checkpoint of ours, they must be told so (other classes take no such flag).
+    """What a load that hands back no loading report (sentence-transformers' ``SentenceTransformer``) passes to
+    ``from_pretrained`` for the checkpoint that :func:`check_checkpoint_weights` reported: our model classes apply
+    the same rule themselves (``StrictLoadingMixin``), so a partial checkpoint of ours that the caller allowed is
+    allowed there too (other classes take no such flag).
     """
     differences = report and (report["missing_keys"] or report["unexpected_keys"])
     if allow_missing_weights and differences and report.get("ours"):
