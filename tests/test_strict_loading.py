@@ -337,3 +337,60 @@ def test_score_teacher_refuses_a_cross_encoder_without_its_classifier(tmp_path, 
     assert main(argv) == 2
     assert "classifier.bias" in capsys.readouterr().err
     assert main(argv + ["--allow-missing-weights"]) == 0
+
+
+# ---- pre-training's --init_from and distillation's resume load through the one checked loader ------------
+
+
+def test_pretraining_init_from_refuses_a_damaged_checkpoint_and_keeps_a_complete_one(tmp_path, tok):
+    from dense_encoders.trainer.pretraining import PreTrainingSetup, build_model
+
+    torch.manual_seed(0)
+    saved = CondenserForPreTraining(tiny_condenser_config(vocab_size=len(tok)))
+    saved.save_pretrained(tmp_path / "complete")
+    model = build_model(PreTrainingSetup(architecture="condenser", init_from=str(tmp_path / "complete")), len(tok))
+    assert type(model) is CondenserForPreTraining
+    for name, tensor in saved.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    saved.save_pretrained(tmp_path / "damaged")
+    dropped = edit_weights(tmp_path / "damaged", drop="bert.encoder.layer.1.")
+    with pytest.raises(CheckpointWeightsError) as refused:
+        build_model(PreTrainingSetup(architecture="condenser", init_from=str(tmp_path / "damaged")), len(tok))
+    message = str(refused.value)
+    assert str(tmp_path / "damaged" / "model.safetensors") in message and dropped[0] in message
+    assert f"{len(dropped)} tensors of the model are missing" in message and "--allow-missing-weights" in message
+
+
+def test_the_model_classes_refuse_with_the_message_of_the_package(condenser_folder):
+    """One rule and one message: ``CondenserModel.from_pretrained`` (the remote code's StrictLoadingMixin, no
+    package) and the package's loader say the same about the same folder."""
+    dropped = edit_weights(condenser_folder, drop="encoder.layer.1.")
+    with pytest.raises(CheckpointWeightsError) as package:
+        load_checked_model(condenser_folder)
+    with pytest.raises(ValueError) as model_class:
+        CondenserModel.from_pretrained(condenser_folder)
+    assert str(model_class.value) == str(package.value)
+    assert f"{len(dropped)} tensors of the model are missing" in str(model_class.value)
+
+
+def test_distill_resume_refuses_a_damaged_checkpoint_and_restores_a_complete_one(condenser_folder, tmp_path):
+    from dense_encoders.trainer.distillation import (
+        DistillationArguments,
+        DistillationTrainer,
+        DualEncoder,
+    )
+
+    torch.manual_seed(1)
+    saved = CondenserModel(CondenserModel.from_pretrained(condenser_folder).config)  # other weights than the student
+    saved.save_pretrained(tmp_path / "checkpoint")
+    student = DualEncoder(CondenserModel.from_pretrained(condenser_folder), "pooler", "dot")
+    args = DistillationArguments(output_dir=str(tmp_path / "run"), use_cpu=True, report_to="none")
+    trainer = DistillationTrainer(model=student, args=args, objective="kl")
+    trainer._load_from_checkpoint(str(tmp_path / "checkpoint"))
+    for name, tensor in saved.state_dict().items():
+        assert torch.equal(student.encoder.state_dict()[name], tensor), name
+    dropped = edit_weights(tmp_path / "checkpoint", drop="encoder.layer.0.attention.")
+    with pytest.raises(CheckpointWeightsError) as refused:
+        trainer._load_from_checkpoint(str(tmp_path / "checkpoint"))
+    message = str(refused.value)
+    assert str(tmp_path / "checkpoint" / "model.safetensors") in message and dropped[0] in message

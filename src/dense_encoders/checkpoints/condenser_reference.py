@@ -39,7 +39,13 @@ from ..models.condenser import CoCondenserForPreTraining, CondenserConfig, Conde
 from ..models.condenser.modeling_condenser import CONDENSER_ONLY_KEYS
 from .folder import TOKENIZER_FILES
 from .source_format import ConversionError, SourceFormat, check_config_matches_weights, check_integer_keys
-from .weights import CheckpointWeightsError, checkpoint_tensor_names, expected_loading_differences, tensor_shapes
+from .weights import (
+    CheckpointWeightsError,
+    checkpoint_tensor_names,
+    load_report_hidden,
+    loading_differences,
+    tensor_shapes,
+)
 
 HEAD_FILE = "model.pt"
 NEVER_READ = ("args.pt", "training_args.bin")  # pickled objects the reference code writes
@@ -140,9 +146,11 @@ def _backbone_weights(folder: Path, config: dict, bert_config) -> list[str]:
             f"{folder} has no backbone weights (model.safetensors or pytorch_model.bin) next to config.json: "
             "copy the complete output folder of the run (its save_pretrained writes them)."
         )
-    files, names = found
-    with torch.device("meta"):
-        missing, unexpected = expected_loading_differences(BertForMaskedLM(bert_config), names)
+    files = found[0]
+    with load_report_hidden():  # the differences are named below; on the meta device no tensor data is read
+        model, info = BertForMaskedLM.from_pretrained(folder, config=bert_config, device_map="meta",
+                                                      output_loading_info=True)
+    missing, unexpected = loading_differences(model, info)
     if missing or unexpected:
         problems = [f"{len(missing)} missing ({_listed(missing)})"] if missing else []
         problems += [f"{len(unexpected)} not in it ({_listed(unexpected)})"] if unexpected else []

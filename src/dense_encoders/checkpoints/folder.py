@@ -12,7 +12,9 @@ the package asks this module, and the model classes themselves declare their pip
   the cross-encoder-infused dual encoder);
 * :func:`write_sentence_transformers_files` writes sentence-transformers' own files for any folder
   (our models write them in ``save_pretrained`` already; other students need them written);
-* :func:`read_pipeline` reads a folder's declared pooling, similarity and prompts;
+* :func:`sentence_transformers_settings` is the one reader of a folder's (or Hub id's) sentence-transformers files
+  (modules, the Transformer module's folder, task and lengths, pooling, normalisation, similarity, prompts);
+  :func:`read_pipeline` is its pooling, similarity and prompts;
 * :func:`has_tokenizer_files` / :func:`refuse_folder_without_tokenizer`: whether a folder holds a tokenizer,
   which every folder meant to load needs (models carry none: ``tokenizer.save_pretrained(folder)`` writes it);
 * :func:`publishing_problems` lists what makes a folder unfit to upload: remote-code files that
@@ -146,40 +148,79 @@ def _embedding_dimension(config: dict) -> int:
     raise ValueError("config.json names no hidden_size: the embedding dimension is unknown")
 
 
-def has_sentence_transformers_files(name_or_path: str | Path) -> bool:
-    """Whether a folder (or a Hub id, looked up in the cache or online) has ``modules.json``."""
-    if Path(name_or_path).is_dir():
-        return (Path(name_or_path) / "modules.json").is_file()
+def folder_file(name_or_path: str | Path, filename: str, subfolder: str = "") -> Path | None:
+    """Local path of ``filename`` in a folder or Hub repository (from the cache, or downloaded); ``None`` when it
+    has none."""
+    folder = Path(name_or_path)
+    if folder.is_dir():
+        candidate = folder / subfolder / filename
+        return candidate if candidate.is_file() else None
     found = cached_file(
         str(name_or_path),
-        "modules.json",
+        filename,
+        subfolder=subfolder,
         _raise_exceptions_for_missing_entries=False,
         _raise_exceptions_for_connection_errors=False,
     )
-    return found is not None
+    return Path(found) if found is not None else None
+
+
+def has_sentence_transformers_files(name_or_path: str | Path) -> bool:
+    """Whether a folder (or a Hub id, looked up in the cache or online) has ``modules.json``."""
+    return folder_file(name_or_path, "modules.json") is not None
+
+
+# ``pooling_mode_<flag>: true`` of older Pooling configs -> the ``pooling_mode`` name sentence-transformers uses now
+_POOLING_FLAGS = {"cls_token": "cls", "mean_tokens": "mean", "max_tokens": "max", "weightedmean_tokens": "weightedmean"}
+
+
+def sentence_transformers_settings(name_or_path: str | Path) -> dict:
+    """What the sentence-transformers files of a folder or Hub id declare (the one reader of them in the package;
+    ``{}`` without ``modules.json``):
+
+    * ``modules``: the entries of ``modules.json``;
+    * ``transformer_path`` / ``transformer_task``: the folder (``""`` for the root) and ``transformer_task`` of its
+      ``Transformer`` module; ``transformer_path`` is ``None`` when no module is a transformers model;
+    * ``lengths``: the ``query_length`` / ``document_length`` of that module's ``sentence_bert_config.json``;
+    * ``pooling`` (the ``pooling_mode`` of its ``Pooling`` module, ``None`` without one), ``normalize`` (a
+      ``Normalize`` module), ``similarity`` (``similarity_fn_name``, ``None`` when unset) and ``prompts``."""
+    modules_file = folder_file(name_or_path, "modules.json")
+    if modules_file is None:
+        return {}
+    modules = _read_json(modules_file)
+    modules = [module for module in modules if isinstance(module, dict)] if isinstance(modules, list) else []
+    declared = {"modules": modules, "transformer_path": None, "transformer_task": None, "lengths": {},
+                "pooling": None, "normalize": False}
+    for module in modules:
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        path = str(module.get("path", "") or "")
+        if kind == "Transformer" and declared["transformer_path"] is None:
+            declared["transformer_path"] = path
+            settings_file = folder_file(name_or_path, "sentence_bert_config.json", path)
+            settings = (_read_json(settings_file) if settings_file is not None else None) or {}
+            declared["transformer_task"] = settings.get("transformer_task")
+            declared["lengths"] = {key: settings[key] for key in ("query_length", "document_length")
+                                   if settings.get(key)}
+        elif kind == "Pooling":
+            config_file = folder_file(name_or_path, "config.json", path)
+            pooling = (_read_json(config_file) if config_file is not None else None) or {}
+            declared["pooling"] = pooling.get("pooling_mode") or next(  # older files: pooling_mode_cls_token: true
+                (_POOLING_FLAGS.get(key[len("pooling_mode_"):], key[len("pooling_mode_"):])
+                 for key, value in pooling.items() if key.startswith("pooling_mode_") and value is True), None)
+        elif kind == "Normalize":
+            declared["normalize"] = True
+    settings_file = folder_file(name_or_path, "config_sentence_transformers.json")
+    settings = (_read_json(settings_file) if settings_file is not None else None) or {}
+    declared["similarity"] = settings.get("similarity_fn_name")
+    declared["prompts"] = settings.get("prompts") or {}
+    return declared
 
 
 def read_pipeline(folder: str | Path) -> dict:
     """What a folder's sentence-transformers files declare: ``pooling``, ``similarity``, ``normalize``,
-    ``prompts`` (``{}`` for a folder without ``modules.json``)."""
-    folder = Path(folder)
-    modules = _read_json(folder / "modules.json")
-    if modules is None:
-        return {}
-    declared = {"pooling": None, "normalize": False}
-    for module in modules:
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        if kind == "Pooling":
-            pooling = _read_json(folder / module.get("path", "") / "config.json") or {}
-            declared["pooling"] = pooling.get("pooling_mode") or next(  # older files: pooling_mode_cls_token: true
-                (key[len("pooling_mode_"):].split("_")[0] for key, value in pooling.items()
-                 if key.startswith("pooling_mode_") and value is True), None)
-        elif kind == "Normalize":
-            declared["normalize"] = True
-    settings = _read_json(folder / "config_sentence_transformers.json") or {}
-    declared["similarity"] = settings.get("similarity_fn_name")
-    declared["prompts"] = settings.get("prompts") or {}
-    return declared
+    ``prompts`` (``{}`` for a folder without ``modules.json``; :func:`sentence_transformers_settings`)."""
+    declared = sentence_transformers_settings(folder)
+    return {key: declared[key] for key in ("pooling", "normalize", "similarity", "prompts")} if declared else {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,8 +238,7 @@ def _module_file(target: str) -> tuple[str, str]:
 
 
 def _sentence_transformers_modules(folder: Path) -> list[dict]:
-    modules = _read_json(folder / "modules.json")
-    return [module for module in modules if isinstance(module, dict)] if isinstance(modules, list) else []
+    return sentence_transformers_settings(folder).get("modules", []) if folder.is_dir() else []
 
 
 def remote_code_files(folder: str | Path) -> set[str]:
@@ -422,10 +462,12 @@ __all__ = [
     "native_pooling",
     "position_limit",
     "publishing_problems",
+    "folder_file",
     "read_pipeline",
     "refuse_folder_without_tokenizer",
     "remote_code_files",
     "sentence_transformers_module_folders",
+    "sentence_transformers_settings",
     "source_reference",
     "write_sentence_transformers_files",
 ]

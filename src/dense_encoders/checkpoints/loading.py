@@ -4,8 +4,10 @@ Each caller gives "a path or a model object" (a folder or Hub id, or a model alr
 gets what it works with; a folder or Hub id whose weights miss or add tensors of the model its config
 declares is refused (:mod:`.weights`; ``allow_missing_weights`` turns the refusal into a logged warning):
 
-* :func:`load_checked_model`: a transformers model, loaded with ``from_pretrained(...,
-  output_loading_info=True)`` and refused on what that reports;
+* :func:`load_checked_model`: a transformers model (by Auto class or model class), loaded with ``from_pretrained(...,
+  output_loading_info=True)`` and refused on what that reports; :func:`load_config` / :func:`load_tokenizer`: a
+  folder's configuration / tokenizer (every ``from_pretrained`` of the package outside the model folders is here
+  and in the converters of this package; ``tests/test_import_rules.py`` checks it);
 * :func:`model_and_tokenizer`: (transformers model in eval mode, tokenizer) of a bi-encoder or a
   cross-encoder given as a path, a sentence-transformers model or a ``PreTrainedModel``, for code that
   works on the model's layers (layer-wise embeddings, infusion); :func:`cross_encoder_model_and_tokenizer`
@@ -42,11 +44,11 @@ from .folder import has_sentence_transformers_files, is_ours, native_pipeline, r
 from .trust import refuse_untrusted_code
 from .weights import (
     check_checkpoint_weights,
+    checked_load_kwargs,
     checkpoint_tensor_names,
     from_pretrained_kwargs,
     load_report_hidden,
-    loaded_differences,
-    refuse_differences,
+    refuse_loaded_differences,
 )
 
 CROSS_ENCODER_CLASS = "AutoModelForSequenceClassification"
@@ -55,33 +57,49 @@ CROSS_ENCODER_CLASS = "AutoModelForSequenceClassification"
 def load_checked_model(
     name_or_path: str | os.PathLike,
     *,
-    auto_class: str = "AutoModel",
+    auto_class: str | type = "AutoModel",
     allow_missing_weights: bool = False,
     trust_remote_code: bool = False,
+    output_loading_info: bool = False,
 ):
-    """``transformers.<auto_class>.from_pretrained(name_or_path)``, refused (:class:`~.weights.CheckpointWeightsError`)
-    when its weights miss or add tensors of the model, unless ``allow_missing_weights``; refused
-    (:class:`~.trust.UntrustedCodeError`) when it would run code of its own, unless ``trust_remote_code``.
+    """``<auto_class>.from_pretrained(name_or_path)``, refused (:class:`~.weights.CheckpointWeightsError`) when its
+    weights miss or add tensors of the model, unless ``allow_missing_weights``.
 
-    The weight files' headers are read first (an unreadable file is an error naming it); the differences
-    are what ``output_loading_info`` reports, less those a base model expects (:func:`~.weights.loaded_differences`).
-    Our model classes are told ``allow_missing_weights=True`` so that the report, not their own check, decides.
+    ``auto_class``: the name of a transformers Auto class, whose folder is refused
+    (:class:`~.trust.UntrustedCodeError`) when it would run code of its own, unless ``trust_remote_code``; or a model
+    class already in memory (its own code: resuming a model, continuing a pre-training). The weight files' headers
+    are read first (an unreadable file is an error naming it); the differences are what ``output_loading_info``
+    reports, less those the model expects (:func:`~.weights.loading_differences`). ``output_loading_info=True``
+    returns ``(model, loading info)``.
     """
     name_or_path = str(name_or_path)
-    refuse_untrusted_code(name_or_path, trust_remote_code)
+    if isinstance(auto_class, str):
+        refuse_untrusted_code(name_or_path, trust_remote_code)
     found = checkpoint_tensor_names(name_or_path)
-    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    ours = {"allow_missing_weights": True} if is_ours(config) else {}
+    if isinstance(auto_class, str):
+        config = load_config(name_or_path, trust_remote_code=trust_remote_code)
+        model_class, load_kwargs = getattr(transformers, auto_class), {"config": config,
+                                                                       "trust_remote_code": trust_remote_code}
+    else:
+        config = getattr(auto_class.config_class, "model_type", "")
+        model_class, load_kwargs = auto_class, {}
     with load_report_hidden():  # the differences that matter are refused (or named) below
-        model, info = getattr(transformers, auto_class).from_pretrained(
-            name_or_path, config=config, trust_remote_code=trust_remote_code, output_loading_info=True, **ours
+        model, info = model_class.from_pretrained(
+            name_or_path, output_loading_info=True, **load_kwargs, **checked_load_kwargs(config)
         )
     if found is not None:
-        missing, unexpected = loaded_differences(model, info, found[1])
-        report = {"files": found[0], "model_class": type(model).__name__, "ours": bool(ours),
-                  "missing_keys": sorted(missing), "unexpected_keys": sorted(unexpected)}
-        refuse_differences(report, allow_missing_weights=allow_missing_weights)
-    return model
+        refuse_loaded_differences(model, info, found[0], allow_missing_weights=allow_missing_weights)
+    return (model, info) if output_loading_info else model
+
+
+def load_config(name_or_path: str | os.PathLike, *, trust_remote_code: bool = False):
+    """``AutoConfig.from_pretrained(name_or_path)``: the configuration of a folder or Hub id."""
+    return AutoConfig.from_pretrained(str(name_or_path), trust_remote_code=trust_remote_code)
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, *, trust_remote_code: bool = False):
+    """``AutoTokenizer.from_pretrained(name_or_path)``: the tokenizer of a folder or Hub id."""
+    return AutoTokenizer.from_pretrained(str(name_or_path), trust_remote_code=trust_remote_code)
 
 
 def model_and_tokenizer(
@@ -105,7 +123,7 @@ def model_and_tokenizer(
         auto_class = CROSS_ENCODER_CLASS if cross_encoder else "AutoModel"
         model = load_checked_model(name, auto_class=auto_class, allow_missing_weights=allow_missing_weights,
                                    trust_remote_code=trust_remote_code)
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+        tokenizer = tokenizer or load_tokenizer(name, trust_remote_code=trust_remote_code)
     elif isinstance(model, SentenceTransformer):
         model, tokenizer = model[0].auto_model, tokenizer or model.tokenizer
     elif isinstance(model, PreTrainedModel):
@@ -147,7 +165,7 @@ def cross_encoder_model_and_tokenizer(
 
 
 def _architectures(name: str, *, trust_remote_code: bool) -> list[str]:
-    return AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code).architectures or []
+    return load_config(name, trust_remote_code=trust_remote_code).architectures or []
 
 
 def _is_classification(architectures: list[str]) -> bool:
@@ -242,7 +260,7 @@ def load_sentence_transformer(
             return SentenceTransformer(
                 name_or_path, device=device, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs
             )
-    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    config = load_config(name_or_path, trust_remote_code=trust_remote_code)
     native_pooling, similarity = native_pipeline(config) if is_ours(config) else (None, None)
     refuse_mean_pooling_of_tite(config.model_type, pooling, "pooling='cls' (or leave it unset)")
     if pooling is None:
@@ -297,8 +315,10 @@ __all__ = [
     "declares_cross_encoder",
     "folder_fingerprint",
     "load_checked_model",
+    "load_config",
     "load_cross_encoder",
     "load_sentence_transformer",
+    "load_tokenizer",
     "model_and_tokenizer",
     "model_fingerprint",
 ]

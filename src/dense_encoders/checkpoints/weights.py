@@ -3,22 +3,24 @@
 transformers loads a checkpoint that lacks tensors (a deleted layer, a half-copied file) by
 initialising them at random and printing a report that scrolls by; everything computed from such a
 model is a wrong number. This module turns that into an error naming the file, the first keys, their
-counts and the fix (``allow_missing_weights`` turns it into a logged warning):
+counts and the fix (``allow_missing_weights`` turns it into a logged warning).
 
-* :func:`loaded_differences` reads what ``from_pretrained(..., output_loading_info=True)`` reports for
-  a model that has just been loaded (:mod:`.loading` does so for every model it opens itself);
-* :func:`check_checkpoint_weights` checks a folder WITHOUT loading it: the tensor names in its weight
-  files (file headers only) against the model class its config declares, built on the meta device,
-  matched with transformers' own key matching (:func:`expected_loading_differences`). It serves where a
-  model is loaded by code that hands back no loading report (sentence-transformers' ``SentenceTransformer``
-  and ``CrossEncoder``) and where a folder is refused before anything is written or loaded.
+There is one weight policy: what transformers' ``from_pretrained(..., output_loading_info=True)`` reports,
+less the differences a model expects (:func:`loading_differences`), and one message (:func:`weights_mismatch`).
+Both live in the remote code of our model folders (``StrictLoadingMixin`` applies them to our classes wherever
+they are loaded, without this package) and are imported from there:
 
-Both report the same differences: the classes' ``_keys_to_ignore_on_load_*`` lists and tied weights are
-harmless, and a base model (``AutoModel``, what encoders use) loaded from a task checkpoint neither needs
-the task's heads (its keys outside ``base_model_prefix``, e.g. ``cls.*`` of ``BertForMaskedLM``) nor a BERT
-``pooler`` (sentence-transformers and our encoders never use it). Loads that one of these checks covers run
-under :func:`load_report_hidden`: transformers' own table of missing and unexpected keys is not printed, since
-the check refuses (or, allowed, names) the differences that matter and the expected ones pass silently.
+* :func:`refuse_loaded_differences`: a model that has just been loaded with ``output_loading_info``
+  (:mod:`.loading` does so for every model it opens itself);
+* :func:`check_checkpoint_weights`: a folder checked before anything is loaded for real: its weight files'
+  headers are read, then the model its config declares is loaded on the meta device (no memory, no tensor data)
+  with ``output_loading_info``. It serves where a model is loaded by code that hands back no loading report
+  (sentence-transformers' ``SentenceTransformer`` and ``CrossEncoder``) and where a folder is refused before
+  anything is written.
+
+Loads that one of these checks covers run under :func:`load_report_hidden`: transformers' own table of missing and
+unexpected keys is not printed, since the check refuses (or, allowed, names) the differences that matter and the
+expected ones pass silently.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ import torch
 import transformers
 from safetensors import safe_open
 from transformers import AutoConfig
-from transformers.utils import cached_file
 
-from .folder import is_ours
+from ..models.condenser.sentence_transformers_condenser import loading_differences, weights_mismatch
+from .folder import folder_file, is_ours, sentence_transformers_settings
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +51,6 @@ _LOADING_AUTO_CLASSES = {  # sentence-transformers' ``transformer_task`` -> the 
     "fill-mask": "AutoModelForMaskedLM",
     "text-generation": "AutoModelForCausalLM",
 }
-_LOADING_SHOWN_KEYS = 5
 
 
 class CheckpointWeightsError(ValueError):
@@ -76,7 +77,7 @@ class _LoadReportFilter(logging.Filter):
 @contextlib.contextmanager
 def load_report_hidden():
     """Meanwhile, transformers' load report of missing and unexpected keys is not printed (module doc): for loads
-    whose weights :func:`check_checkpoint_weights` or :func:`loaded_differences` check."""
+    whose weights :func:`check_checkpoint_weights` or :func:`refuse_loaded_differences` check."""
     logger_ = logging.getLogger("transformers.modeling_utils")  # where from_pretrained logs the report
     report_filter = _LoadReportFilter()
     logger_.addFilter(report_filter)
@@ -117,47 +118,16 @@ def pickled_weights_fix(path: str | Path) -> str:
 
 def _loading_file(name_or_path: str, subfolder: str, filename: str) -> str | None:
     """Local path of ``filename`` in a folder or Hub repository (``None`` when it has none)."""
-    folder = Path(name_or_path)
-    if folder.is_dir():
-        candidate = folder / subfolder / filename
-        return str(candidate) if candidate.is_file() else None
-    return cached_file(
-        name_or_path,
-        filename,
-        subfolder=subfolder,
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-    )
+    found = folder_file(name_or_path, filename, subfolder)
+    return str(found) if found is not None else None
 
 
-def _loading_transformer_module(name_or_path: str) -> tuple[str, str | None] | None:
-    """(subfolder, transformer_task) of a sentence-transformers folder's Transformer module; ``("", None)``
-    for a plain transformers folder; ``None`` when its first module is not a transformers model."""
-    modules_file = _loading_file(name_or_path, "", "modules.json")
-    if modules_file is None:
-        return "", None
-    modules = json.loads(Path(modules_file).read_text(encoding="utf-8"))
-    transformer = next((m for m in modules if str(m.get("type", "")).endswith("Transformer")), None)
-    if transformer is None:
-        return None
-    subfolder = transformer.get("path", "") or ""
-    task = None
-    settings_file = _loading_file(name_or_path, subfolder, "sentence_bert_config.json")
-    if settings_file is not None:
-        task = json.loads(Path(settings_file).read_text(encoding="utf-8")).get("transformer_task")
-    return subfolder, task
-
-
-def _check_module_weight_files(name_or_path: str) -> None:
+def _check_module_weight_files(name_or_path: str, modules: list[dict]) -> None:
     """Read the headers of the weight files of a sentence-transformers folder's other modules (``2_Dense``, ...),
     the file sentence-transformers would load (``model.safetensors`` first), so that an unreadable one, or one
     holding pickled objects, is an error naming it before anything is loaded."""
-    modules_file = _loading_file(name_or_path, "", "modules.json")
-    if modules_file is None:
-        return
-    modules = json.loads(Path(modules_file).read_text(encoding="utf-8"))
-    for module in modules if isinstance(modules, list) else []:
-        if not isinstance(module, dict) or not module.get("path"):
+    for module in modules:
+        if not module.get("path"):
             continue
         if str(module.get("type", "")).endswith("Transformer"):  # checked with its model (check_checkpoint_weights)
             continue
@@ -267,138 +237,37 @@ def tensor_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _loading_is_base_model(model) -> bool:
-    return getattr(model, "base_model", model) is model
-
-
-def _base_model_differences(
-    model, missing: set[str], unexpected: set[str], checkpoint_keys
-) -> tuple[set[str], set[str]]:
-    """What remains of transformers' (missing, unexpected) keys once a base model's expected ones are gone: a
-    BERT ``pooler`` it does not find and the heads of a task checkpoint (keys outside ``base_model_prefix``)."""
-    if not _loading_is_base_model(model):
-        return missing, unexpected
-    prefix = getattr(model, "base_model_prefix", "") or ""
-    missing = {key for key in missing if not key.startswith("pooler.")}
-    if prefix and any(key.startswith(f"{prefix}.") for key in checkpoint_keys):
-        unexpected = {key for key in unexpected if key.startswith(f"{prefix}.")}
-    return missing, unexpected
-
-
-def expected_loading_differences(model, checkpoint_keys) -> tuple[set[str], set[str]]:
-    """(missing, unexpected) keys that ``type(model).from_pretrained`` would report for a checkpoint holding
-    ``checkpoint_keys``, after everything transformers and our classes declare harmless (module doc).
-
-    The matching is transformers' own (``rename_source_key`` with the model's conversion mapping and
-    ``base_model_prefix``; tied weights count as present when either side is; the classes'
-    ``_keys_to_ignore_on_load_missing`` / ``_unexpected`` through ``_adjust_missing_and_unexpected_keys``).
-    These are private transformers internals, used because nothing public reports the differences of a
-    checkpoint without loading its weights; a caller that loads the model reads ``output_loading_info``
-    instead (:func:`loaded_differences`).
-    """
-    # private transformers internals (see the docstring): a layout change fails this check, not the import
-    from transformers.utils.loading_report import LoadStateDictInfo
-
-    state = model.state_dict()
-    rename = _key_renamer(model, state)
-    missing, unexpected = set(state), set()
-    for key in sorted(checkpoint_keys):
-        renamed, targets = rename(key)
-        if renamed not in state and key in state:
-            renamed, targets = rename(key, with_transforms=False)
-        if renamed in state:
-            missing.discard(renamed)
-        elif targets is not None:
-            unexpected.update(renamed.replace(targets[0], target) for target in targets)
-        else:
-            unexpected.add(renamed)
-    for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
-        if target in missing and source not in missing:
-            missing.discard(target)
-        elif source in missing and target not in missing:
-            missing.discard(source)
-    info = LoadStateDictInfo(missing_keys=missing, unexpected_keys=unexpected, mismatched_keys=set(), error_msgs=[],
-                             conversion_errors={}, skipped_pp_keys=set())
-    model._adjust_missing_and_unexpected_keys(info)
-    return _base_model_differences(model, set(info.missing_keys), set(info.unexpected_keys), checkpoint_keys)
-
-
-def _key_renamer(model, state):
-    """``rename(key, with_transforms=True) -> (model key, target patterns of a weight converter or None)``:
-    transformers' ``rename_source_key`` with the model's conversion mapping and ``base_model_prefix``."""
-    prefix = getattr(model, "base_model_prefix", "") or ""
-    try:  # private transformers internals (see expected_loading_differences)
-        # optional: private transformers internals, absent from other layouts (except below)
-        from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
-
-        mapping = get_model_conversion_mapping(model, None, None) or []
-        renamings = [entry for entry in mapping if isinstance(entry, WeightRenaming)]
-        converters = [entry for entry in mapping if isinstance(entry, WeightConverter)]
-    except ImportError:  # another transformers layout: plain names, base-model prefix only
-        renamings, converters, rename_source_key = [], [], None
-    by_pattern = {pattern: converter.target_patterns
-                  for converter in converters for pattern in converter.source_patterns}
-
-    def rename(key: str, with_transforms: bool = True) -> tuple[str, list[str] | None]:
-        if rename_source_key is not None:
-            if with_transforms:
-                renamed, pattern = rename_source_key(key, renamings, converters, prefix or None, state)
-            else:
-                renamed, pattern = rename_source_key(key, [], [], prefix or None, state)
-            return renamed, (by_pattern[pattern] if pattern is not None else None)
-        if prefix and key.startswith(f"{prefix}.") and key[len(prefix) + 1 :] in state:
-            return key[len(prefix) + 1 :], None
-        if prefix and f"{prefix}.{key}" in state:
-            return f"{prefix}.{key}", None
-        return key, None
-
-    return rename
-
-
-def loaded_differences(model, loading_info: dict, checkpoint_keys) -> tuple[set[str], set[str]]:
-    """(missing, unexpected) keys of a model just loaded with ``from_pretrained(..., output_loading_info=True)``
-    (``loading_info``), after the differences a base model expects (module doc); shape mismatches count as
-    missing (their tensors are initialised at random too)."""
-    mismatched = {entry[0] if isinstance(entry, (tuple, list)) else entry
-                  for entry in loading_info.get("mismatched_keys", ())}
-    missing = set(loading_info.get("missing_keys", ())) | mismatched
-    return _base_model_differences(model, missing, set(loading_info.get("unexpected_keys", ())), checkpoint_keys)
-
-
-def _loading_listed(keys: set[str]) -> str:
-    ordered = sorted(keys)
-    shown = ", ".join(ordered[:_LOADING_SHOWN_KEYS])
-    return shown + (f", ... (+{len(ordered) - _LOADING_SHOWN_KEYS} more)" if len(ordered) > _LOADING_SHOWN_KEYS else "")
-
-
 def refuse_differences(report: dict, *, allow_missing_weights: bool) -> dict:
     """Raise :class:`CheckpointWeightsError` for a report (``files``, ``model_class``, ``missing_keys``,
-    ``unexpected_keys``) with differences, naming the first keys, their counts and the fix; with
-    ``allow_missing_weights`` log that instead. Returns ``report``."""
-    missing, unexpected, files = report["missing_keys"], report["unexpected_keys"], report["files"]
-    if not missing and not unexpected:
-        return report
+    ``unexpected_keys``) with differences, with the one message (:func:`weights_mismatch`: the first keys, their
+    counts and the fix); with ``allow_missing_weights`` log that instead. Returns ``report``."""
+    files = report["files"]
     where = files[0] if len(files) == 1 else f"{Path(files[0]).parent} ({len(files)} shards)"
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} tensors of the model are missing ({_loading_listed(missing)})")
-    if unexpected:
-        problems.append(f"{len(unexpected)} tensors in the file are not in the model ({_loading_listed(unexpected)})")
-    model_class = report["model_class"]
-    summary = f"{where} does not match {model_class}, the model its config.json describes: {'; '.join(problems)}."
-    if allow_missing_weights:
-        logger.warning(
-            "%s Loading it anyway (allow_missing_weights): missing tensors are randomly initialised, so results "
-            "computed from this model say nothing about the checkpoint.", summary
-        )
+    message = weights_mismatch(where, report["model_class"], report["missing_keys"], report["unexpected_keys"],
+                               allowed=allow_missing_weights)
+    if message is None:
         return report
-    raise CheckpointWeightsError(
-        f"{summary} Loading it would leave the missing tensors randomly initialised and every number computed "
-        "from it meaningless. Fix: point at the complete checkpoint (save it again with save_pretrained, or "
-        "copy / download its weights again); to load it anyway, pass --allow-missing-weights "
-        "(allow_missing_weights=True)."
-    )
+    if allow_missing_weights:
+        logger.warning("%s", message)
+        return report
+    raise CheckpointWeightsError(message)
+
+
+def refuse_loaded_differences(model, loading_info: dict, files: list[str], *, allow_missing_weights: bool) -> dict:
+    """:func:`refuse_differences` of a model just loaded from ``files`` with ``from_pretrained(...,
+    output_loading_info=True)`` (``loading_info``), the differences being :func:`loading_differences`. Returns the
+    report (``files``, ``model_class``, ``ours``, ``missing_keys``, ``unexpected_keys``)."""
+    missing, unexpected = loading_differences(model, loading_info)
+    report = {"files": list(files), "model_class": type(model).__name__, "ours": is_ours(model.config),
+              "missing_keys": missing, "unexpected_keys": unexpected}
+    return refuse_differences(report, allow_missing_weights=allow_missing_weights)
+
+
+def checked_load_kwargs(config) -> dict:
+    """What a checked load passes to ``from_pretrained`` besides ``output_loading_info=True``: our classes are told
+    ``allow_missing_weights=True``, so that the caller, taking the loading report, refuses or names the differences
+    (with the same rule and message as their ``StrictLoadingMixin``); other classes take no such flag."""
+    return {"allow_missing_weights": True} if is_ours(config) else {}
 
 
 def check_checkpoint_weights(
@@ -413,49 +282,43 @@ def check_checkpoint_weights(
     ``name_or_path``: a transformers folder, a sentence-transformers folder (its Transformer module is
     checked, with the Auto class of its ``transformer_task``) or a Hub id (files from the cache or the
     Hub). ``auto_class``: what the caller loads it with when the folder does not say (``AutoModel`` for
-    encoders, ``AutoModelForSequenceClassification`` for cross-encoders). The model is built on the meta
-    device (no memory, no weights read), and only the weight files' headers are read.
+    encoders, ``AutoModelForSequenceClassification`` for cross-encoders).
 
     Raises :class:`CheckpointWeightsError` (a ``ValueError``) naming the first missing / unexpected keys,
     their counts and the fix; with ``allow_missing_weights=True`` it logs that instead and the caller loads the
-    partial model (under :func:`load_report_hidden`). An unreadable weights file (truncated,
+    partial model (under :func:`load_report_hidden`). The model is loaded on the meta device with
+    ``output_loading_info`` (module doc). An unreadable weights file (truncated,
     corrupt, or holding pickled objects), of the model or of another sentence-transformers module (``2_Dense``), is
     always an error naming the file. Returns ``{"files", "model_class", "ours", "missing_keys",
     "unexpected_keys"}``, or ``None`` when there is nothing to check (no transformers weights).
     """
     name_or_path = str(name_or_path)
-    _check_module_weight_files(name_or_path)
-    module = _loading_transformer_module(name_or_path)
-    if module is None:
+    declared = sentence_transformers_settings(name_or_path)
+    _check_module_weight_files(name_or_path, declared.get("modules", []))
+    subfolder, task = (declared["transformer_path"], declared["transformer_task"]) if declared else ("", None)
+    if subfolder is None:  # no module is a transformers model
         return None
-    subfolder, task = module
     found = checkpoint_tensor_names(name_or_path, subfolder)
     if found is None:
         return None
-    files, keys = found
     auto = getattr(transformers, _LOADING_AUTO_CLASSES.get(task or "", auto_class))
-    config_kwargs = {"subfolder": subfolder} if subfolder else {}
-    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **config_kwargs)
-    with torch.device("meta"):
-        model = auto.from_config(config, trust_remote_code=trust_remote_code)
-    missing, unexpected = expected_loading_differences(model, keys)
-    report = {
-        "files": files,
-        "model_class": type(model).__name__,
-        "ours": is_ours(config),
-        "missing_keys": sorted(missing),
-        "unexpected_keys": sorted(unexpected),
-    }
-    return refuse_differences(report, allow_missing_weights=allow_missing_weights)
+    location = {"subfolder": subfolder} if subfolder else {}
+    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **location)
+    with load_report_hidden():  # the differences that matter are refused (or named) below
+        model, info = auto.from_pretrained(name_or_path, config=config, trust_remote_code=trust_remote_code,
+                                           device_map="meta", output_loading_info=True, **location,
+                                           **checked_load_kwargs(config))
+    return refuse_loaded_differences(model, info, found[0], allow_missing_weights=allow_missing_weights)
 
 
 def from_pretrained_kwargs(report: dict | None, allow_missing_weights: bool) -> dict:
-    """What ``from_pretrained`` needs to load the checkpoint that :func:`check_checkpoint_weights` reported.
-
-    Our model classes refuse missing weights themselves (``StrictLoadingMixin`` in their remote code); when
-    the caller allowed a partial checkpoint of ours, they must be told so (other classes take no such flag).
+    """What a load that hands back no loading report (sentence-transformers' ``SentenceTransformer``) passes to
+    ``from_pretrained`` for the checkpoint that :func:`check_checkpoint_weights` reported: our model classes apply
+    the same rule themselves (``StrictLoadingMixin``), so a partial checkpoint of ours that the caller allowed is
+    allowed there too (other classes take no such flag).
     """
-    if allow_missing_weights and report and report.get("ours") and report["missing_keys"]:
+    differences = report and (report["missing_keys"] or report["unexpected_keys"])
+    if allow_missing_weights and differences and report.get("ours"):
         return {"allow_missing_weights": True}
     return {}
 
@@ -464,14 +327,15 @@ __all__ = [
     "CheckpointWeightsError",
     "PickledObjectsError",
     "check_checkpoint_weights",
+    "checked_load_kwargs",
     "checkpoint_tensor_names",
-    "expected_loading_differences",
     "from_pretrained_kwargs",
     "load_report_hidden",
     "load_tensors_only",
-    "loaded_differences",
+    "loading_differences",
     "pickled_weights_fix",
     "refuse_differences",
+    "refuse_loaded_differences",
     "safetensors_sizes",
     "tensor_shapes",
 ]

@@ -2,8 +2,7 @@
 
 * :mod:`.cards`, :mod:`.condenser_card`: model cards generated from what a folder records;
 * :mod:`.push`: one-commit uploads (``dense-encoders push``); :mod:`.trainer_push`: the Trainer mixin
-  that makes ``--push_to_hub`` use it;
-* :mod:`.remote_code`: checking a downloaded checkpoint's remote code against the installed package.
+  that makes ``--push_to_hub`` use it.
 
 What a folder holds and whether it is complete is :mod:`dense_encoders.checkpoints.folder`'s, which this
 package imports; ``trainer/`` and the command line import this package.
@@ -11,6 +10,5 @@ package imports; ``trainer/`` and the command line import this package.
 
 from .cards import model_card
 from .push import PushError, PushResult, push_to_hub, upload_files
-from .remote_code import check_remote_code
 
-__all__ = ["PushError", "PushResult", "check_remote_code", "model_card", "push_to_hub", "upload_files"]
+__all__ = ["PushError", "PushResult", "model_card", "push_to_hub", "upload_files"]

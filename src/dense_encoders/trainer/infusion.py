@@ -24,12 +24,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from sentence_transformers.sentence_transformer.training_args import BatchSamplers
 
 from ..checkpoints.folder import native_pooling, source_reference, write_sentence_transformers_files
-from ..checkpoints.loading import cross_encoder_model_and_tokenizer
+from ..checkpoints.loading import cross_encoder_model_and_tokenizer, load_sentence_transformer
 from ..data.bm25 import bm25_run, mine_bm25_triplets
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from ..hub import model_card
@@ -98,8 +98,8 @@ def train_mnrl(
     texts in a batch, with ``SentenceTransformerTrainer`` (the recipe ``ce-infusion`` has the paper's values)."""
     import datasets  # slow to import; only this training method needs it
 
-    # the infused dual encoder just saved: ours, loaded by the installed classes
-    model = SentenceTransformer(str(model_folder), device="cpu" if _no_gpu() else None)
+    # the infused dual encoder just saved: ours, loaded by the installed classes (weight-checked, as every load)
+    model = load_sentence_transformer(str(model_folder), device="cpu" if _no_gpu() else None)
     model.max_seq_length = max_length
     args = SentenceTransformerTrainingArguments(
         output_dir=str(output_dir), num_train_epochs=epochs, per_device_train_batch_size=batch_size,

@@ -20,6 +20,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from ..checkpoints.folder import refuse_folder_without_tokenizer
+from ..checkpoints.loading import load_checked_model
 from ..checkpoints.weights import checkpoint_tensor_names
 from ..data import (
     CoCondenserCollator,
@@ -246,7 +247,7 @@ def build_model(setup: PreTrainingSetup, vocab_size: int):
     if setup.init_from or setup.backbone:
         checkpoint_tensor_names(setup.init_from or setup.backbone)
     if setup.init_from:
-        return model_class.from_pretrained(setup.init_from)
+        return load_checked_model(setup.init_from, auto_class=model_class)
     if setup.architecture == "tite":
         if setup.backbone:
             return model_class.from_backbone(setup.backbone, tite_preset(setup.preset) if setup.preset else None)

@@ -44,7 +44,7 @@ class _BelowErrors:
 CONDENSER_ONLY_KEYS = ("n_head_layers", "skip_from", "late_mlm", "auto_map", "model_type", "architectures")
 # Model types whose checkpoints have BERT's parameter layout and can be warm-started from.
 BERT_LIKE_MODEL_TYPES = ("bert", "condenser")
-# dense-encoders release that wrote this file (checked by dense_encoders.hub.check_remote_code)
+# dense-encoders release that wrote this file
 DENSE_ENCODERS_CODE_VERSION = "0.1.0"
 
 

@@ -17,7 +17,7 @@ from .sentence_transformers_infused import SentenceTransformersFilesMixin, Stric
 
 # model types whose encoder is transformers' BertModel layout (embeddings + encoder.layer[i])
 BERT_FAMILY = ("bert",)
-# dense-encoders release that wrote this file (checked by dense_encoders.hub.check_remote_code)
+# dense-encoders release that wrote this file
 DENSE_ENCODERS_CODE_VERSION = "0.1.0"
 
 

@@ -51,7 +51,7 @@ _flash_attention_forward = getattr(torch.ops.aten, "_flash_attention_forward", N
 
 logger = logging.get_logger(__name__)
 
-# dense-encoders release that wrote this file (checked by dense_encoders.hub.check_remote_code)
+# dense-encoders release that wrote this file
 DENSE_ENCODERS_CODE_VERSION = "0.1.0"
 
 

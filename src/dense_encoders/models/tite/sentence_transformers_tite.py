@@ -14,12 +14,15 @@ shipped as remote code next to the modeling file.
 
 :class:`StrictLoadingMixin` makes ``from_pretrained`` refuse a checkpoint that lacks weights of the model
 (transformers would initialise them at random and only print a load report): every number computed from
-such a model is meaningless, so the caller must ask for it with ``allow_missing_weights=True``.
+such a model is meaningless, so the caller must ask for it with ``allow_missing_weights=True``. What counts as
+missing, and the message, are :func:`loading_differences` and :func:`weights_mismatch`, which dense-encoders' own
+loader applies to every model it loads.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from importlib import metadata
 
@@ -36,6 +39,8 @@ SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "con
 POOLING_MODES = ("cls", "mean")
 LENGTH_KEYS = ("query_length", "document_length")
 SIMILARITIES = ("dot", "cosine")
+
+logger = logging.getLogger(__name__)
 
 
 def _installed_version(distribution: str, fallback: str) -> str:
@@ -192,12 +197,84 @@ class SentenceTransformersFilesMixin:
             )
 
 
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+SHOWN_KEYS = 5
+
+
+def loading_differences(model, loading_info: dict) -> tuple[list[str], list[str]]:
+    """(missing, unexpected) tensor names of a model just loaded with ``from_pretrained(...,
+    output_loading_info=True)`` (``loading_info``) that make it compute something else than the checkpoint: the one
+    weight policy, applied by :class:`StrictLoadingMixin` to our classes and by dense-encoders' loader to every model.
+
+    Missing keys and shape mismatches are initialised at random, unexpected keys dropped; what transformers and the
+    classes declare harmless (``_keys_to_ignore_on_load_*``, tied weights) is not reported. Expected, too: parameters
+    the class may start fresh (``fresh_weight_prefixes``: pre-training heads on an encoder checkpoint) and, for a base
+    model (what encoders load), a BERT ``pooler`` the checkpoint lacks (sentence-transformers and our encoders never
+    use it) and, from a checkpoint of another architecture (its config's ``architectures``), the tensors outside
+    ``base_model_prefix`` (the task's heads, e.g. ``cls.*`` of ``BertForMaskedLM``)."""
+    mismatched = {entry[0] if isinstance(entry, (tuple, list)) else entry
+                  for entry in loading_info.get("mismatched_keys", ())}
+    fresh = tuple(getattr(model, "fresh_weight_prefixes", ()) or ())
+    missing = {key for key in loading_info.get("missing_keys", ()) if not (fresh and key.startswith(fresh))}
+    unexpected = set(loading_info.get("unexpected_keys", ()))
+    if getattr(model, "base_model", model) is model:
+        missing = {key for key in missing if not key.startswith("pooler.")}
+        prefix = getattr(model, "base_model_prefix", "") or ""
+        architectures = getattr(getattr(model, "config", None), "architectures", None) or []
+        if prefix and architectures and type(model).__name__ not in architectures:
+            unexpected = {key for key in unexpected if key.startswith(f"{prefix}.")}
+    return sorted(missing | mismatched), sorted(unexpected)
+
+
+def weights_location(name_or_path, subfolder: str = "") -> str:
+    """How a message names a checkpoint's weights: the weights file of a local folder (``folder (N shards)`` for a
+    sharded one), else ``name_or_path`` itself (a Hub id)."""
+    folder = os.path.join(os.fspath(name_or_path), subfolder)
+    for filename in WEIGHT_FILES:
+        if os.path.isfile(os.path.join(folder, filename)):
+            return os.path.join(folder, filename)
+        index = os.path.join(folder, filename + ".index.json")
+        if os.path.isfile(index):
+            with open(index, encoding="utf-8") as handle:
+                shards = set(json.load(handle).get("weight_map", {}).values())
+            return f"{folder} ({len(shards)} shards)"
+    return os.fspath(name_or_path)
+
+
+def _listed(keys) -> str:
+    keys = sorted(keys)
+    shown = ", ".join(keys[:SHOWN_KEYS])
+    return shown + (f", ... (+{len(keys) - SHOWN_KEYS} more)" if len(keys) > SHOWN_KEYS else "")
+
+
+def weights_mismatch(where: str, model_class: str, missing, unexpected, *, allowed: bool) -> str | None:
+    """The one message for a checkpoint with :func:`loading_differences` (``None`` without any): the refusal, or with
+    ``allowed`` (``allow_missing_weights``) the warning; ``where`` from :func:`weights_location`."""
+    if not missing and not unexpected:
+        return None
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} tensors of the model are missing ({_listed(missing)})")
+    if unexpected:
+        problems.append(f"{len(unexpected)} tensors in the file are not in the model ({_listed(unexpected)})")
+    summary = f"{where} does not match {model_class}, the model its config.json describes: {'; '.join(problems)}."
+    if allowed:
+        return (f"{summary} Loading it anyway (allow_missing_weights): missing tensors are randomly initialised, so "
+                "results computed from this model say nothing about the checkpoint.")
+    return (f"{summary} Loading it would leave the missing tensors randomly initialised and every number computed "
+            "from it meaningless. Fix: point at the complete checkpoint (save it again with save_pretrained, or copy "
+            "/ download its weights again; a folder another implementation wrote: `dense-encoders convert` it "
+            "first); to load it anyway, pass --allow-missing-weights (allow_missing_weights=True).")
+
+
 class StrictLoadingMixin:
     """``from_pretrained`` that refuses to hand back a model with randomly initialised weights.
 
-    ``fresh_weight_prefixes`` names parameters that may legitimately start fresh (pre-training heads
-    on top of an encoder checkpoint); any other parameter missing from the checkpoint, or skipped for
-    a shape mismatch, raises a one-line ValueError unless the caller passes ``allow_missing_weights=True``.
+    What counts is :func:`loading_differences` of transformers' own ``output_loading_info``; ``fresh_weight_prefixes``
+    names parameters that may legitimately start fresh (pre-training heads on top of an encoder checkpoint). Any
+    other difference raises a one-line ValueError (:func:`weights_mismatch`) unless the caller passes
+    ``allow_missing_weights=True``, which logs it instead (a caller that also takes ``output_loading_info`` reports
+    the differences itself: dense-encoders' loader does, with the same rule and message).
     """
 
     fresh_weight_prefixes: tuple[str, ...] = ()
@@ -209,26 +286,23 @@ class StrictLoadingMixin:
         model, info = super().from_pretrained(
             pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
         )
-        fresh = sorted(
-            {key for key in info.get("missing_keys", ()) if not key.startswith(cls.fresh_weight_prefixes)}
-            | {entry[0] if isinstance(entry, (tuple, list)) else entry for entry in info.get("mismatched_keys", ())}
-        )
-        if fresh and not allow_missing_weights:
-            shown = ", ".join(fresh[:5]) + (f", ... (+{len(fresh) - 5} more)" if len(fresh) > 5 else "")
-            raise ValueError(
-                f"{pretrained_model_name_or_path} lacks {len(fresh)} weights of {cls.__name__} ({shown}): "
-                "they would be "
-                "randomly initialised and every number computed from the model meaningless. Point at the complete "
-                "checkpoint (a folder another implementation wrote: `dense-encoders convert` it first), or pass "
-                "allow_missing_weights=True to load it anyway."
-            )
+        where = weights_location(pretrained_model_name_or_path, kwargs.get("subfolder", "") or "")
+        message = weights_mismatch(where, cls.__name__, *loading_differences(model, info),
+                                   allowed=allow_missing_weights)
+        if message and not allow_missing_weights:
+            raise ValueError(message)
+        if message and not want_info:
+            logger.warning(message)
         return (model, info) if want_info else model
 
 
 __all__ = [
     "SentenceTransformersFilesMixin",
     "StrictLoadingMixin",
+    "loading_differences",
     "read_saved_settings",
     "sentence_transformers_files",
+    "weights_location",
+    "weights_mismatch",
     "write_sentence_transformers_files",
 ]
