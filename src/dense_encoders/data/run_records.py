@@ -38,8 +38,9 @@ INFUSION_SETUP = "infusion_setup.json"
 EARLIER_STAGES = "earlier_stages.json"
 INFUSION_REPORT = "report.json"
 EVALUATION_FOLDER = "evaluation"
-# what an evaluation results JSON's "format" starts with
-RESULTS_FORMAT = "dense-encoders/retrieval-results"
+# the "format" of an evaluation results JSON (``evaluation.harness.RetrievalResults``); a card reports every version
+RESULTS_FORMAT = "dense-encoders/retrieval-results/1"
+_RESULTS_FORMATS = RESULTS_FORMAT.rsplit("/", 1)[0]
 
 # the records of a run the card is generated from (kept local by a push: the card says what they record)
 RECORD_FILES = (CONVERSION, TRAINER_STATE, TRAINING_ARGS, TRAINING_ENVIRONMENT, PRETRAINING_SETUP,
@@ -89,7 +90,7 @@ def evaluation_results(folder: str | Path, results: list | None = None) -> list[
     loaded = []
     for item in list(results or []) + sorted((Path(folder) / EVALUATION_FOLDER).glob("*.json")):
         data = item if isinstance(item, dict) else read_results(item)
-        if data.get("format", "").startswith(RESULTS_FORMAT):
+        if data.get("format", "").startswith(_RESULTS_FORMATS):
             loaded.append(("the results given" if isinstance(item, dict) else str(item), data))
     return loaded
 

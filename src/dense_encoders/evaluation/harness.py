@@ -21,7 +21,7 @@ import transformers
 from .. import __version__
 from ..data.embedding_shards import EmbeddingShards
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
-from ..data.run_records import read_results, write_results
+from ..data.run_records import RESULTS_FORMAT, read_results, write_results
 from ..data.runs import write_trec_run
 from ..settings.evaluation import (  # noqa: F401 (re-exported: --help reads them there, without torch)
     DEFAULT_MEASURES,
@@ -35,8 +35,6 @@ from .metrics import compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
 from .search import search, topk_to_run
 from .shard_search import search_shards
-
-RESULTS_FORMAT = "dense-encoders/retrieval-results/1"
 
 # the model name that evaluates the lexical baseline instead of an encoder (evaluate_retrieval("bm25", data))
 BM25 = "bm25"
