@@ -219,15 +219,17 @@ def _weights_device_full(monkeypatch):
 
 
 def _record_device_full(monkeypatch):
-    """An ordinary Python write (conversion.json) on a full disk: OSError ENOSPC."""
-    write_text = Path.write_text
+    """An ordinary Python write (conversion.json, through data.files) on a full disk: OSError ENOSPC."""
+    import dense_encoders.data.files as files
 
-    def full(self, *args, **kwargs):
-        if self.name == "conversion.json":
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
-        return write_text(self, *args, **kwargs)
+    write_bytes = files.atomic_write_bytes
 
-    monkeypatch.setattr(Path, "write_text", full)
+    def full(path, *args, **kwargs):
+        if Path(path).name == "conversion.json":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return write_bytes(path, *args, **kwargs)
+
+    monkeypatch.setattr(files, "atomic_write_bytes", full)
 
 
 @pytest.mark.parametrize("fill", [_weights_device_full, _record_device_full])

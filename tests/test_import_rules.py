@@ -6,7 +6,8 @@
 * ``checkpoints`` (the folder contract, the weight check, the one model loader, and the conversion of
   other implementations' checkpoints) builds on ``models``; ``hub``, ``trainer`` and ``evaluation`` import
   it where they need it. It imports neither ``trainer``, ``evaluation`` nor ``cli``; of ``hub`` only the
-  model card, which a converted folder gets (``hub.cards``, from ``checkpoints/convert.py``).
+  model card, which a converted folder gets (``hub.cards``, from ``checkpoints/convert.py``); of ``data`` only
+  the file formats a conversion writes (``data.files``, ``data.run_records``: ``conversion.json``).
 * transformers' private loading internals (key renaming, conversion mappings, the missing / unexpected
   key adjustment) are used nowhere: what a load leaves missing is its public ``output_loading_info``.
 * ``from_pretrained`` is called only in ``checkpoints/`` (the one loader) and the model folders.
@@ -17,7 +18,9 @@
 * ``recipes`` (the papers' settings as files) is a leaf: the trainer, the card and the command line read
   it; it imports nothing of the package.
 * ``hub`` and ``checkpoints`` import each other's modules without a cycle: each imports in a fresh
-  interpreter, whichever comes first.
+  interpreter, whichever comes first; ``hub``'s own modules import each other without a circle.
+* Run records have one home, ``data/run_records.py``: the record files' names are spelled there only, and no
+  JSON file is written with ``write_text(json.dumps(...))`` (``data/files.py`` writes them whole).
 """
 
 from __future__ import annotations
@@ -61,10 +64,12 @@ def _sources(under: str = "") -> list[Path]:
     return sorted((PACKAGE / under).rglob("*.py"))
 
 
-def _violations(paths, forbidden) -> list[str]:
+def _violations(paths, forbidden, allowed=()) -> list[str]:
     bad = []
     for path in paths:
         for line, target, _ in imports_of(path):
+            if target in allowed:
+                continue
             if any(target == f or target.startswith(f + ".") for f in forbidden):
                 bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
     return bad
@@ -114,7 +119,8 @@ def test_library_code_knows_no_command_line():
     ],
 )
 def test_layers_import_in_one_direction(layer, forbidden):
-    bad = _violations(_sources(layer), forbidden)
+    allowed = {"checkpoints": ("dense_encoders.data.files", "dense_encoders.data.run_records")}.get(layer, ())
+    bad = _violations(_sources(layer), forbidden, allowed)
     assert not bad, "\n".join(bad)
 
 
@@ -182,3 +188,64 @@ def test_vectors_imports_nothing_of_the_package():
     bad = [f"vectors.py:{line} imports {target}" for line, target, _ in imports_of(PACKAGE / "vectors.py")
            if target.startswith("dense_encoders")]
     assert not bad, "\n".join(bad)
+
+
+# the record files runs write (spelled out here as the reference the source is checked against)
+RECORD_FILES = ("conversion.json", "trainer_state.json", "training_args.json", "training_environment.json",
+                "pretraining_setup.json", "distillation_setup.json", "distillation_losses.json",
+                "distillation_positives.json", "infusion_setup.json", "earlier_stages.json", "report.json")
+
+
+def _calls_json_dumps(node: ast.AST) -> bool:
+    return any(isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "dumps"
+               and isinstance(inner.func.value, ast.Name) and inner.func.value.id == "json"
+               for inner in ast.walk(node))
+
+
+def test_no_json_is_written_with_write_text_in_src():
+    """Every JSON file the package writes goes through data/files.py (atomic): no ``write_text(json.dumps(...))``,
+    on one line or several."""
+    found = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "write_text"
+                    and any(_calls_json_dumps(argument) for argument in [*node.args, *node.keywords])):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert not found, "JSON written by write_text (use data.files.write_json, data.run_records): " + ", ".join(found)
+
+
+def test_record_file_names_are_spelled_in_one_module():
+    """The record files' names are string literals in data/run_records.py only: writers and the card use its
+    constants."""
+    home = PACKAGE / "data" / "run_records.py"
+    found = []
+    for path in _sources():
+        if path == home:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in RECORD_FILES:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.value!r}")
+    assert not found, "\n".join(found)
+
+
+def test_hub_modules_import_each_other_without_a_cycle():
+    """hub/cards.py renders the Condenser paragraphs of hub/condenser_card.py, which imports nothing of the
+    package; no import circle among hub's modules (imports inside functions count)."""
+    hub = PACKAGE / "hub"
+    graph = {}
+    for path in hub.glob("*.py"):
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                targets.add(node.module or "__init__")
+        graph[path.stem] = targets - {"__init__"}
+    condenser = ast.parse((hub / "condenser_card.py").read_text(encoding="utf-8"))
+    assert not [node for node in ast.walk(condenser) if isinstance(node, ast.ImportFrom) and node.level], \
+        "hub/condenser_card.py imports from the package"
+
+    def reaches(start, goal, seen=()):
+        return any(target == goal or (target not in seen and reaches(target, goal, (*seen, target)))
+                   for target in graph.get(start, ()))
+
+    circles = sorted(module for module in graph if reaches(module, module))
+    assert not circles, f"import circles through {circles}"

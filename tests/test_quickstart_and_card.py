@@ -11,7 +11,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from dense_encoders.hub.condenser_card import condenser_model_card
+from dense_encoders.hub.cards import condenser_model_card
 from dense_encoders.quickstart import SENTENCES
 
 

@@ -34,7 +34,9 @@ from safetensors import safe_open
 
 from .checkpoints.loading import load_tokenizer
 from .data.distillation import run_to_training_file
+from .data.files import write_json
 from .data.retrieval import load_beir
+from .data.run_records import DISTILLATION_SETUP, EVALUATION_FOLDER, read_record
 from .hub import model_card, push_to_hub
 from .models.tite import TiteModel, tite_preset
 from .settings.quickstart import QuickstartSettings  # re-exported: --help reads it there, without torch
@@ -80,7 +82,7 @@ def prepare_quickstart_output(output: Path, settings: "QuickstartSettings", over
         raise OutputDirError(f"{output} holds a quickstart run with other settings ({changed or 'unreadable'}).\n"
                              "Pass --overwrite-output-dir to delete it first, or choose another --output-dir.")
     output.mkdir(parents=True, exist_ok=True)
-    (output / MARKER).write_text(json.dumps({"settings": current}, indent=2) + "\n")
+    write_json(output / MARKER, {"settings": current}, sort_keys=False)
 
 
 def _teacher_path(teacher: str | None) -> str:
@@ -115,9 +117,9 @@ def _distill_student(name: str, student: str, train_file: Path, corpus: Path, ou
         documents_per_query=settings.documents_per_query, query_max_length=32, document_max_length=256,
         **setup_overrides,
     )
-    recorded = output / "distillation_setup.json"
+    recorded = read_record(output, DISTILLATION_SETUP)
     asked = requested_setup(json.loads(json.dumps(public_record(setup.__dict__))))
-    if recorded.is_file() and requested_setup(json.loads(recorded.read_text())) == asked and any(
+    if recorded is not None and requested_setup(recorded) == asked and any(
             output.glob("*.safetensors")):
         print(f"[quickstart] {name}: reusing {output}")
         return output
@@ -204,7 +206,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
         results = evaluate_retrieval(path, test, cache_dir=cache if path == teacher else None, no_progress=True)
         rows[name] = results
         if path != teacher:
-            save_results(results, Path(path) / "evaluation" / f"{test.name}-{test.split}.json")
+            save_results(results, Path(path) / EVALUATION_FOLDER / f"{test.name}-{test.split}.json")
             model_card(path).save(Path(path) / "README.md")
     speed = _encode_speed(models, test.document_texts())
     teacher_name = next(iter(models))
@@ -225,7 +227,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
                                                                        list(students.values())[1])):
             commit = push_to_hub(path, f"{push}-{suffix}")
             summary.setdefault("pushed", []).append(commit.commit_url)
-    (output / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(output / "summary.json", summary, sort_keys=False)
     print("\n" + format_summary(summary))
     return summary
 

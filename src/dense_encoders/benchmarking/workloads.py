@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..data.files import write_json
 from ..data.format import document_text
 from ..data.retrieval import read_corpus_jsonl, read_queries_jsonl
 from ..settings.benchmarking import DEFAULT_SIZES, MAX_LENGTH, QUICK_SETTINGS  # noqa: F401 (re-exported)
@@ -201,7 +202,7 @@ def save_lengths(lengths: Mapping, path: str | Path) -> Path:
     """Write :func:`beir_lengths`' result as JSON, for a machine without the data or the tokenizer."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dict(lengths)) + "\n", encoding="utf-8")
+    write_json(path, dict(lengths), sort_keys=False, indent=None)
     return path
 
 

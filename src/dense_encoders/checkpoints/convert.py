@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import inspect
-import json
 import os
 import re
 import shutil
@@ -31,6 +30,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from huggingface_hub import snapshot_download
 
+from ..data.run_records import CONVERSION, read_record, write_record
 from .condenser_reference import CONDENSER_REFERENCE
 from .folder import source_reference
 from .lightning_ir import LIGHTNING_IR, trainer_output_hint
@@ -94,7 +94,7 @@ def _listing(folder: Path, limit: int = 4) -> str:
 def _written_by_a_conversion(folder: Path) -> bool:
     """Whether ``folder`` holds the ``conversion.json`` that :func:`convert_checkpoint` writes."""
     try:
-        record = json.loads((folder / "conversion.json").read_text(encoding="utf-8"))
+        record = read_record(folder, CONVERSION)
     except (OSError, ValueError):
         return False
     return isinstance(record, dict) and record.get("source_format") in {f.name for f in SOURCE_FORMATS}
@@ -361,7 +361,7 @@ def convert_checkpoint(source: str | Path, output: str | Path, *, overwrite: boo
                 "converted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 **facts,
             }
-            (staging.converted / "conversion.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            write_record(staging.converted, CONVERSION, record)
             model_card(staging.converted, output.name).save(staging.converted / "README.md")
             staging.commit()
         except Exception as error:

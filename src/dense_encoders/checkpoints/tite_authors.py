@@ -50,6 +50,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from ..data.files import write_json
 from ..models.tite import TiteConfig, TiteModel
 from ..models.tite.configuration_tite import AUTHORS_CONFIG_KEYS
 from .source_format import ConversionError, SourceFormat, check_config_matches_weights, check_integer_keys
@@ -303,7 +304,7 @@ def copy_tokenizer(source: Path, output: Path) -> list[str]:
         settings = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
         settings = {key: value for key, value in settings.items() if key not in _TOKENIZER_CLASS_ONLY_KEYS}
         settings["tokenizer_class"] = "PreTrainedTokenizerFast"
-        (output / "tokenizer_config.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", "utf-8")
+        write_json(output / "tokenizer_config.json", settings)
         copied[copied.index("tokenizer_config.json")] += " (tokenizer_class: PreTrainedTokenizerFast)"
     return copied
 

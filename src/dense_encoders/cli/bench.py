@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import textwrap
@@ -126,6 +125,7 @@ def bench(argv: list[str]) -> int:
     import transformers
 
     from ..benchmarking import efficiency_report, format_report, load_lengths, save_lengths, tiny_bert_config
+    from ..data.files import write_json
 
     parser = build_bench_parser()
     options = parse(parser, argv)
@@ -176,7 +176,7 @@ def bench(argv: list[str]) -> int:
     if options.json:
         path = Path(options.json)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=2) + "\n")
+        write_json(path, results, sort_keys=False)
         print(f"wrote {path}")
     return 0
 

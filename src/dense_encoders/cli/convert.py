@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import json
-
 from .arguments import make_parser, parse
 from .checks import positive_int
 
@@ -60,11 +58,12 @@ def convert(argv: list[str]) -> int:
     # slow to import (transformers' models, torch): only when the command runs
     from ..checkpoints import convert_checkpoint
     from ..checkpoints.folder import has_tokenizer_files
+    from ..data.run_records import CONVERSION, read_record
 
     options = parse(build_convert_parser(), argv)
     output = convert_checkpoint(options.source, options.output, overwrite=options.overwrite,
                                 skip_from=options.skip_from)
-    record = json.loads((output / "conversion.json").read_text(encoding="utf-8"))
+    record = read_record(output, CONVERSION)
     converted = f"converted {options.source} ({_what_was_converted(record)}) -> {output}"
     if has_tokenizer_files(output):
         print(f"{converted}; load it with AutoModel.from_pretrained({str(output)!r}, trust_remote_code=True) or "

@@ -361,6 +361,7 @@ def build_infuse_parser():
 
 def infuse(argv: list[str]) -> int:
     # slow to import (sentence-transformers, torch): only when the command runs
+    from ..data.run_records import INFUSION_REPORT
     from ..evaluation.infusion_report import format_report, retrieve_rerank_report
     from ..trainer.infusion import record_infusion_report, train_infused
 
@@ -372,7 +373,7 @@ def infuse(argv: list[str]) -> int:
         models = ({"baseline DE": args.baseline} if args.baseline else {}) | trained
         report = retrieve_rerank_report(args.cross_encoder, models, args.eval_data, split=args.eval_split,
                                         top_k=args.rerank_top_k, batch_size=args.batch_size,
-                                        output=Path(args.output_dir) / "report.json",
+                                        output=Path(args.output_dir) / INFUSION_REPORT,
                                         trust_remote_code=args.trust_remote_code,
                                         revision=args.dataset_revisions()[1],
                                         **args.graded_pair_options(args.eval_data))

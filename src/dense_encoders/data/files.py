@@ -51,9 +51,12 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, durable: bool = False) 
     atomic_write(path, lambda scratch: Path(scratch).write_bytes(data), durable=durable)
 
 
-def write_json(path: str | Path, value: Any, *, durable: bool = False) -> None:
-    """``value`` as indented JSON with sorted keys and a final line break, written by :func:`atomic_write`."""
-    text = json.dumps(value, indent=2, sort_keys=True) + "\n"
+def write_json(path: str | Path, value: Any, *, durable: bool = False, sort_keys: bool = True,
+               indent: int | None = 2, ensure_ascii: bool = True) -> None:
+    """``value`` as JSON (indented by ``indent`` spaces, keys sorted unless ``sort_keys`` is False, non-ASCII
+    characters escaped unless ``ensure_ascii`` is False) and a final line break, in UTF-8, written by
+    :func:`atomic_write`."""
+    text = json.dumps(value, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
 
 

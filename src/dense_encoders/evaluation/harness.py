@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from dataclasses import dataclass, fields, replace
@@ -22,6 +21,7 @@ import transformers
 from .. import __version__
 from ..data.embedding_shards import EmbeddingShards
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
+from ..data.run_records import RESULTS_FORMAT, read_results, write_results
 from ..data.runs import write_trec_run
 from ..settings.evaluation import (  # noqa: F401 (re-exported: --help reads them there, without torch)
     DEFAULT_MEASURES,
@@ -35,8 +35,6 @@ from .metrics import compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
 from .search import search, topk_to_run
 from .shard_search import search_shards
-
-RESULTS_FORMAT = "dense-encoders/retrieval-results/1"
 
 # the model name that evaluates the lexical baseline instead of an encoder (evaluate_retrieval("bm25", data))
 BM25 = "bm25"
@@ -441,15 +439,12 @@ def _task_label(name: str, split: str | None) -> str:
 
 def save_results(results: RetrievalResults | dict, path: str | Path) -> Path:
     """Write ``results`` (or the JSON mapping of results) as the results JSON at ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_as_mapping(results), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return path
+    return write_results(path, _as_mapping(results))
 
 
 def load_results(path: str | Path) -> RetrievalResults:
     """The :class:`RetrievalResults` of a results JSON written by :func:`evaluate_retrieval` (format checked)."""
-    return RetrievalResults.from_dict(json.loads(Path(path).read_text(encoding="utf-8")), source=path)
+    return RetrievalResults.from_dict(read_results(path), source=path)
 
 
 def format_summary(results: RetrievalResults) -> str:

@@ -5,11 +5,11 @@ infused from re-ranks the top, and encode speeds are measured side by side in on
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from ..checkpoints.loading import load_cross_encoder
+from ..data.files import write_json
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
 from .harness import EvaluationArguments, evaluate_retrieval
 
@@ -67,7 +67,7 @@ def retrieve_rerank_report(
     report = {"dataset": dataset.name, "split": dataset.split, **graded, **_hub_record(dataset), "top_k": top_k,
               "cross_encoder": str(cross_encoder), "baseline": baseline, "rows": rows}
     if output is not None:
-        Path(output).write_text(json.dumps(report, indent=2) + "\n")
+        write_json(output, report, sort_keys=False)
     return report
 
 

@@ -18,7 +18,6 @@ at each layer (scipy).
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from scipy import stats
 from tqdm.auto import tqdm
 
 from ..checkpoints.loading import cross_encoder_model_and_tokenizer, model_and_tokenizer
-from ..data.files import DASHED_FLAGS, prepare_new_output_dir
+from ..data.files import DASHED_FLAGS, prepare_new_output_dir, write_json
 from ..data.hub_datasets import revisions_for
 from ..data.retrieval import RetrievalDataset, is_graded_pairs_file, load_dataset_for_evaluation
 from ..models.infused.modeling_infused import mean_pool
@@ -253,7 +252,7 @@ def write_layerwise_outputs(results: dict, output_dir: str | Path) -> list[Path]
         writer.writeheader()
         writer.writerows(results["rows"])
     json_path = output_dir / "layerwise.json"
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(json_path, results, sort_keys=False)
 
     names = sorted({row["dataset"] for row in results["rows"]})
     figure, axes = plt.subplots(len(names), len(MEASURES), figsize=(5 * len(MEASURES), 3.2 * len(names)), squeeze=False)

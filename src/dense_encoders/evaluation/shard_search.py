@@ -8,7 +8,6 @@ score}}`` that :func:`dense_encoders.data.runs.write_trec_run` writes.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..data.embedding_shards import EmbeddingShards, differing_settings, file_sha256, read_record
+from ..data.files import write_json
 from ..vectors import SIMILARITIES
 from .search import NORMALIZE_EPS, RunningTopK, score_block, scores_are_bounded, validate_k
 
@@ -198,7 +198,7 @@ def build_faiss_index(
     record = {"factory": factory, "similarity": similarity, "shards": str(documents.folder.resolve()),
               "count": documents.count, "manifest_sha256": file_sha256(documents.folder / "manifest.json"),
               "train_size": min(train_size, documents.count), "seed": seed}
-    output.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    write_json(output.with_suffix(".json"), record, sort_keys=False)
     return output
 
 

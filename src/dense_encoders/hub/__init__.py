@@ -1,6 +1,7 @@
 """Publishing checkpoint folders on the Hugging Face Hub.
 
-* :mod:`.cards`, :mod:`.condenser_card`: model cards generated from what a folder records;
+* :mod:`.card_data`: what a model card says, filled from a folder's records; :mod:`.cards` renders it
+  (:mod:`.condenser_card`: the Condenser / coCondenser paragraphs);
 * :mod:`.push`: one-commit uploads (``dense-encoders push``); :mod:`.trainer_push`: the Trainer mixin
   that makes ``--push_to_hub`` use it.
 

@@ -1,13 +1,13 @@
-"""Model cards for every model family, generated from what the checkpoint folder records.
+"""Model cards for every model family, rendered from a :class:`~dense_encoders.hub.card_data.DenseEncoderCardData`
+that the checkpoint folder's records fill in.
 
 Built with huggingface_hub's ``ModelCard`` / ``ModelCardData``. The folder's ``config.json`` says
-what the architecture is; ``trainer_state.json``, ``pretraining_setup.json`` /
-``distillation_setup.json`` (with ``distillation_losses.json`` / ``distillation_positives.json``) /
-``infusion_setup.json`` (with the recipe, if any) and ``training_environment.json``
-say how it was trained, with the values the run used (a length clamped to the model's positions, the
-documents per query the training file held) and the teacher; ``earlier_stages.json`` lists the stages
+what the architecture is; its run records (:mod:`dense_encoders.data.run_records`: the trainer state, the
+pre-training / distillation (with its losses and positive sets) / infusion setup (with the recipe, if any) and
+the training environment) say how it was trained, with the values the run used (a length clamped to the model's
+positions, the documents per query the training file held) and the teacher; the earlier stages list the stages
 that made the model the run started from (:mod:`dense_encoders.trainer.records`); results JSONs
-of the evaluation harness (passed in, or under ``<folder>/evaluation/``) and the ``report.json`` of
+of the evaluation harness (passed in, or under ``<folder>/evaluation/``) and the report of
 ``dense-encoders infuse`` say how well it does, and how it was searched. Models and data are named by
 their Hub id and revision, or by their name only: never by a local path. Whatever the folder does not
 record is left out, never invented.
@@ -16,19 +16,20 @@ record is left out, never invented.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..checkpoints.folder import (
-    OUR_MODEL_TYPES,
-    missing_sentence_transformers_files,
-    read_pipeline,
-    source_reference,
+from ..checkpoints.folder import OUR_MODEL_TYPES, source_reference
+from ..data.run_records import (
+    CONVERSION,
+    DISTILLATION_SETUP,
+    INFUSION_SETUP,
+    PRETRAINING_SETUP,
+    RunRecords,
 )
-from ..data.files import read_json
 from ..recipes import load_recipe, recipe_differences
+from .card_data import DenseEncoderCardData
 from .condenser_card import COCONDENSER_BIBTEX, CONDENSER_BIBTEX, condenser_description
 
 TITE_BIBTEX = """@inproceedings{schlatt-2025-tite,
@@ -54,28 +55,12 @@ DISTILLATION_BIBTEX = """@inproceedings{menon-2022-defense,
   year = {2022}
 }"""  # noqa: E501 (BibTeX as published)
 
-# the records of a run the card is generated from (the trainers and `convert` write them next to the model)
-RECORD_FILES = ("conversion.json", "trainer_state.json", "training_args.json", "training_environment.json",
-                "pretraining_setup.json", "distillation_setup.json", "distillation_losses.json",
-                "distillation_positives.json", "infusion_setup.json", "earlier_stages.json", "report.json")
 # how the results were searched, by the results JSON's settings.search_backend
 SEARCH_BACKENDS = {"exact": "exact", "faiss": "FAISS IndexFlatIP"}
 
 RESULT_METRICS = {"ndcg@10": ("ndcg_at_10", "nDCG@10"), "mrr@10": ("mrr_at_10", "MRR@10"),
                   "recall@100": ("recall_at_100", "Recall@100"), "recall@1000": ("recall_at_1000", "Recall@1000"),
                   "hits@10": ("accuracy_at_10", "Hits@10")}
-
-
-def _st_settings(folder: Path) -> tuple[str | None, str | None, bool]:
-    """(pooling, similarity, normalised) from the folder's sentence-transformers files."""
-    declared = read_pipeline(folder)
-    if not declared and (missing := missing_sentence_transformers_files(folder)):  # a push adds these
-        with tempfile.TemporaryDirectory() as scratch:
-            for relative, text in missing.items():
-                (Path(scratch) / relative).parent.mkdir(parents=True, exist_ok=True)
-                (Path(scratch) / relative).write_text(text, encoding="utf-8")
-            declared = read_pipeline(scratch)
-    return declared.get("pooling"), declared.get("similarity"), declared.get("normalize", False)
 
 
 # the vector of a TITE whose layers do not pool (configuration_tite.OUTPUT_POOLINGS)
@@ -196,11 +181,10 @@ def _teacher(record: dict) -> str:
     return f"the {kind} {teacher}" + (f", scoring the top {top_k} of a first-stage run" if top_k else "")
 
 
-def _distillation_facts(record: dict, folder: Path | None) -> list[str]:
+def _distillation_facts(record: dict, losses: list) -> list[str]:
     facts = [f"- distillation losses: `{record.get('losses')}` (teacher scores from "
              f"`{_name(record.get('train_file'))}`)"]
-    if folder is not None:
-        facts += _loss_facts(folder)
+    facts += _loss_facts(losses)
     facts.append(f"- teacher: {_teacher(record)}")
     if (student := _reference(record, "student")) is not None:
         facts.append(f"- student initialised from: {student}")
@@ -248,13 +232,11 @@ def _infusion_facts(record: dict) -> list[str]:
     return facts
 
 
-def _training(folder: Path) -> tuple[list[str], list[str], str | None]:
-    """(facts, extra citations, base model on the Hub) from the training records in ``folder``."""
+def _training(records: RunRecords) -> tuple[list[str], list[str], str | None]:
+    """(facts, extra citations, base model on the Hub) from a run's training records."""
     facts, citations, base_model = [], [], None
-    pretraining = read_json(folder / "pretraining_setup.json")
-    distillation = read_json(folder / "distillation_setup.json")
-    infusion = read_json(folder / "infusion_setup.json")
-    training_args = read_json(folder / "training_args.json")
+    pretraining, distillation, infusion = records.pretraining, records.distillation, records.infusion
+    training_args = records.training_args
     if infusion:
         facts += _infusion_facts(infusion)
         facts += _recipe_facts(infusion, None)
@@ -265,13 +247,13 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None]:
         base_model = _hub_id(pretraining, "backbone") or _hub_id(pretraining, "init_from")
         citations += _pretraining_citations(pretraining)
     if distillation:
-        facts += _distillation_facts(distillation, folder)
+        facts += _distillation_facts(distillation, records.distillation_losses)
         base_model = base_model or _hub_id(distillation, "student")
         citations.append(DISTILLATION_BIBTEX)
-        facts += _positive_set_facts(folder)
+        facts += _positive_set_facts(records)
     if infusion:
         citations.append(CE_EMBEDDINGS_BIBTEX)
-    state = read_json(folder / "trainer_state.json")
+    state = records.trainer_state
     if state:
         facts.append(f"- optimizer steps: {state.get('global_step')}, "
                      f"epochs: {round(float(state.get('epoch') or 0), 2)}")
@@ -285,7 +267,7 @@ def _training(folder: Path) -> tuple[list[str], list[str], str | None]:
             facts.append(f"- last logged losses (step {last.get('step')}): " + ", ".join(parts))
             if "learning_rate" in last:
                 facts.append(f"- learning rate at that step: {last['learning_rate']:.3g}")
-    environment = read_json(folder / "training_environment.json")
+    environment = records.training_environment
     if environment:
         facts.append("- hardware: " + ", ".join(f"{k} {v}" for k, v in environment.items()))
     return facts, citations, base_model
@@ -300,13 +282,13 @@ def _stage_line(stage: dict) -> tuple[str, list[str]]:
     """One earlier stage (``earlier_stages.json``) in a sentence, and the papers it follows."""
     records = stage.get("records") or {}
     parts, citations = [], []
-    if conversion := records.get("conversion.json"):
+    if conversion := records.get(CONVERSION):
         revision = conversion.get("source_revision")
         origin = (f"`{conversion.get('source')}` at revision `{revision}`" if revision
                   else f"a local folder named `{_name(conversion.get('source'))}`")
         parts.append(f"converted by `dense-encoders convert` from {origin}, a checkpoint of "
                      f"{conversion.get('source_description')}")
-    if pretraining := records.get("pretraining_setup.json"):
+    if pretraining := records.get(PRETRAINING_SETUP):
         text = f"pre-training with the {pretraining.get('architecture')} objective"
         if (start := _reference(pretraining, "init_from")) is not None:
             text += f", continued from {start}"
@@ -320,11 +302,11 @@ def _stage_line(stage: dict) -> tuple[str, list[str]]:
                  f"{pretraining.get('mlm_probability')}")
         parts.append(text)
         citations += _pretraining_citations(pretraining)
-    if infusion := records.get("infusion_setup.json"):
+    if infusion := records.get(INFUSION_SETUP):
         parts.append(f"{infusion.get('model')}, {_infusion_origin(infusion)} trained with `{infusion.get('method')}` "
                      f"on `{_name(infusion.get('train_data'))}`")
         citations.append(CE_EMBEDDINGS_BIBTEX)
-    if distillation := records.get("distillation_setup.json"):
+    if distillation := records.get(DISTILLATION_SETUP):
         text = (f"distillation with the losses `{distillation.get('losses')}` of teacher scores from "
                 f"`{_name(distillation.get('train_file'))}` (teacher: {_teacher(distillation)})")
         if (student := _reference(distillation, "student")) is not None:
@@ -339,9 +321,8 @@ def _stage_line(stage: dict) -> tuple[str, list[str]]:
     return line, citations
 
 
-def _earlier_stages(folder: Path) -> tuple[list[str], list[str]]:
+def _earlier_stages(stages: list) -> tuple[list[str], list[str]]:
     """The card's section on the stages before this run (``earlier_stages.json``), and their citations."""
-    stages = read_json(folder / "earlier_stages.json") or []
     if not stages:
         return [], []
     lines = ["## Earlier stages", "", "The model this run started from was made in these stages, oldest first "
@@ -354,25 +335,25 @@ def _earlier_stages(folder: Path) -> tuple[list[str], list[str]]:
     return lines + [""], citations
 
 
-def _loss_facts(folder: Path) -> list[str]:
+def _loss_facts(losses: list) -> list[str]:
     """One line per distillation loss (its display name, weight, options, equation and paper) from
     ``distillation_losses.json``, which the trainer writes from the losses themselves."""
     lines = []
-    for loss in read_json(folder / "distillation_losses.json") or []:
+    for loss in losses:
         options = ", ".join(f"{key} {value}" for key, value in (loss.get("options") or {}).items())
         lines.append(f"  - {loss.get('display_name', loss.get('name'))} (weight {loss.get('weight', 1):g}"
                      f"{'; ' + options if options else ''}): `{loss.get('equation')}`; {loss.get('citation')}")
     return lines
 
 
-def _positive_set_facts(folder: Path) -> list[str]:
+def _positive_set_facts(records: RunRecords) -> list[str]:
     """Which P the losses that read a positive set (M3SE / RankDistil-B) used, from ``distillation_positives.json``
     (nothing when the folder does not record it or no configured loss takes a positive set); the losses are
     named by their display names in ``distillation_losses.json``."""
-    recorded = read_json(folder / "distillation_positives.json")
+    recorded = records.distillation_positives
     if not recorded or not recorded.get("losses"):
         return []
-    names = {loss["name"]: loss["display_name"] for loss in read_json(folder / "distillation_losses.json") or []
+    names = {loss["name"]: loss["display_name"] for loss in records.distillation_losses
              if "name" in loss and "display_name" in loss}
     label = "P (" + " / ".join(names.get(name, name) for name in recorded["losses"]) + ")"
     if not recorded.get("source"):
@@ -382,9 +363,9 @@ def _positive_set_facts(folder: Path) -> list[str]:
             f"for {labelled:,} of {total:,} queries; the teacher's best document for the other {total - labelled:,}"]
 
 
-def _conversion(folder: Path) -> list[str]:
-    """The card's lines about a folder ``dense-encoders convert`` wrote from another implementation's checkpoint."""
-    record = read_json(folder / "conversion.json")
+def _conversion(record: dict | None) -> list[str]:
+    """The card's lines about a folder ``dense-encoders convert`` wrote from another implementation's checkpoint
+    (``record``: its ``conversion.json``)."""
     if record is None:
         return []
     revision = record.get("source_revision")
@@ -400,17 +381,6 @@ def _conversion(folder: Path) -> list[str]:
     return lines + [""]
 
 
-def results_files(folder: str | Path, results: list | None = None) -> list[tuple[str, dict]]:
-    """``(where, results JSON)`` of the evaluation results a card of ``folder`` reports: ``results`` (paths or
-    mappings), then the folder's ``evaluation/*.json``; files of another format are skipped."""
-    loaded = []
-    for item in list(results or []) + sorted((Path(folder) / "evaluation").glob("*.json")):
-        data = item if isinstance(item, dict) else json.loads(Path(item).read_text())
-        if data.get("format", "").startswith("dense-encoders/retrieval-results"):
-            loaded.append(("the results given" if isinstance(item, dict) else str(item), data))
-    return loaded
-
-
 def _search(result: dict) -> str:
     """How a result's documents were searched: exact or FAISS, over embeddings encoded in the run (float32) or
     stored shards (their dtype)."""
@@ -422,10 +392,10 @@ def _search(result: dict) -> str:
     return text
 
 
-def _infusion_report(folder: Path) -> tuple[dict | None, dict | None]:
-    """(the ``report.json`` of ``dense-encoders infuse`` in ``folder``, this model's row of it), or (None, None)
-    when the folder holds none or the report has no row of the model its ``infusion_setup.json`` names."""
-    report, setup = read_json(folder / "report.json"), read_json(folder / "infusion_setup.json")
+def _infusion_report(records: RunRecords) -> tuple[dict | None, dict | None]:
+    """(the ``report.json`` of ``dense-encoders infuse`` in the run's records, this model's row of it), or
+    (None, None) when there is none or the report has no row of the model its ``infusion_setup.json`` names."""
+    report, setup = records.infusion_report, records.infusion
     if not isinstance(report, dict) or not setup or not isinstance(report.get("rows"), list):
         return None, None
     row = next((row for row in report["rows"] if row.get("model") == setup.get("model")), None)
@@ -450,17 +420,6 @@ def _report_lines(report: dict, model: str) -> list[str]:
                      f"{row['rerank']['hits@10']:.4f} | {row['rerank']['mrr@10']:.4f} | "
                      f"{row['documents_per_s']:.1f} | {row['speedup']:.2f}x |")
     return lines + [""]
-
-
-def _sides(folder: Path) -> tuple[dict[str, str], dict[str, int]]:
-    """(prompts, lengths) that ``encode_query`` / ``encode_document`` apply: the non-empty ``query`` / ``document``
-    prompts and the ``query_length`` / ``document_length`` token limits of the sentence-transformers files."""
-    prompts = {side: text for side, text in (read_pipeline(folder).get("prompts") or {}).items()
-               if side in ("query", "document") and text}
-    settings = read_json(folder / "sentence_bert_config.json") or {}
-    lengths = {side: int(settings[f"{side}_length"])
-               for side in ("query", "document") if settings.get(f"{side}_length")}
-    return prompts, lengths
 
 
 def _usage_by_side(repo: str, similarity: str, normalised: bool, prompts: dict[str, str],
@@ -569,18 +528,29 @@ def model_card(
     license: str | None = None,
     base_model: str | None = None,
 ) -> ModelCard:
-    """The card of a checkpoint folder (any family): metadata, architecture, training, results, usage."""
-    folder = Path(folder)
-    config = read_json(folder / "config.json")
-    if config is None:
-        raise FileNotFoundError(f"{folder} has no config.json: save the model with save_pretrained first")
-    name = repo_id or folder.name
-    description, tags, citations = _describe(config, converted=(folder / "conversion.json").is_file())
-    facts, training_citations, recorded_base = _training(folder)
-    stage_lines, stage_citations = _earlier_stages(folder)
-    pooling, similarity, normalised = _st_settings(folder)
-    evaluations = [data for _, data in results_files(folder, results)]
-    report, report_row = _infusion_report(folder)
+    """The card of a checkpoint folder (any family): :func:`render_card` of the folder's
+    :class:`~dense_encoders.hub.card_data.DenseEncoderCardData` (``results``: evaluation results to report besides
+    the folder's own)."""
+    return render_card(DenseEncoderCardData.from_folder(folder, repo_id, results=results, license=license,
+                                                        base_model=base_model))
+
+
+def condenser_model_card(folder: str | Path, repo_id: str | None = None, license: str | None = None) -> ModelCard:
+    """:func:`model_card` of a Condenser / coCondenser checkpoint folder; a ValueError for another architecture."""
+    data = DenseEncoderCardData.from_folder(folder, repo_id, license=license)
+    condenser_description(data.config)  # raises for other architectures
+    return render_card(data)
+
+
+def render_card(data: DenseEncoderCardData) -> ModelCard:
+    """The card that ``data`` describes: metadata, architecture, training, results, usage."""
+    config, records, name = data.config, data.records, data.model_name
+    description, tags, citations = _describe(config, converted=records.conversion is not None)
+    facts, training_citations, recorded_base = _training(records)
+    stage_lines, stage_citations = _earlier_stages(records.earlier_stages)
+    pooling, similarity, normalised = data.pooling, data.similarity, data.normalized
+    evaluations = [result for _, result in records.evaluations]
+    report, report_row = _infusion_report(records)
     eval_results = []
     for result in evaluations:
         dataset, hub = result["dataset"], result["dataset"].get("hub") or {}
@@ -602,16 +572,16 @@ def model_card(
                     dataset_name=report["dataset"], dataset_split=report["split"], metric_type=metric_type,
                     metric_value=round(float(value), 4), metric_name=metric_name,
                 ))
-    data = ModelCardData(  # no `datasets:`: that list names training data, and evaluation data are in eval_results
+    metadata = ModelCardData(  # no `datasets:`: that list names training data, and evaluation data are in eval_results
         model_name=name,
         library_name="sentence-transformers" if pooling is not None else "transformers",
         pipeline_tag="feature-extraction",
         tags=[*tags, "dense-encoders", "sentence-transformers", "dense-retrieval", "feature-extraction"],
-        base_model=base_model or recorded_base,
-        license=license,
+        base_model=data.base_model or recorded_base,
+        license=data.license,
         eval_results=eval_results or None,
     )
-    lines = [f"# {name}", "", description, "", *_conversion(folder)]
+    lines = [f"# {name}", "", description, "", *_conversion(records.conversion)]
     if similarity or pooling:
         lines += [f"Sentence-transformers configuration: {pooling or 'model'} pooling, {similarity or 'cosine'} "
                   "similarity.", ""]
@@ -639,14 +609,14 @@ def model_card(
     if report is not None:
         lines += _report_lines(report, report_row["model"])
     lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity, normalised,
-                                     *_sides(folder)), ""]
+                                     data.prompts, data.lengths), ""]
     limitations = []
     if config.get("model_type") == "tite":
         limitations.append(f"Texts longer than {config.get('max_position_embeddings')} tokens must be truncated: "
                            "the pooling schedule reaches one vector only up to that length.")
     if not evaluations and report is None:
         limitations.append("No evaluation results were recorded with this checkpoint.")
-    if pretraining := read_json(folder / "pretraining_setup.json"):
+    if pretraining := records.pretraining:
         limitations.append(f"Pre-trained with the {pretraining.get('architecture')} objective only: fine-tune it on "
                            "relevance data before using it for retrieval.")
     if limitations:
@@ -657,8 +627,8 @@ def model_card(
             all_citations.append(citation)
     if all_citations:
         lines += ["## Citation", "", "```bibtex", "\n\n".join(all_citations), "```", ""]
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
+    return ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines))
 
 
-__all__ = ["CE_EMBEDDINGS_BIBTEX", "DISTILLATION_BIBTEX", "RECORD_FILES", "SEARCH_BACKENDS", "TITE_BIBTEX",
-           "model_card", "results_files"]
+__all__ = ["CE_EMBEDDINGS_BIBTEX", "DISTILLATION_BIBTEX", "SEARCH_BACKENDS", "TITE_BIBTEX",
+           "DenseEncoderCardData", "condenser_model_card", "model_card", "render_card"]

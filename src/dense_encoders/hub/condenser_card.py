@@ -1,15 +1,9 @@
-"""Model cards for Condenser / coCondenser checkpoints, generated from what the folder records.
-
-Built with huggingface_hub's ``ModelCard`` / ``ModelCardData``. Information the folder does not
-record is left out, not invented.
+"""What a model card says of a Condenser / coCondenser checkpoint: its architecture paragraph and the papers it
+follows (:func:`dense_encoders.hub.cards.model_card` renders the card; this module imports nothing of the
+package). Information the config does not record is left out, not invented.
 """
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
-
-from huggingface_hub import ModelCard
 
 CONDENSER_BIBTEX = """@inproceedings{gao-callan-2021-condenser,
   title = {Condenser: a Pre-training Architecture for Dense Retrieval},
@@ -71,14 +65,4 @@ def condenser_description(config: dict, *, converted: bool = False) -> tuple[str
     return text, [tag], list(citations)
 
 
-def condenser_model_card(folder: str | Path, repo_id: str | None = None, license: str | None = None) -> ModelCard:
-    """A card for a Condenser / coCondenser checkpoint folder (see :func:`dense_encoders.hub.model_card`)."""
-    from .cards import model_card  # import cycle: hub.cards imports this module
-
-    folder = Path(folder)
-    config = json.loads((folder / "config.json").read_text())
-    condenser_description(config)  # raises for other architectures
-    return model_card(folder, repo_id=repo_id, license=license)
-
-
-__all__ = ["condenser_model_card", "condenser_description", "CONDENSER_BIBTEX", "COCONDENSER_BIBTEX"]
+__all__ = ["condenser_description", "CONDENSER_BIBTEX", "COCONDENSER_BIBTEX"]

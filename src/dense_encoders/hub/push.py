@@ -41,7 +41,8 @@ from ..checkpoints.folder import (
     publishing_problems,
     sentence_transformers_module_folders,
 )
-from .cards import RECORD_FILES, model_card, results_files
+from ..data.run_records import RECORD_FILES, evaluation_results
+from .cards import model_card
 
 logger = logging.getLogger(__name__)
 
@@ -255,10 +256,10 @@ def _stage(folder: Path, files: dict[Path, Path], card_text: str | None) -> Path
 
 def check_results(folder: str | Path, results: list | None = None) -> None:
     """Refuse results the card of ``folder`` would report (``results`` and the folder's ``evaluation/*.json``,
-    :func:`~dense_encoders.hub.cards.results_files`) whose ``model_fingerprint`` is not the folder's: the
+    :func:`~dense_encoders.data.run_records.evaluation_results`) whose ``model_fingerprint`` is not the folder's: the
     :func:`~dense_encoders.checkpoints.loading.folder_fingerprint` of the model as evaluation loaded it (with the
     ``pooling`` the results record). The ValueError names both fingerprints."""
-    loaded = results_files(folder, results)
+    loaded = evaluation_results(folder, results)
     if not loaded:
         return
     from ..checkpoints.loading import folder_fingerprint  # loads sentence-transformers: only when needed

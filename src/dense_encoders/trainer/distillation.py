@@ -51,6 +51,13 @@ from ..data.distillation import (
 from ..data.files import read_json
 from ..data.hub_datasets import revisions_for
 from ..data.retrieval import read_dataset_part
+from ..data.run_records import (
+    DISTILLATION_LOSSES,
+    DISTILLATION_POSITIVES,
+    DISTILLATION_SETUP,
+    TRAINER_STATE,
+    write_record,
+)
 from ..hub import model_card
 from ..hub.trainer_push import HubPushMixin
 from ..models.condenser.modeling_condenser import gather_with_local_grad
@@ -500,12 +507,11 @@ def _distill(setup: DistillationSetup, args: DistillationArguments, *, check_out
     output_dir = Path(args.output_dir)
     if trainer.args.should_save:  # the records first: the card (and a push) read them
         output_dir.mkdir(parents=True, exist_ok=True)
-        trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
-        record = distillation_record(setup, records, lengths, dual.config)
-        (output_dir / "distillation_setup.json").write_text(json.dumps(record, indent=2) + "\n")
+        trainer.state.save_to_json(str(output_dir / TRAINER_STATE))
+        write_record(output_dir, DISTILLATION_SETUP, distillation_record(setup, records, lengths, dual.config))
         write_earlier_stages(output_dir, setup.student)
-        (output_dir / "distillation_positives.json").write_text(json.dumps(positives, indent=2) + "\n")
-        (output_dir / "distillation_losses.json").write_text(json.dumps(objective.describe(), indent=2) + "\n")
+        write_record(output_dir, DISTILLATION_POSITIVES, positives)
+        write_record(output_dir, DISTILLATION_LOSSES, objective.describe())
         write_training_environment(trainer, output_dir)
     trainer.save_model(args.output_dir)  # pushes too when args.push_to_hub
     if trainer.args.should_save:

@@ -18,7 +18,6 @@ layers, M new layers. Two ways to train a DE-2-CE (or DE-2-Rand):
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict
 from pathlib import Path
@@ -32,6 +31,7 @@ from ..checkpoints.folder import native_pooling, source_reference, write_sentenc
 from ..checkpoints.loading import cross_encoder_model_and_tokenizer, load_sentence_transformer
 from ..data.bm25 import bm25_run, mine_bm25_triplets
 from ..data.retrieval import RetrievalDataset, load_dataset_for_evaluation
+from ..data.run_records import INFUSION_REPORT, INFUSION_SETUP, write_record
 from ..hub import model_card
 from ..models.infused import InfusedDualEncoderModel
 from ..settings.infusion import METHODS, POSITIVE_FIELDS, InfusionArguments  # noqa: F401 (re-exported)
@@ -179,7 +179,7 @@ def write_infusion_record(folder: str | Path, name: str, args: InfusionArguments
     setup = {key: value for key, value in asdict(args).items()
              if key not in (*PERMISSION_FIELDS, *REPORT_FIELDS)}
     record = public_record({"model": name, **setup})
-    (Path(folder) / "infusion_setup.json").write_text(json.dumps(record, indent=2) + "\n")
+    write_record(folder, INFUSION_SETUP, record)
     model_card(folder).save(Path(folder) / "README.md")
 
 
@@ -187,7 +187,7 @@ def record_infusion_report(trained: dict[str, str | Path], report: dict) -> None
     """The retrieve + rerank report of the trained dual encoders (name -> folder) as each folder's
     ``report.json``, and each card made again from it (the card reports the folder's own row)."""
     for folder in trained.values():
-        (Path(folder) / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        write_record(folder, INFUSION_REPORT, report)
         model_card(folder).save(Path(folder) / "README.md")
 
 

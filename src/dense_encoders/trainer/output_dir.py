@@ -59,6 +59,7 @@ from ..data.files import (  # the rules every command's output folder follows; r
 from ..data.files import folder_entries as _entries
 from ..data.files import is_inside as _inside
 from ..data.files import listing as _listing
+from ..data.run_records import TRAINER_STATE, TRAINING_ARGS, write_record
 
 try:
     import fcntl
@@ -67,9 +68,9 @@ except ImportError:  # not a POSIX system: runs are not locked
 
 logger = logging.getLogger(__name__)
 
-TRAINING_ARGS_JSON = "training_args.json"
+TRAINING_ARGS_JSON = TRAINING_ARGS
 TRAINING_ARGS_PICKLE = "training_args.bin"
-TRAINER_STATE = "trainer_state.json"  # the Trainer writes it last into a checkpoint-N (after weights, optimizer, RNG)
+# TRAINER_STATE (data.run_records): the Trainer writes it last into a checkpoint-N (after weights, optimizer, RNG)
 # a checkpoint's model weights as the Trainer saves them: safetensors or a pickle, whole or sharded, a PEFT
 # adapter, or FSDP / DeepSpeed state folders
 WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME,
@@ -520,8 +521,7 @@ def write_training_args(args, folder: str | Path) -> Path:
     """``training_args.json`` in ``folder``, and no ``training_args.bin`` (a pickle) beside it."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / TRAINING_ARGS_JSON
-    path.write_text(json.dumps(training_args_dict(args), indent=2, sort_keys=True) + "\n")
+    path = write_record(folder, TRAINING_ARGS_JSON, training_args_dict(args))
     (folder / TRAINING_ARGS_PICKLE).unlink(missing_ok=True)
     return path
 

@@ -33,6 +33,7 @@ from ..data import (
 from ..data.corpus import JSON_EXTENSIONS, corpus_files
 from ..data.format import DataFormatError, data_suffix, document_record, document_text, open_data_file, records
 from ..data.hub_datasets import revisions_for
+from ..data.run_records import PRETRAINING_SETUP, TRAINER_STATE, write_record
 from ..hub import model_card
 from ..hub.trainer_push import HubPushMixin
 from ..models.condenser.modeling_condenser import (
@@ -400,9 +401,8 @@ def _pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
         tokenizer.model_max_length = setup.max_seq_length
         final.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
-        trainer.state.save_to_json(str(output_dir / "trainer_state.json"))
-        (output_dir / "pretraining_setup.json").write_text(
-            json.dumps(pretraining_record(setup, final.config), indent=2) + "\n")
+        trainer.state.save_to_json(str(output_dir / TRAINER_STATE))
+        write_record(output_dir, PRETRAINING_SETUP, pretraining_record(setup, final.config))
         write_earlier_stages(output_dir, setup.init_from or setup.backbone)
         write_training_environment(trainer, output_dir)
         write_training_args(args, output_dir)

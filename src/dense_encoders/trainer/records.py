@@ -11,24 +11,26 @@
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 
 import torch
 
 from ..checkpoints.folder import source_reference
-from ..data.files import read_json
 from ..data.hub_datasets import names_hub_dataset
+from ..data.run_records import (
+    EARLIER_STAGES,
+    STAGE_RECORDS,
+    TRAINER_STATE,
+    TRAINING_ENVIRONMENT,
+    read_record,
+    write_record,
+)
 from ..recipes import load_recipe
 
 # the fields of the setup records that name a model, and those that name a data file or folder (or the run's own)
 MODEL_FIELDS = ("student", "backbone", "init_from", "tokenizer", "cross_encoder", "teacher")
 DATA_FIELDS = ("train_file", "corpus", "queries", "qrels", "train_data", "output_dir")
-# the records of a folder that say how its model was made (one stage), and the lineage before that stage
-STAGE_RECORDS = ("conversion.json", "pretraining_setup.json", "distillation_setup.json", "distillation_losses.json",
-                 "infusion_setup.json")
-EARLIER_STAGES = "earlier_stages.json"
 
 # what makes --fp16 or --bf16 train as asked on this machine
 FP16_ADVICE = "add --fp16 false to train in fp32, or --fp16 false --bf16 --use_cpu to train in bf16 on the CPU"
@@ -81,9 +83,7 @@ def training_environment(trainer) -> dict[str, str | int]:
 
 
 def write_training_environment(trainer, output_dir: str | Path) -> Path:
-    path = Path(output_dir) / "training_environment.json"
-    path.write_text(json.dumps(training_environment(trainer), indent=2) + "\n")
-    return path
+    return write_record(output_dir, TRAINING_ENVIRONMENT, training_environment(trainer))
 
 
 def public_record(values: dict) -> dict:
@@ -116,10 +116,10 @@ def model_stages(name_or_path: str | Path | None) -> list[dict]:
         return []
     folder = Path(name_or_path)
     stages = [dict(stage, records={name: _public(record) for name, record in (stage.get("records") or {}).items()})
-              for stage in read_json(folder / EARLIER_STAGES) or []]
-    records = {name: _public(read_json(folder / name)) for name in STAGE_RECORDS if (folder / name).is_file()}
+              for stage in read_record(folder, EARLIER_STAGES) or []]
+    records = {name: _public(read_record(folder, name)) for name in STAGE_RECORDS if (folder / name).is_file()}
     if records:
-        state = read_json(folder / "trainer_state.json") or {}
+        state = read_record(folder, TRAINER_STATE) or {}
         stages.append({"model": source_reference(folder)["name"], "optimizer_steps": state.get("global_step"),
                        "records": records})
     return stages
@@ -136,8 +136,7 @@ def write_earlier_stages(output_dir: str | Path, start: str | Path | None) -> Pa
     stages = model_stages(start)
     path.unlink(missing_ok=True)
     if stages:
-        path.write_text(json.dumps(stages, indent=2) + "\n")
-        return path
+        return write_record(output_dir, EARLIER_STAGES, stages)
     return None
 
 

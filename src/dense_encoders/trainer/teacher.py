@@ -40,7 +40,7 @@ from ..checkpoints.loading import (
     load_sentence_transformer,
 )
 from ..data.distillation import training_line
-from ..data.files import atomic_write_bytes
+from ..data.files import atomic_write_bytes, write_json
 from ..data.format import DataFormatError, document_text
 from ..data.runs import Run, read_trec_run, top_documents
 
@@ -310,7 +310,7 @@ def _open_output(output: Path, settings: dict, candidates: Mapping[str, list[str
         _check_settings(output, settings)
         return _recover_output(output, candidates)
     output.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(meta_path(output), (json.dumps(settings, indent=2) + "\n").encode("utf-8"), durable=True)
+    write_json(meta_path(output), settings, durable=True, sort_keys=False)
     return set()
 
 
