@@ -19,7 +19,6 @@ DDP's averaging while the reported value stays the global loss.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
