@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checkpoints.folder import missing_sentence_transformers_files, read_pipeline
+from ..checkpoints.folder import missing_sentence_transformers_files, read_pipeline, sentence_transformers_settings
 from ..data.files import read_json
 from ..data.run_records import RunRecords, read_run_records
 
@@ -84,9 +84,8 @@ def _sides(folder: Path) -> tuple[dict[str, str], dict[str, int]]:
     prompts and the ``query_length`` / ``document_length`` token limits of the sentence-transformers files."""
     prompts = {side: text for side, text in (read_pipeline(folder).get("prompts") or {}).items()
                if side in ("query", "document") and text}
-    settings = read_json(folder / "sentence_bert_config.json") or {}
-    lengths = {side: int(settings[f"{side}_length"])
-               for side in ("query", "document") if settings.get(f"{side}_length")}
+    declared = sentence_transformers_settings(folder).get("lengths", {})
+    lengths = {side: int(declared[f"{side}_length"]) for side in ("query", "document") if f"{side}_length" in declared}
     return prompts, lengths
 
 
