@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO_ROOT, cpu_only_env
 
 from dense_encoders import cli
-from dense_encoders.cli.arguments import DashedHelpFormatter, expand_recipe, normalize_flags, shown_default
+from dense_encoders.cli.arguments import expand_recipe, normalize_flags, shown_default
 from dense_encoders.settings.pretraining import (
     ARCHITECTURE_NAMES,
     ARCHITECTURES_OF_FIELD,
@@ -86,7 +86,7 @@ def help_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 def shown(parser: argparse.ArgumentParser) -> dict[str, tuple]:
     """Each flag help lists (by its dashed spelling): its spellings, text as printed, choices, number of values."""
-    formatter = DashedHelpFormatter(parser.prog)
+    formatter = parser.formatter_class(parser.prog)
     listed = {}
     for action in parser._actions:
         if not action.option_strings or action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):

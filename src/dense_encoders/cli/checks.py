@@ -83,49 +83,48 @@ def check_device(value: str | None, flag: str = "--device") -> None:
         raise ValueError(f"{flag} {value}: MPS is not available on this machine; use --device cpu")
 
 
-def positive_int(text: str) -> int:
-    """argparse ``type``: an integer >= 1."""
+def _checked(text: str, read, problem, kind: str):
+    """argparse ``type``: ``text`` read by ``read`` and checked by a settings ``problem`` function
+    (:mod:`dense_encoders.settings.values`, which the settings dataclasses check with)."""
     try:
-        value = int(text)
+        value = read(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+    found = problem(value)
+    if found is not None:
+        raise argparse.ArgumentTypeError(found)
     return value
 
 
-PAIRS_PAPER = "Can Cross Encoders Produce Useful Sentence Embeddings?"
+def positive_int(text: str) -> int:
+    """argparse ``type``: an integer >= 1."""
+    from ..settings.values import positive_integer_problem
+
+    return _checked(text, int, positive_integer_problem, "an integer")
 
 
 def pair_threshold(text: str) -> float:
     """argparse ``type`` of ``--pair-threshold``: a fraction of the score scale in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]: give a fraction of the score scale, e.g. 0.5")
-    return value
+    from ..settings.values import pair_threshold_problem
+
+    return _checked(text, float, pair_threshold_problem, "a number")
 
 
 def pair_scale(text: str) -> float:
     """argparse ``type`` of ``--pair-scale``: the largest possible score (1, 5 for STSB), a positive number."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text}: give the largest possible score, e.g. 1 or 5 (STSB)")
-    return int(value) if value.is_integer() else value
+    from ..settings.datasets import whole_scale
+    from ..settings.values import pair_scale_problem
+
+    return whole_scale(_checked(text, float, pair_scale_problem, "a number"))
 
 
 def add_trust_remote_code_flag(parser: argparse.ArgumentParser) -> None:
     """``--trust-remote-code``: consent to run code a model folder or Hub repository carries or names, on every
-    command that loads a model (the commands built on dataclasses adopt this help, :func:`~.arguments.adopt_flags`)."""
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="Run code that a model folder or Hub repository carries or names (auto_map in its "
-                        "config.json, custom sentence-transformers modules): only for checkpoints you trust. Without "
-                        "it such a model is refused. Our own families (Condenser, TITE, infused) need no flag.")
+    command that loads a model (the commands built on dataclasses declare the field with
+    :func:`~dense_encoders.settings.models.trust_remote_code_field`, the same flag and help)."""
+    from ..settings.models import TRUST_REMOTE_CODE_HELP
+
+    parser.add_argument("--trust-remote-code", action="store_true", help=TRUST_REMOTE_CODE_HELP)
 
 
 def add_dataset_revision_flag(parser: argparse.ArgumentParser) -> None:
@@ -139,14 +138,13 @@ def add_dataset_revision_flag(parser: argparse.ArgumentParser) -> None:
 
 def add_graded_pair_flags(parser: argparse.ArgumentParser) -> None:
     """``--pair-threshold`` and ``--pair-scale``: how a graded pairs file (sentence1, sentence2, score) becomes a
-    retrieval task. Both default to None (threshold 0.5, scale inferred) so that other data can refuse them."""
-    parser.add_argument("--pair-threshold", type=pair_threshold, metavar="FRACTION",
-                        help="Graded pair files (sentence1, sentence2, score; e.g. STSB): a pair is relevant when its "
-                        "score >= FRACTION x the scale, as STSB is searched at 0.5 in " f"{PAIRS_PAPER} "
-                        "(default: 0.5, i.e. 2.5 on a 0-5 scale).")
-    parser.add_argument("--pair-scale", type=pair_scale, metavar="MAX",
-                        help="Largest possible score of a graded pair file: 1 or 5 (STSB) (default: inferred from the "
-                        "scores: 1 when all are within [0, 1], else 5).")
+    retrieval task. Both default to None (threshold 0.5, scale inferred) so that other data can refuse them (the
+    commands built on dataclasses declare the fields with :func:`~dense_encoders.settings.datasets.pair_threshold_field`
+    and :func:`~dense_encoders.settings.datasets.pair_scale_field`)."""
+    from ..settings.datasets import PAIR_SCALE_HELP, PAIR_THRESHOLD_HELP
+
+    parser.add_argument("--pair-threshold", type=pair_threshold, metavar="FRACTION", help=PAIR_THRESHOLD_HELP)
+    parser.add_argument("--pair-scale", type=pair_scale, metavar="MAX", help=PAIR_SCALE_HELP)
 
 
 __all__ = ["DEVICE_CHOICES", "add_dataset_revision_flag", "add_graded_pair_flags", "add_trust_remote_code_flag",

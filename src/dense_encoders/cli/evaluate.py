@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from .arguments import adopt_flags, make_parser, parse, set_types
+from .arguments import make_parser, parse
 from .checks import (
     add_dataset_revision_flag,
     add_graded_pair_flags,
     add_trust_remote_code_flag,
     check_device,
     check_model,
-    positive_int,
 )
 
 # ------------------------------------------------------------------------------------------------ evaluate
@@ -37,7 +36,7 @@ examples:
 
 
 def build_evaluate_parser():
-    from ..settings.evaluation import DEFAULT_MEASURES, POSITIVE_FIELDS, EvaluationArguments
+    from ..settings.evaluation import DEFAULT_MEASURES, EvaluationArguments
 
     parser = make_parser(
         "dense-encoders evaluate",
@@ -51,9 +50,7 @@ def build_evaluate_parser():
     parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv; each also .gz), a "
                         "(query, positive) pairs file, a graded pairs file (sentence1, sentence2, score), or a Hub "
                         "dataset id in BEIR's or MTEB's layout (BeIR/scifact, mteb/scifact; --dataset-revision).")
-    set_types(parser, positive_int, *POSITIVE_FIELDS)
-    adopt_flags(parser, add_trust_remote_code_flag, ("help",))
-    return adopt_flags(parser, add_graded_pair_flags)
+    return parser
 
 
 def evaluate(argv: list[str]) -> int:

@@ -29,8 +29,9 @@ def build_push_parser():
     parser.add_argument("folder", help="Checkpoint folder written by save_pretrained / our trainers.")
     parser.add_argument("--repo-id", required=True, help="user/name or org/name.")
     visibility = parser.add_mutually_exclusive_group()
-    visibility.add_argument("--private", action="store_true", default=None, help="Create the repository private.")
-    visibility.add_argument("--public", action="store_false", dest="private", help="Create it public.")
+    parser.add_argument("--private", group=visibility, action="store_true", default=None,
+                        help="Create the repository private.")
+    parser.add_argument("--public", group=visibility, action="store_false", dest="private", help="Create it public.")
     parser.add_argument("--revision", help="Branch to commit to (created from main when missing).")
     parser.add_argument("--create-pr", action="store_true", help="Open a pull request instead of committing.")
     parser.add_argument("--commit-message",

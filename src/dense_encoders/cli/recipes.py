@@ -47,7 +47,7 @@ def command_defaults(command: str) -> dict:
 
     name, _, architecture = command.partition(" ")
     parser = PARSERS[name]()
-    defaults = {action.dest: action.default for action in parser._actions if action.option_strings}
+    defaults = {action.dest: action.default for action in parser.flags.values()}
     if defaults.get("max_steps") == -1:
         defaults["max_steps"] = "- (epochs)"
     if name == "pretrain":

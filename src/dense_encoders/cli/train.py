@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from ..recipes import load_recipe, recipe_differences
 from ..vectors import POOLING_MODES
-from .arguments import adopt_flags, make_parser, parse, set_types
+from .arguments import make_parser, parse
 from .checks import (
     add_dataset_revision_flag,
-    add_graded_pair_flags,
     add_trust_remote_code_flag,
     check_device,
     check_model,
@@ -52,14 +50,14 @@ PRETRAIN_DESCRIPTION = (
     "ARCHITECTURE --help` lists that architecture's own options first, then the TrainingArguments flags.")
 
 
-def _pretrain_parser(dataclasses: tuple, architecture: str | None = None):
+def _pretrain_parser(dataclasses: tuple, architecture: str | None = None, **options):
     from ..settings.pretraining import ARCHITECTURE_NAMES
 
     prog = f"dense-encoders pretrain {architecture or '{' + ','.join(ARCHITECTURE_NAMES) + '}'}"
-    parser = make_parser(prog, PRETRAIN_DESCRIPTION, PRETRAIN_EXAMPLES, dataclasses, usage=f"{prog} [FLAGS]")
-    # the architecture is the first argument; a config file's `architecture` must agree with it
-    next(action for action in parser._actions if action.dest == "architecture").help = argparse.SUPPRESS
-    return parser
+    # the architecture is the first argument (its flag is not listed); a config file's `architecture` must agree
+    hidden = {"architecture", *options.pop("hidden", ())}
+    return make_parser(prog, PRETRAIN_DESCRIPTION, PRETRAIN_EXAMPLES, dataclasses, usage=f"{prog} [FLAGS]",
+                       hidden=hidden, **options)
 
 
 def build_pretrain_parser():
@@ -83,19 +81,14 @@ def build_pretrain_help_parser(argv: list[str]):
     )
 
     architecture = argv[0] if argv and argv[0] in ARCHITECTURE_NAMES else None
-    parser = add_training_arguments(_pretrain_parser((PreTrainingSetup, PreTrainingTrainerFields), architecture))
     if architecture is None:
-        parser._optionals.title = ("options of every architecture (`dense-encoders pretrain ARCHITECTURE --help`: one "
-                                   "architecture's)")
+        options = dict(group_title="options of every architecture (`dense-encoders pretrain ARCHITECTURE --help`: "
+                       "one architecture's)")
     else:
-        parser._optionals.title = f"{architecture} options"
-        hidden = unread_fields(architecture)
-        for action in parser._actions:
-            if action.dest in hidden:
-                action.help = argparse.SUPPRESS
-            elif action.dest == "preset":
-                action.help = preset_help(architecture)
-    return parser
+        options = dict(group_title=f"{architecture} options", hidden=unread_fields(architecture),
+                       help_texts={"preset": preset_help(architecture)})
+    return add_training_arguments(_pretrain_parser((PreTrainingSetup, PreTrainingTrainerFields), architecture,
+                                                   **options))
 
 
 def pretrain(argv: list[str]) -> int:
@@ -183,10 +176,9 @@ DISTILL_DESCRIPTION = (
     "Information Retrieval, Sec. 3.4). Its own options come first, then every TrainingArguments flag.")
 
 
-def _distill_parser(dataclasses: tuple):
+def _distill_parser(dataclasses: tuple, **options):
     prog = "dense-encoders distill"
-    parser = make_parser(prog, DISTILL_DESCRIPTION, DISTILL_EXAMPLES, dataclasses, usage=f"{prog} [FLAGS]")
-    return adopt_flags(parser, add_trust_remote_code_flag, ("help",))
+    return make_parser(prog, DISTILL_DESCRIPTION, DISTILL_EXAMPLES, dataclasses, usage=f"{prog} [FLAGS]", **options)
 
 
 def build_distill_parser():
@@ -202,9 +194,8 @@ def build_distill_help_parser(argv: list[str]):
     """``distill --help``: its own options, then every ``TrainingArguments`` flag, without importing torch."""
     from ..settings.distillation import DistillationSetup, DistillationTrainerFields
 
-    parser = _distill_parser((DistillationSetup, DistillationTrainerFields))
-    parser._optionals.title = "distill options"
-    return add_training_arguments(parser)
+    return add_training_arguments(_distill_parser((DistillationSetup, DistillationTrainerFields),
+                                                  group_title="distill options"))
 
 
 def distill(argv: list[str]) -> int:
@@ -344,9 +335,9 @@ examples:
 
 
 def build_infuse_parser():
-    from ..settings.infusion import POSITIVE_FIELDS, InfusionArguments
+    from ..settings.infusion import InfusionArguments
 
-    parser = make_parser(
+    return make_parser(
         "dense-encoders infuse",
         "Build a dual encoder from a cross-encoder's embeddings and first layer(s) (DE-2-CE of "
         "Can Cross Encoders Produce Useful Sentence Embeddings?), train it, and optionally report "
@@ -354,9 +345,6 @@ def build_infuse_parser():
         INFUSE_EXAMPLES,
         (InfusionArguments,),
     )
-    set_types(parser, positive_int, *POSITIVE_FIELDS)
-    adopt_flags(parser, add_trust_remote_code_flag, ("help",))
-    return adopt_flags(parser, add_graded_pair_flags)
 
 
 def infuse(argv: list[str]) -> int:
