@@ -167,6 +167,38 @@ def test_defaults_appear_in_the_printed_help(capsys):
         assert f"(default: {default})" in text, (flag, text)
 
 
+@pytest.mark.parametrize("command", ["evaluate", "infuse", "distill", "pretrain"])
+def test_boolean_fields_show_as_switches_and_still_take_a_value(command, capsys):
+    """Each boolean field of the command's dataclasses is listed as a bare switch (``--no-progress``, not
+    ``--no-progress [NO_PROGRESS]``), in the usage line too, and ``--x``, ``--x false`` and ``--x=true`` parse."""
+    import dataclasses
+
+    from dense_encoders.settings.distillation import DistillationSetup, DistillationTrainerFields
+    from dense_encoders.settings.evaluation import EvaluationArguments
+    from dense_encoders.settings.infusion import InfusionArguments
+    from dense_encoders.settings.pretraining import PreTrainingSetup, PreTrainingTrainerFields
+
+    classes = {"evaluate": (EvaluationArguments,), "infuse": (InfusionArguments,),
+               "distill": (DistillationSetup, DistillationTrainerFields),
+               "pretrain": (PreTrainingSetup, PreTrainingTrainerFields)}[command]
+    booleans = {"--" + field.name.replace("_", "-") for cls in classes for field in dataclasses.fields(cls)
+                if field.type in (bool, "bool")}
+    assert booleans
+    assert cli.main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    shown = booleans | ({"--bf16", "--use-cpu"} if command in ("distill", "pretrain") else set())  # TrainingArguments'
+    for flag in shown:
+        assert f"{flag} [" not in out, flag  # no optional value shown, in the usage line nor in the list
+        assert re.search(rf"\n  {flag}(  |\n)", out), flag  # listed bare: the text follows, or the next line
+    parser = cli.PARSERS[command]()
+    required = {"evaluate": ["m", "d"], "infuse": ["--cross-encoder", "c", "--train-data", "d", "--output-dir", "o"]}
+    for flag in sorted(booleans):
+        dest = flag[2:].replace("-", "_")
+        for given, value in [([flag], True), ([flag, "false"], False), ([f"{flag}=true"], True), ([flag, "0"], False)]:
+            namespace, _ = parser.parse_known_args([*required.get(command, []), *given])
+            assert getattr(namespace, dest) is value, given
+
+
 def test_no_late_mlm_says_what_it_turns_off():
     listed = shown(help_parser(["pretrain", "condenser"]))
     assert listed["--no-late-mlm"][1] == "Same as --late-mlm false."
