@@ -62,12 +62,15 @@ def shown_default(value) -> str | None:
     return str(value) if str(value) != "" else None
 
 
-def help_with_default(text: str | None, keywords: Mapping) -> str | None:
+def help_with_default(text: str | None, keywords: Mapping, switch: bool = False) -> str | None:
     """A flag's help (``text``) ending with the default of the ``add_argument`` ``keywords`` (``(default: 32)``),
-    unless the text already speaks of its default or the flag takes no value (``store_true``: off unless given)."""
+    unless the text already speaks of its default or the flag takes no value (``store_true``: off unless given),
+    or is a ``switch`` that is off unless given (a boolean field whose default is false)."""
     if text == argparse.SUPPRESS:
         return text
     takes_value = keywords.get("action", "store") not in VALUELESS_ACTIONS and keywords.get("nargs") != 0
+    if switch and keywords.get("default") is False:
+        takes_value = False
     shown = shown_default(keywords.get("default")) if takes_value else None
     if shown is None or "default" in (text or "").lower():
         return text
@@ -138,7 +141,7 @@ class CommandParser(argparse.ArgumentParser):
             keywords["help"] = argparse.SUPPRESS
         elif dest in self.help_texts:
             keywords["help"] = self.help_texts[dest]
-        keywords["help"] = help_with_default(keywords.get("help"), keywords)
+        keywords["help"] = help_with_default(keywords.get("help"), keywords, self.is_switch(keywords))
         return names, keywords
 
     def parse_known_args(self, args=None, namespace=None):

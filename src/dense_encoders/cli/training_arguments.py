@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .arguments import CommandParser
 
-FORMAT = "dense-encoders/training-arguments-flags/2"
+FORMAT = "dense-encoders/training-arguments-flags/3"
 
 
 def _version(package: str) -> str:
