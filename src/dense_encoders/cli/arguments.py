@@ -145,9 +145,10 @@ class CommandParser(argparse.ArgumentParser):
         return names, keywords
 
     def parse_known_args(self, args=None, namespace=None):
-        """argparse's ``parse_known_args``, reading ``--foo_bar`` as ``--foo-bar``."""
+        """argparse's ``parse_known_args``, reading ``--foo_bar`` as ``--foo-bar`` and a switch followed by anything
+        but a boolean word as the switch alone (:func:`switches_alone`)."""
         args = sys.argv[1:] if args is None else list(args)
-        return super().parse_known_args(normalize_flags(self, args), namespace)
+        return super().parse_known_args(switches_alone(self, normalize_flags(self, args)), namespace)
 
     @contextlib.contextmanager
     def _switches_shown_bare(self):
@@ -208,6 +209,25 @@ def normalize_flags(parser: CommandParser, argv: list[str]) -> list[str]:
                 token = _dashed(name) + equals + value
         normalized.append(token)
     return normalized
+
+
+# what a boolean field's flag reads as its value (transformers.hf_argparser.string_to_bool, any case)
+BOOLEAN_WORDS = frozenset({"yes", "true", "t", "y", "1", "no", "false", "f", "n", "0"})
+
+
+def switches_alone(parser: CommandParser, argv: list[str]) -> list[str]:
+    """``argv`` with each switch that is not followed by a boolean word spelt ``--x=true``: a boolean field's flag
+    takes an optional value (``--bf16 False``), and would otherwise take the positional argument after it
+    (``encode --normalize MODEL TEXTS``) as that value. Everything after ``--`` is left as it is."""
+    spelt = []
+    for index, token in enumerate(argv):
+        if token == "--":
+            return spelt + argv[index:]
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if parser.flags.get(token) in parser.switches and (following is None or following.lower() not in BOOLEAN_WORDS):
+            token += "=true"
+        spelt.append(token)
+    return spelt
 
 
 def read_config(path: str | Path) -> dict:
@@ -361,4 +381,5 @@ __all__ = [
     "parse",
     "read_config",
     "shown_default",
+    "switches_alone",
 ]
