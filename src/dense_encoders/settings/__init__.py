@@ -7,8 +7,8 @@ with :mod:`.losses` (the options the distillation losses take), :mod:`.infusion`
 (``bench``'s sizes, choices and flags) and :mod:`.recipes`; :mod:`.training` holds the fields every trainer's
 ``TrainingArguments`` adds, :mod:`.datasets` and :mod:`.models` the fields several entry points share, and
 :mod:`.values` the checks of single values their ``__post_init__`` share (the command line parses these dataclasses
-with transformers' ``HfArgumentParser`` and checks nothing twice). The library modules that run these settings (``trainer/``,
-``evaluation/``, ``quickstart``, ``benchmarking/``) import them from here, and re-export them.
+with transformers' ``HfArgumentParser`` and checks nothing twice). The library modules that run these settings
+(``trainer/``, ``evaluation/``, ``quickstart``, ``benchmarking/``) import them from here, and re-export them.
 
 These modules import no torch, no transformers and no model code at import time (only ``dataclasses``,
 :mod:`dense_encoders.recipes`, :mod:`dense_encoders.vectors` and the models' preset tables), so that the command
