@@ -1,12 +1,11 @@
-"""Checks the command line runs before any model loads: model paths, devices, positive numbers.
-
-Each raises ``ValueError`` with one line naming the value, the flag and the fix; ``cli.main`` prints it
-(exit code 2) unless ``--debug`` is given.
+"""Checks the command line runs before any model loads, of what a value alone does not tell: model paths (a folder
+here, or a Hub id) and devices (present on this machine). The values themselves are checked by the settings
+dataclasses (:mod:`dense_encoders.settings`). Each raises ``ValueError`` with one line naming the value, the flag and
+the fix; ``cli.main`` prints it (exit code 2) unless ``--debug`` is given.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 from pathlib import Path
@@ -83,69 +82,4 @@ def check_device(value: str | None, flag: str = "--device") -> None:
         raise ValueError(f"{flag} {value}: MPS is not available on this machine; use --device cpu")
 
 
-def _checked(text: str, read, problem, kind: str):
-    """argparse ``type``: ``text`` read by ``read`` and checked by a settings ``problem`` function
-    (:mod:`dense_encoders.settings.values`, which the settings dataclasses check with)."""
-    try:
-        value = read(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
-    found = problem(value)
-    if found is not None:
-        raise argparse.ArgumentTypeError(found)
-    return value
-
-
-def positive_int(text: str) -> int:
-    """argparse ``type``: an integer >= 1."""
-    from ..settings.values import positive_integer_problem
-
-    return _checked(text, int, positive_integer_problem, "an integer")
-
-
-def pair_threshold(text: str) -> float:
-    """argparse ``type`` of ``--pair-threshold``: a fraction of the score scale in (0, 1]."""
-    from ..settings.values import pair_threshold_problem
-
-    return _checked(text, float, pair_threshold_problem, "a number")
-
-
-def pair_scale(text: str) -> float:
-    """argparse ``type`` of ``--pair-scale``: the largest possible score (1, 5 for STSB), a positive number."""
-    from ..settings.datasets import whole_scale
-    from ..settings.values import pair_scale_problem
-
-    return whole_scale(_checked(text, float, pair_scale_problem, "a number"))
-
-
-def add_trust_remote_code_flag(parser: argparse.ArgumentParser) -> None:
-    """``--trust-remote-code``: consent to run code a model folder or Hub repository carries or names, on every
-    command that loads a model (the commands built on dataclasses declare the field with
-    :func:`~dense_encoders.settings.models.trust_remote_code_field`, the same flag and help)."""
-    from ..settings.models import TRUST_REMOTE_CODE_HELP
-
-    parser.add_argument("--trust-remote-code", action="store_true", help=TRUST_REMOTE_CODE_HELP)
-
-
-def add_dataset_revision_flag(parser: argparse.ArgumentParser) -> None:
-    """``--dataset-revision``: the revision of a dataset named by Hub id, on every command that takes a dataset (the
-    commands built on dataclasses declare the field with
-    :func:`~dense_encoders.settings.datasets.dataset_revision_field`, the same flag and help)."""
-    from ..settings.datasets import DATASET_REVISION_FLAG, DATASET_REVISION_HELP
-
-    parser.add_argument(DATASET_REVISION_FLAG, dest="dataset_revision", metavar="REV", help=DATASET_REVISION_HELP)
-
-
-def add_graded_pair_flags(parser: argparse.ArgumentParser) -> None:
-    """``--pair-threshold`` and ``--pair-scale``: how a graded pairs file (sentence1, sentence2, score) becomes a
-    retrieval task. Both default to None (threshold 0.5, scale inferred) so that other data can refuse them (the
-    commands built on dataclasses declare the fields with :func:`~dense_encoders.settings.datasets.pair_threshold_field`
-    and :func:`~dense_encoders.settings.datasets.pair_scale_field`)."""
-    from ..settings.datasets import PAIR_SCALE_HELP, PAIR_THRESHOLD_HELP
-
-    parser.add_argument("--pair-threshold", type=pair_threshold, metavar="FRACTION", help=PAIR_THRESHOLD_HELP)
-    parser.add_argument("--pair-scale", type=pair_scale, metavar="MAX", help=PAIR_SCALE_HELP)
-
-
-__all__ = ["DEVICE_CHOICES", "add_dataset_revision_flag", "add_graded_pair_flags", "add_trust_remote_code_flag",
-           "check_device", "check_model", "pair_scale", "pair_threshold", "positive_int"]
+__all__ = ["DEVICE_CHOICES", "check_device", "check_model"]

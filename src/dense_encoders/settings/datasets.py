@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import field
 
-DATASET_REVISION_FLAG = "--dataset-revision"
 DATASET_REVISION_HELP = (
     "Revision of a dataset given by Hub id (BeIR/scifact, mteb/scifact): a branch, tag or commit of the dataset's "
     "repository (default: main; BEIR's companion <id>-qrels is read at its main). The commit read is recorded. Not "
@@ -45,5 +44,5 @@ def whole_scale(scale: float | None) -> float | int | None:
     return int(scale) if scale is not None and float(scale).is_integer() else scale
 
 
-__all__ = ["DATASET_REVISION_FLAG", "DATASET_REVISION_HELP", "PAIRS_PAPER", "PAIR_SCALE_HELP", "PAIR_THRESHOLD_HELP",
+__all__ = ["DATASET_REVISION_HELP", "PAIRS_PAPER", "PAIR_SCALE_HELP", "PAIR_THRESHOLD_HELP",
            "dataset_revision_field", "pair_scale_field", "pair_threshold_field", "whole_scale"]

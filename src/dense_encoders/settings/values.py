@@ -2,8 +2,7 @@
 
 Each ``*_problem`` function says why a value is not valid (``None`` when it is); :func:`check_fields` raises it as
 ``ValueError`` naming the flag as argparse names one (``argument --k: must be a positive integer, got 0``), which the
-command line prints as its one-line error. The command line's own ``type`` functions for flags declared without a
-dataclass (:mod:`dense_encoders.cli.checks`) call the same functions.
+command line prints as its one-line error.
 """
 
 from __future__ import annotations
