@@ -127,6 +127,19 @@ def test_dashed_and_underscored_flags_parse_to_the_same_values(command):
         assert (args.num_copied_layers, args.also_random, args.output_dir) == (2, True, "runs/x")
 
 
+def test_a_switch_before_a_positional_argument_leaves_it_positional():
+    """A boolean field's flag takes an optional value (``--normalize false``), but a positional argument after it
+    stays one: ``encode --normalize MODEL TEXTS`` (a ``store_true`` flag before the settings were dataclasses)."""
+    options, positionals = parse(cli.PARSERS["encode"](), ["--normalize", "model", "texts", "--output", "o"])
+    assert options.normalize is True and (positionals.model, positionals.texts) == ("model", "texts")
+    options, positionals = parse(cli.PARSERS["encode"](), ["--normalize", "No", "model", "texts", "--output", "o"])
+    assert options.normalize is False and (positionals.model, positionals.texts) == ("model", "texts")
+    args, positionals = parse(cli.PARSERS["evaluate"](), ["--no-progress", "m", "d", "--trust-remote-code"])
+    assert (args.no_progress, args.trust_remote_code, positionals.model, positionals.data) == (True, True, "m", "d")
+    _, args = parse(cli.PARSERS["distill"](), ["--student", "s", "--train-file", "t", "--use-cpu", "--bf16", "False"])
+    assert (args.use_cpu, args.bf16) == (True, False)
+
+
 @pytest.mark.parametrize("command", sorted(cli.COMMANDS))
 def test_every_flag_of_every_subcommand_takes_both_spellings(command):
     parser = cli.PARSERS[command]()

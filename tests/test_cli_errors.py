@@ -189,6 +189,27 @@ def test_evaluate_numbers_are_checked_before_encoding(flag, value, tmp_path, bei
     assert not output.exists()
 
 
+def test_the_settings_check_their_values_with_the_command_lines_message():
+    """The checks live in the settings dataclasses (one copy): the Python API refuses what the command line refuses,
+    with the message the command line prints (``tests/test_graded_pairs.py``, above)."""
+    from dense_encoders.settings.evaluation import EvaluationArguments
+    from dense_encoders.settings.infusion import InfusionArguments
+
+    required = dict(cross_encoder="ce", train_data="d", output_dir="o")
+    for settings, message in [
+        (lambda: EvaluationArguments(k=0), "argument --k: must be a positive integer, got 0"),
+        (lambda: EvaluationArguments(batch_size=True), "argument --batch-size: must be a positive integer, got True"),
+        (lambda: EvaluationArguments(pair_threshold=2.5), "argument --pair-threshold: 2.5 is not in (0, 1]"),
+        (lambda: EvaluationArguments(pair_scale=0), "argument --pair-scale: 0: give the largest possible score"),
+        (lambda: InfusionArguments(**required, max_length=0), "argument --max-length: must be a positive integer"),
+        (lambda: InfusionArguments(**required, pair_threshold=0.0), "argument --pair-threshold: 0 is not in (0, 1]"),
+    ]:
+        with pytest.raises(ValueError) as error:
+            settings()
+        assert str(error.value).startswith(message), str(error.value)
+    assert EvaluationArguments(pair_scale=5.0).pair_scale == 5 and InfusionArguments(**required).batch_size == 32
+
+
 def test_debug_brings_the_traceback_back(tmp_path, beir, capsys, monkeypatch, no_loading):
     missing = str(tmp_path / "missing")
     with pytest.raises(ValueError, match="no such folder"):

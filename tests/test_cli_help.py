@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO_ROOT, cpu_only_env
 
 from dense_encoders import cli
-from dense_encoders.cli.arguments import DashedHelpFormatter, expand_recipe, normalize_flags, shown_default
+from dense_encoders.cli.arguments import expand_recipe, normalize_flags, shown_default
 from dense_encoders.settings.pretraining import (
     ARCHITECTURE_NAMES,
     ARCHITECTURES_OF_FIELD,
@@ -86,7 +86,7 @@ def help_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 def shown(parser: argparse.ArgumentParser) -> dict[str, tuple]:
     """Each flag help lists (by its dashed spelling): its spellings, text as printed, choices, number of values."""
-    formatter = DashedHelpFormatter(parser.prog)
+    formatter = parser.formatter_class(parser.prog)
     listed = {}
     for action in parser._actions:
         if not action.option_strings or action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
@@ -145,9 +145,10 @@ def test_every_flag_has_a_text_with_its_default_and_no_two_read_alike(argv):
     missing = [flag for flag, (_, text, *_) in listed.items() if not text.strip()]
     assert not missing, f"no help text: {missing}"
     parser = help_parser(argv)
-    for action in parser._actions:
+    off_switches = [action for action in getattr(parser, "switches", []) if action.default is False]
+    for action in parser._actions:  # every flag that takes a value (a switch off unless given takes none)
         if action.option_strings and action.help != argparse.SUPPRESS and action.nargs != 0:
-            if shown_default(action.default) is not None:
+            if shown_default(action.default) is not None and action not in off_switches:
                 text = listed[action.option_strings[0]][1]
                 assert "default" in text.lower(), (action.option_strings[0], text)
     by_text: dict[str, list[str]] = {}
@@ -165,6 +166,38 @@ def test_defaults_appear_in_the_printed_help(capsys):
                           ("--sampling", "random"), ("--query-max-length", "32"), ("--document-max-length", "512")]:
         text = out.split(f" {flag} ", 1)[1].split(" --", 1)[0]
         assert f"(default: {default})" in text, (flag, text)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "infuse", "distill", "pretrain"])
+def test_boolean_fields_show_as_switches_and_still_take_a_value(command, capsys):
+    """Each boolean field of the command's dataclasses is listed as a bare switch (``--no-progress``, not
+    ``--no-progress [NO_PROGRESS]``), in the usage line too, and ``--x``, ``--x false`` and ``--x=true`` parse."""
+    import dataclasses
+
+    from dense_encoders.settings.distillation import DistillationSetup, DistillationTrainerFields
+    from dense_encoders.settings.evaluation import EvaluationArguments
+    from dense_encoders.settings.infusion import InfusionArguments
+    from dense_encoders.settings.pretraining import PreTrainingSetup, PreTrainingTrainerFields
+
+    classes = {"evaluate": (EvaluationArguments,), "infuse": (InfusionArguments,),
+               "distill": (DistillationSetup, DistillationTrainerFields),
+               "pretrain": (PreTrainingSetup, PreTrainingTrainerFields)}[command]
+    booleans = {"--" + field.name.replace("_", "-") for cls in classes for field in dataclasses.fields(cls)
+                if field.type in (bool, "bool")}
+    assert booleans
+    assert cli.main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    shown = booleans | ({"--bf16", "--use-cpu"} if command in ("distill", "pretrain") else set())  # TrainingArguments'
+    for flag in shown:
+        assert f"{flag} [" not in out, flag  # no optional value shown, in the usage line nor in the list
+        assert re.search(rf"\n  {flag}(  |\n)", out), flag  # listed bare: the text follows, or the next line
+    parser = cli.PARSERS[command]()
+    required = {"evaluate": ["m", "d"], "infuse": ["--cross-encoder", "c", "--train-data", "d", "--output-dir", "o"]}
+    for flag in sorted(booleans):
+        dest = flag[2:].replace("-", "_")
+        for given, value in [([flag], True), ([flag, "false"], False), ([f"{flag}=true"], True), ([flag, "0"], False)]:
+            namespace, _ = parser.parse_known_args([*required.get(command, []), *given])
+            assert getattr(namespace, dest) is value, given
 
 
 def test_no_late_mlm_says_what_it_turns_off():

@@ -505,11 +505,16 @@ def test_main_with_beir_folder(teacher_setup, expected_lines, tmp_path, capsys):
 
 
 def test_main_argument_errors(tmp_path, capsys):
-    with pytest.raises(SystemExit) as error:
+    # checked by TeacherScoringSettings.__post_init__ (dense-encoders prints them as one line, exit code 2)
+    with pytest.raises(ValueError, match=r"^give --data BEIR_FOLDER, or both --queries and --corpus$"):
         main(["m", "--run", "r", "--output", "o"])
-    assert error.value.code == 2
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match=r"^give either --data or --queries with --corpus, not both$"):
         main(["m", "--run", "r", "--output", "o", "--data", "x", "--queries", "q", "--corpus", "c"])
+    with pytest.raises(ValueError, match=r"^argument --top-k: must be a positive integer, got 0$"):
+        main(["m", "--run", "r", "--output", "o", "--data", "x", "--top-k", "0"])
+    with pytest.raises(SystemExit) as error:
+        main(["m", "--output", "o", "--data", "x"])  # --run is required: argparse's one-line error
+    assert error.value.code == 2 and "the following arguments are required: --run" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "score-teacher" in capsys.readouterr().out

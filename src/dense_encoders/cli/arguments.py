@@ -1,8 +1,17 @@
 """The conventions every subcommand shares: dashed flags with underscore aliases, and ``--config FILE``.
 
-Every subcommand builds its parser with :func:`make_parser` (an ``argparse.ArgumentParser``, or
-transformers' ``HfArgumentParser`` for the ``TrainingArguments`` commands) and reads its command
-line with :func:`parse`, which does, in this order:
+Every subcommand's parser is a :class:`CommandParser` (built by :func:`make_parser`); a command whose settings are
+dataclasses (:mod:`dense_encoders.settings`) gets a :class:`~.dataclass_parser.DataclassParser`, transformers'
+``HfArgumentParser`` with the same conventions, which declares the flags from the fields, their types and metadata;
+the fields' values are checked in the dataclasses' ``__post_init__``. Each flag is declared once, dashed
+(``--output-dir``); ``--output_dir`` is read as the same flag (:func:`normalize_flags`), so ``TrainingArguments``
+users keep their habits. Each flag's help ends with its default; a boolean field shows as a switch
+(``--no-progress``) although it also takes a value (``--bf16 False``); ``TrainingArguments``' own ``debug`` field
+is ``--trainer-debug``, since ``--debug`` (anywhere on the command line) means full tracebacks. All of this goes
+through the public API of argparse and ``HfArgumentParser``: ``add_argument``, the attributes of the actions it
+returns, ``parse_known_args``, ``format_help`` and ``error``. A command without dataclasses imports no transformers.
+
+:func:`parse` reads a subcommand's command line, in this order:
 
 1. ``--config FILE`` (JSON or YAML mapping of flag names to values, ``args`` for positionals) becomes
    flags placed before the command line's own, so explicit flags win (:func:`expand_config_file`).
@@ -10,24 +19,17 @@ line with :func:`parse`, which does, in this order:
 2. ``--recipe NAME`` (on the command line or in the config file; commands that train) puts a paper's
    recipe (:mod:`dense_encoders.recipes`) before both, so the config file and the command line override
    it (:func:`expand_recipe`).
-3. Flags are normalised to the spelling the parser knows (:func:`normalize_flags`): ``--output_dir``
-   and ``--output-dir`` are the same flag for every subcommand, so ``TrainingArguments`` users keep
-   their habits. ``--help`` shows the dashed spelling only.
-4. The parser parses: a namespace, or the dataclasses of an ``HfArgumentParser``.
-
-Every parser's help shows each flag once, dashed, with its default (:class:`DashedHelpFormatter`); an
-``HfArgumentParser``'s ``--no-X`` switch says what it turns off, and ``TrainingArguments``' own ``debug`` field is
-``--trainer-debug``, since ``--debug`` (anywhere on the command line) means full tracebacks
-(:func:`finish_parser`). Nothing here imports transformers until a parser over dataclasses is built.
+3. The parser parses (either flag spelling): a namespace, or the dataclasses of the parser.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import contextlib
 import json
-import re
+import sys
 import textwrap
+from collections.abc import Collection, Mapping
 from enum import Enum
 from pathlib import Path
 
@@ -36,6 +38,11 @@ import yaml
 from ..recipes import load_recipe
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+# add_argument actions that take no value: their help shows no default (off unless given)
+VALUELESS_ACTIONS = ("store_true", "store_false", "store_const", "append_const", "count", "help", "version")
+TRAINER_DEBUG_FLAG = "--trainer-debug"
+TRAINER_DEBUG_HELP = ("TrainingArguments' debug field, spelt --trainer-debug here because --debug shows full "
+                      "tracebacks: ")
 
 
 def _dashed(option: str) -> str:
@@ -55,38 +62,125 @@ def shown_default(value) -> str | None:
     return str(value) if str(value) != "" else None
 
 
-class DashedHelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Help that lists each flag once, dashed (``--output-dir``), although ``--output_dir`` is accepted too, and
-    ends each flag's text with its default (``(default: 32)``) unless the text already speaks of its default or the
-    flag is a switch (``store_true``: off unless given)."""
-
-    def _format_action_invocation(self, action):
-        if action.option_strings:
-            action = copy.copy(action)
-            action.option_strings = [option for option in action.option_strings
-                                     if option == _dashed(option) or _dashed(option) not in action.option_strings]
-        return super()._format_action_invocation(action)
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        shown = None if action.nargs == 0 or not action.option_strings else shown_default(action.default)
-        if shown is None or "default" in text.lower():
-            return text
-        return f"{text} (default: {shown.replace('%', '%%')})".lstrip()
+def help_with_default(text: str | None, keywords: Mapping, switch: bool = False) -> str | None:
+    """A flag's help (``text``) ending with the default of the ``add_argument`` ``keywords`` (``(default: 32)``),
+    unless the text already speaks of its default or the flag takes no value (``store_true``: off unless given),
+    or is a ``switch`` that is off unless given (a boolean field whose default is false)."""
+    if text == argparse.SUPPRESS:
+        return text
+    takes_value = keywords.get("action", "store") not in VALUELESS_ACTIONS and keywords.get("nargs") != 0
+    if switch and keywords.get("default") is False:
+        takes_value = False
+    shown = shown_default(keywords.get("default")) if takes_value else None
+    if shown is None or "default" in (text or "").lower():
+        return text
+    return f"{text or ''} (default: {shown.replace('%', '%%')})".lstrip()
 
 
-def dashed_first(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Put each flag's dashed spelling first, which is the one usage lines show."""
-    for action in parser._actions:
-        action.option_strings.sort(key=lambda option: option != _dashed(option))
-    return parser
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser, which declares every flag by its dashed spelling, reads the underscore spelling as the
+    same flag, ends each flag's help with its default, shows boolean fields as switches, names
+    ``TrainingArguments.debug`` ``--trainer-debug`` and reports errors in one line.
+
+    ``hidden``: the fields (dests) whose flags parse but are not listed in ``--help``; ``help_texts``: dest -> the
+    help to show instead of the field's own; ``group_title``: the title of the section listing the flags (default:
+    argparse's ``options``). ``flags`` maps each flag (dashed) to its action, ``positionals`` lists the positional
+    arguments and ``switches`` the boolean fields (``--x`` alone is true; ``--x false`` takes a value)."""
+
+    def __init__(self, *args, hidden: Collection[str] = (), help_texts: Mapping[str, str] | None = None,
+                 group_title: str | None = None, **settings):
+        self.flags: dict[str, argparse.Action] = {}
+        self.positionals: list[argparse.Action] = []
+        self.switches: list[argparse.Action] = []
+        self.hidden_dests, self.help_texts = frozenset(hidden), dict(help_texts or {})
+        self.group_title, self.titled_group = group_title, None
+        settings.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **settings)
+
+    def add_argument(self, *names: str, group=None, **keywords) -> argparse.Action:
+        """``argparse``'s ``add_argument`` (into ``group`` when given: an argument group of this parser), with the
+        conventions of the command line: one dashed spelling per flag, ``--trainer-debug``, the help of a ``--no-X``
+        switch, hidden flags, and the default in the help text."""
+        optional = any(name.startswith("-") for name in names)
+        if optional:
+            names, keywords = self._spelled(names, keywords)
+        if group is None and self.group_title is not None:
+            if self.titled_group is None:
+                self.titled_group = self.add_argument_group(self.group_title)
+            group = self.titled_group
+        add = super().add_argument if group is None else group.add_argument
+        action = add(*names, **keywords)
+        if not optional:
+            self.positionals.append(action)
+        elif keywords.get("action") not in ("help", "version"):
+            self.flags.update(dict.fromkeys(action.option_strings, action))
+            if self.is_switch(keywords):
+                self.switches.append(action)
+        return action
+
+    def is_switch(self, keywords: Mapping) -> bool:
+        """Whether ``add_argument(**keywords)`` declares a boolean that is shown as a switch although it takes an
+        optional value (``HfArgumentParser``'s boolean fields: :class:`~.dataclass_parser.DataclassParser`)."""
+        return False
+
+    def _spelled(self, names: tuple[str, ...], keywords: dict) -> tuple[tuple[str, ...], dict]:
+        keywords = dict(keywords)
+        long_names = [name for name in names if name.startswith("--")]
+        if long_names and "dest" not in keywords:  # argparse's dest: the first long spelling, as declared
+            keywords["dest"] = long_names[0][2:].replace("-", "_")
+        dest = keywords.get("dest")
+        if "--debug" in names:  # TrainingArguments.debug: --debug is the command line's (full tracebacks)
+            names = tuple(TRAINER_DEBUG_FLAG if name == "--debug" else name for name in names)
+            keywords["help"] = TRAINER_DEBUG_HELP + (keywords.get("help") or "")
+        names = tuple(dict.fromkeys(_dashed(name) for name in names))
+        negated = next((name for name in names if name.startswith("--no-")), None)
+        positive = self.flags.get("--" + negated[len("--no-"):]) if negated else None
+        if keywords.get("action") == "store_false" and positive is not None and positive.dest == dest:
+            keywords["help"] = f"Same as {positive.option_strings[0]} false."
+        if dest in self.hidden_dests:
+            keywords["help"] = argparse.SUPPRESS
+        elif dest in self.help_texts:
+            keywords["help"] = self.help_texts[dest]
+        keywords["help"] = help_with_default(keywords.get("help"), keywords, self.is_switch(keywords))
+        return names, keywords
+
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's ``parse_known_args``, reading ``--foo_bar`` as ``--foo-bar`` and a switch followed by anything
+        but a boolean word as the switch alone (:func:`switches_alone`)."""
+        args = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(switches_alone(self, normalize_flags(self, args)), namespace)
+
+    @contextlib.contextmanager
+    def _switches_shown_bare(self):
+        """While help is formatted: each boolean field as the switch it is used as (``--no-progress``), not with
+        its optional value (``--no-progress [NO_PROGRESS]``)."""
+        for action in self.switches:
+            action.nargs = 0
+        try:
+            yield
+        finally:
+            for action in self.switches:
+                action.nargs = "?"
+
+    def format_usage(self) -> str:
+        with self._switches_shown_bare():
+            return super().format_usage()
+
+    def format_help(self) -> str:
+        with self._switches_shown_bare():
+            return super().format_help()
+
+    def error(self, message: str):
+        """Flag errors as one line (``prog: error: argument --k: ... (see --help)``, exit code 2), not the usage."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def make_parser(prog: str, description: str, examples: str, dataclasses: tuple = (),
-                usage: str | None = None) -> argparse.ArgumentParser:
-    """A subcommand's parser: ``HfArgumentParser`` over ``dataclasses`` when given, else argparse's own;
-    dashed help with defaults, and the ``--config`` and ``--debug`` conventions stated under the examples.
-    ``usage`` replaces argparse's usage line (which would list every flag)."""
+                usage: str | None = None, **options) -> CommandParser:
+    """A subcommand's parser: a :class:`~.dataclass_parser.DataclassParser` over ``dataclasses`` when given, else a
+    :class:`CommandParser`, with the ``--config`` and ``--debug`` conventions stated under the examples. ``usage``
+    replaces argparse's usage line (which would list every flag); ``options`` go to :class:`CommandParser`
+    (``hidden``, ``help_texts``, ``group_title``)."""
     epilog = examples.rstrip("\n") + (
         "\n\nEvery flag may also come from --config FILE (JSON or YAML: flag names to values, `args` for "
         "positionals);\nflags on the command line win. --foo-bar and --foo_bar are the same flag. --debug "
@@ -94,105 +188,46 @@ def make_parser(prog: str, description: str, examples: str, dataclasses: tuple =
     )
     if "\n" not in description:  # argparse prints a raw description as it is: one line per paragraph
         description = textwrap.fill(description, width=100, break_on_hyphens=False)
-    settings = dict(prog=prog, description=description, epilog=epilog, formatter_class=DashedHelpFormatter,
-                    usage=usage)
+    settings = dict(prog=prog, description=description, epilog=epilog, usage=usage, **options)
     if dataclasses:
-        from transformers import HfArgumentParser  # imports transformers (not torch): only where dataclasses are
+        from .dataclass_parser import DataclassParser  # imports transformers (not torch): only where dataclasses are
 
-        return one_line_errors(finish_parser(HfArgumentParser(dataclasses, **settings)))
-    return one_line_errors(argparse.ArgumentParser(**settings))
-
-
-TRAINER_DEBUG_HELP = ("TrainingArguments' debug field, spelt --trainer-debug here because --debug shows full "
-                      "tracebacks: ")
+        return DataclassParser(dataclasses, **settings)
+    return CommandParser(**settings)
 
 
-def finish_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """An ``HfArgumentParser``'s flags as the command line shows them (again after flags were added): the dashed
-    spelling first; each ``--no-X`` switch saying that it turns ``--X`` off (transformers gives it ``--X``'s
-    text); ``TrainingArguments.debug`` as ``--trainer-debug``, ``--debug`` being the command line's own."""
-    dashed_first(parser)
-    debug = parser._option_string_actions.get("--debug")
-    if debug is not None and debug.dest == "debug":
-        for option in debug.option_strings:
-            del parser._option_string_actions[option]
-        debug.option_strings = ["--trainer-debug", "--trainer_debug"]
-        parser._option_string_actions.update(dict.fromkeys(debug.option_strings, debug))
-        debug.help = TRAINER_DEBUG_HELP + (debug.help or "")
-    for action in parser._actions:
-        negated = next((option for option in action.option_strings if option.startswith("--no-")), None)
-        if isinstance(action, argparse._StoreFalseAction) and negated and action.help != argparse.SUPPRESS:
-            positive = parser._option_string_actions.get("--" + negated[len("--no-"):])
-            if positive is not None and positive.dest == action.dest:
-                action.help = f"Same as {positive.option_strings[0]} false."
-    return parser
-
-
-def _actions_by_dest(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {action.dest: action for action in parser._actions if action.option_strings}
-
-
-def set_types(parser: argparse.ArgumentParser, parse_value, *dests: str) -> argparse.ArgumentParser:
-    """Read the flags of the dataclass fields ``dests`` with ``parse_value`` (an argparse ``type`` such as
-    :func:`~dense_encoders.cli.checks.positive_int`) instead of the field's type, so that a bad value is an
-    argparse error naming the flag."""
-    actions = _actions_by_dest(parser)
-    for dest in dests:
-        actions[dest].type = parse_value
-    return parser
-
-
-def adopt_flags(parser: argparse.ArgumentParser, add_flags,
-                attributes: tuple[str, ...] = ("type", "metavar", "choices", "help")) -> argparse.ArgumentParser:
-    """Give the flags of ``parser`` that ``add_flags(argparse_parser)`` also defines that definition's
-    ``attributes`` (type, metavar, choices and help; e.g. :func:`~dense_encoders.cli.checks.add_graded_pair_flags`
-    for the ``pair_threshold`` / ``pair_scale`` fields of a dataclass; only the help of a switch, whose dataclass
-    field keeps HfArgumentParser's boolean parsing)."""
-    reference = argparse.ArgumentParser(add_help=False)
-    add_flags(reference)
-    actions = _actions_by_dest(parser)
-    for dest, model in _actions_by_dest(reference).items():
-        for name in attributes:
-            setattr(actions[dest], name, getattr(model, name))
-    return parser
-
-
-def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Flag errors as one line (``prog: error: argument --k: ... (see --help)``, exit code 2), not the usage; a flag
-    with both spellings is named by the dashed one."""
-
-    def error(message: str):
-        message = re.sub(r"^argument (--[\w-]+)(?:/--[\w-]+)+:", r"argument \1:", message)  # one spelling
-        parser.exit(2, f"{parser.prog}: error: {message} (see --help)\n")
-
-    parser.error = error
-    return parser
-
-
-def _known_options(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """Each flag of ``parser`` by its dashed spelling -> the spelling the parser registered (dashed when both)."""
-    known: dict[str, str] = {}
-    for option in parser._option_string_actions:
-        if option.startswith("--"):
-            key = _dashed(option)
-            if key not in known or option == key:
-                known[key] = option
-    return known
-
-
-def normalize_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """``argv`` with every ``--foo_bar`` / ``--foo-bar`` spelt as ``parser`` knows the flag (``--foo_bar=1``
+def normalize_flags(parser: CommandParser, argv: list[str]) -> list[str]:
+    """``argv`` with every ``--foo_bar`` spelt as ``parser`` declares the flag, ``--foo-bar`` (``--foo_bar=1``
     too); unknown flags, values and everything after ``--`` are left as they are."""
-    known, normalized = _known_options(parser), []
+    normalized = []
     for index, token in enumerate(argv):
         if token == "--":
             return normalized + argv[index:]
         if token.startswith("--"):
             name, equals, value = token.partition("=")
-            if name not in parser._option_string_actions and _dashed(name) in known:
-                token = known[_dashed(name)] + equals + value
+            if _dashed(name) in parser.flags:
+                token = _dashed(name) + equals + value
         normalized.append(token)
     return normalized
+
+
+# what a boolean field's flag reads as its value (transformers.hf_argparser.string_to_bool, any case)
+BOOLEAN_WORDS = frozenset({"yes", "true", "t", "y", "1", "no", "false", "f", "n", "0"})
+
+
+def switches_alone(parser: CommandParser, argv: list[str]) -> list[str]:
+    """``argv`` with each switch that is not followed by a boolean word spelt ``--x=true``: a boolean field's flag
+    takes an optional value (``--bf16 False``), and would otherwise take the positional argument after it
+    (``encode --normalize MODEL TEXTS``) as that value. Everything after ``--`` is left as it is."""
+    spelt = []
+    for index, token in enumerate(argv):
+        if token == "--":
+            return spelt + argv[index:]
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if parser.flags.get(token) in parser.switches and (following is None or following.lower() not in BOOLEAN_WORDS):
+            token += "=true"
+        spelt.append(token)
+    return spelt
 
 
 def read_config(path: str | Path) -> dict:
@@ -224,17 +259,17 @@ def read_config(path: str | Path) -> dict:
     return settings
 
 
-def config_flags(parser: argparse.ArgumentParser, settings: dict, source: str = "the config file",
+def config_flags(parser: CommandParser, settings: dict, source: str = "the config file",
                  strict: bool = True) -> list[str]:
     """Flags for a mapping of flag names (``batch_size`` or ``batch-size``) to values: ``true`` gives a bare
     flag, ``false`` omits a switch (``--bf16 False`` where the flag takes a value), ``null`` omits the flag,
     lists give several values, mappings a JSON value (``lr_scheduler_kwargs``). A key that is no flag of
     ``parser`` is an error naming ``source`` when ``strict`` (unless its value is ``false`` or ``null``), else
     passed on as a flag for the parser to refuse."""
-    actions, known, flags = parser._option_string_actions, _known_options(parser), []
+    flags = []
     for key, value in settings.items():
         flag = _dashed(f"--{key}")
-        action = actions.get(known.get(flag, ""))
+        action = parser.flags.get(flag)
         switch = action is not None and action.nargs == 0  # store_true / store_false / store_const
         if value is None or (value is False and (action is None or switch)):
             continue
@@ -251,11 +286,7 @@ def config_flags(parser: argparse.ArgumentParser, settings: dict, source: str = 
     return flags
 
 
-def _has_positionals(parser: argparse.ArgumentParser) -> bool:
-    return any(not action.option_strings for action in parser._actions)
-
-
-def expand_config_file(parser: argparse.ArgumentParser | str, argv: list[str], strict: bool = False) -> list[str]:
+def expand_config_file(parser: CommandParser | str, argv: list[str], strict: bool = False) -> list[str]:
     """``argv`` with ``--config FILE`` replaced by the file's flags, placed after the command line's leading
     positionals and before its flags (so flags given on the command line win). ``parser`` may be a
     subcommand's name; ``strict`` refuses keys that are no flags of it (:func:`config_flags`)."""
@@ -263,7 +294,7 @@ def expand_config_file(parser: argparse.ArgumentParser | str, argv: list[str], s
         from . import PARSERS  # import cycle: cli/__init__ imports this module
 
         parser = PARSERS[parser]()
-    if len(argv) == 1 and argv[0].endswith(CONFIG_SUFFIXES) and not _has_positionals(parser):
+    if len(argv) == 1 and argv[0].endswith(CONFIG_SUFFIXES) and not parser.positionals:
         argv = ["--config", argv[0]]  # `dense-encoders distill run.yaml`
     if "--config" not in argv:
         return argv
@@ -293,7 +324,7 @@ def _recipe_name(argv: list[str]) -> str | None:
     return name
 
 
-def expand_recipe(parser: argparse.ArgumentParser, argv: list[str], command: str):
+def expand_recipe(parser: CommandParser, argv: list[str], command: str):
     """``(argv, recipe)``: the recipe named by ``--recipe`` becomes flags placed after the leading positionals
     and before everything else, so ``--config`` and the command line override it. ``command`` is the
     subcommand being run (``pretrain tite``); a recipe written for another one is refused."""
@@ -311,16 +342,16 @@ def expand_recipe(parser: argparse.ArgumentParser, argv: list[str], command: str
     return argv[:leading] + flags + argv[leading:], recipe
 
 
-def parse(parser: argparse.ArgumentParser, argv: list[str], command: str | None = None):
+def parse(parser: CommandParser, argv: list[str], command: str | None = None):
     """Read a subcommand's command line: ``--config``, ``--recipe`` (when ``command`` names the subcommand
-    being run), then either flag spelling, then the parser."""
+    being run), then the parser (either flag spelling): the parser's dataclasses (``__post_init__`` checks
+    their values), followed by a namespace of the flags added besides them; a namespace where it has none."""
     argv = expand_config_file(parser, argv, strict=True)
     recipe = None
     if command is not None:
         argv, recipe = expand_recipe(parser, normalize_flags(parser, argv), command)
-    argv = normalize_flags(parser, argv)
     try:
-        if hasattr(parser, "parse_args_into_dataclasses"):  # HfArgumentParser
+        if getattr(parser, "dataclass_types", None):  # a DataclassParser
             parsed = parser.parse_args_into_dataclasses(argv)
         else:
             parsed = parser.parse_args(argv)
@@ -340,18 +371,15 @@ parse.last = None
 
 
 __all__ = [
-    "DashedHelpFormatter",
-    "adopt_flags",
+    "CommandParser",
     "config_flags",
-    "dashed_first",
     "expand_config_file",
     "expand_recipe",
-    "finish_parser",
+    "help_with_default",
     "make_parser",
     "normalize_flags",
-    "one_line_errors",
     "parse",
     "read_config",
-    "set_types",
     "shown_default",
+    "switches_alone",
 ]

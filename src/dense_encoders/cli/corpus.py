@@ -6,15 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..vectors import POOLING_MODES, SIMILARITIES
 from .arguments import make_parser, parse
-from .checks import (
-    add_dataset_revision_flag,
-    add_trust_remote_code_flag,
-    check_device,
-    check_model,
-    positive_int,
-)
+from .checks import check_device, check_model
 from .train import end_distributed
 
 ENCODE_EXAMPLES = """\
@@ -37,6 +30,8 @@ examples:
 
 
 def build_encode_parser():
+    from ..settings.corpus import EncodingSettings
+
     parser = make_parser(
         "dense-encoders encode",
         "Encode a corpus (or, with --queries, a query set) into embedding shards: safetensors files of "
@@ -44,34 +39,13 @@ def build_encode_parser():
         "and the source's checksum. Streams the texts (one shard in memory), resumes an interrupted run, and "
         "splits the shards across processes under torchrun / accelerate launch.",
         ENCODE_EXAMPLES,
+        (EncodingSettings,),
     )
     parser.add_argument("model", help="A folder or Hub id: sentence-transformers model, our model, or any AutoModel.")
     parser.add_argument("texts", help="A BEIR folder (its corpus.jsonl, or queries.jsonl with --queries), a .jsonl "
                         "with _id (or id, docid), title and text (or contents), a .tsv of id<TAB>text, or a .txt with "
                         "one text per line (ids: line numbers from 1), each also .gz; or a Hub dataset id in BEIR's or "
                         "MTEB's layout (BeIR/scifact; its corpus, or its queries with --queries; --dataset-revision).")
-    parser.add_argument("--output", required=True, help="Folder of the shards: new, or an unfinished run to continue.")
-    parser.add_argument("--queries", action="store_true",
-                        help="Encode queries: the model's query prompt and length instead of the document ones.")
-    parser.add_argument("--shard-size", type=positive_int, default=100_000,
-                        help="Texts per shard (default: %(default)s); memory holds one shard.")
-    parser.add_argument("--dtype", choices=["float16", "float32"], default="float16",
-                        help="Stored precision (default: %(default)s).")
-    parser.add_argument("--batch-size", type=positive_int, default=32, help="Texts per forward (default: %(default)s).")
-    parser.add_argument("--prompt", help="Prefix of every text (default: the model's query / document prompt).")
-    parser.add_argument("--max-length", type=positive_int, help="Token limit (default: the model's for the side).")
-    parser.add_argument("--pooling", choices=POOLING_MODES, help="Pooling of a plain transformers checkpoint.")
-    parser.add_argument("--normalize", action="store_true", help="L2-normalise the stored embeddings.")
-    parser.add_argument("--device", help="Device of a single process (default: sentence-transformers' choice; under "
-                        "torchrun cuda:LOCAL_RANK or the CPU).")
-    parser.add_argument("--devices", nargs="+", metavar="DEVICE",
-                        help="Several devices of one machine through sentence-transformers' multi-process pool.")
-    parser.add_argument("--allow-empty-documents", action="store_true", help="Encode blank texts instead of refusing.")
-    parser.add_argument("--allow-missing-weights", action="store_true",
-                        help="Encode with a checkpoint whose weights miss (or add) tensors of its model.")
-    add_dataset_revision_flag(parser)
-    add_trust_remote_code_flag(parser)
-    parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
     return parser
 
 
@@ -79,15 +53,13 @@ def encode(argv: list[str]) -> int:
     # slow to import (sentence_transformers via evaluation, torch): only when the command runs
     from ..evaluation.corpus_encoding import encode_corpus
 
-    options = parse(build_encode_parser(), argv)
-    check_model(options.model, "model")
+    options, positionals = parse(build_encode_parser(), argv)
+    check_model(positionals.model, "model")
     check_device(options.device)
     for device in options.devices or []:
         check_device(device, "--devices")
-    if options.device and options.devices:
-        raise ValueError("give either --device or --devices, not both")
     shards = encode_corpus(
-        options.model, options.texts, options.output, side="query" if options.queries else "document",
+        positionals.model, positionals.texts, options.output, side="query" if options.queries else "document",
         shard_size=options.shard_size, dtype=options.dtype, batch_size=options.batch_size, prompt=options.prompt,
         max_length=options.max_length, pooling=options.pooling, normalize=options.normalize, device=options.device,
         devices=options.devices, allow_empty=options.allow_empty_documents,
@@ -112,22 +84,17 @@ examples:
 
 
 def build_index_parser():
+    from ..settings.corpus import IndexSettings
+
     parser = make_parser(
         "dense-encoders index",
         "Build a FAISS index (inner product; cosine models are normalised) from embedding shards: trained on a "
         "sample when the index type needs it, filled shard by shard, saved to disk. Uses the GPUs when faiss has "
         "them, the CPU otherwise.",
         INDEX_EXAMPLES,
+        (IndexSettings,),
     )
     parser.add_argument("shards", help="A folder written by `dense-encoders encode`.")
-    parser.add_argument("--faiss", required=True, metavar="FACTORY",
-                        help="faiss.index_factory string: Flat, HNSW32, IVF{n},PQ{m}, ...")
-    parser.add_argument("--output", help="Index file (default: SHARDS/index-<factory>.faiss).")
-    parser.add_argument("--train-size", type=positive_int, default=100_000,
-                        help="Vectors sampled for training IVF / PQ (default: %(default)s).")
-    parser.add_argument("--seed", type=int, default=0, help="Seed of the training sample (default: %(default)s).")
-    parser.add_argument("--similarity", choices=SIMILARITIES, help="Default: what the model declares.")
-    parser.add_argument("--cpu", action="store_true", help="Build on the CPU even when faiss sees GPUs.")
     return parser
 
 
@@ -136,8 +103,8 @@ def index(argv: list[str]) -> int:
     from ..data.embedding_shards import EmbeddingShards
     from ..evaluation.shard_search import build_faiss_index
 
-    options = parse(build_index_parser(), argv)
-    shards = EmbeddingShards.open(options.shards)
+    options, positionals = parse(build_index_parser(), argv)
+    shards = EmbeddingShards.open(positionals.shards)
     if shards.side != "document":
         raise ValueError(f"{shards.folder} holds query embeddings: index a corpus")
     name = "".join(c if c.isalnum() else "-" for c in options.faiss).strip("-")
@@ -163,26 +130,18 @@ examples:
 
 
 def build_search_parser():
+    from ..settings.corpus import SearchSettings
+
     parser = make_parser(
         "dense-encoders search",
         "Top-k search of queries over a corpus's embedding shards (exact, streamed) or its FAISS index; writes a "
         "TREC run.",
         SEARCH_EXAMPLES,
+        (SearchSettings,),
     )
     parser.add_argument("corpus", help="Embedding shards (a folder from `encode`) or a .faiss index from `index`.")
     parser.add_argument("queries", help="Query shards (`encode --queries`), or a queries file (BEIR folder, .jsonl, "
                         ".tsv, .txt) encoded with the corpus's model.")
-    parser.add_argument("--output", required=True, help="TREC run file to write.")
-    parser.add_argument("--k", type=positive_int, default=1000, help="Documents per query (default: %(default)s).")
-    parser.add_argument("--similarity", choices=SIMILARITIES, help="Default: what the model declares.")
-    parser.add_argument("--nprobe", type=positive_int, help="IVF cells visited per query.")
-    parser.add_argument("--ef-search", type=positive_int, help="HNSW search breadth (default: 2 x --k).")
-    parser.add_argument("--batch-size", type=positive_int, default=32,
-                        help="Batch size when the queries are encoded here (default: %(default)s).")
-    parser.add_argument("--device", help="Device for encoding queries and for exact search (default: cpu).")
-    parser.add_argument("--tag", default="dense-encoders", help="Run tag (default: %(default)s).")
-    add_trust_remote_code_flag(parser)
-    parser.add_argument("--no-progress", action="store_true", help="Hide the progress bars.")
     return parser
 
 
@@ -192,15 +151,15 @@ def search(argv: list[str]) -> int:
     from ..data.runs import write_ranked_trec_run
     from ..evaluation.shard_search import open_faiss_index, ranked_from_topk, search_faiss_index, search_shards
 
-    options = parse(build_search_parser(), argv)
+    options, positionals = parse(build_search_parser(), argv)
     check_device(options.device)
-    corpus = Path(options.corpus)
+    corpus = Path(positionals.corpus)
     faiss_index = record = None
     if corpus.suffix == ".faiss":
         faiss_index, record, documents = open_faiss_index(corpus)
     else:
         documents = EmbeddingShards.open(corpus)
-    query_ids, query_embeddings = _queries_for(documents, options)
+    query_ids, query_embeddings = _queries_for(documents, positionals.queries, options)
     if faiss_index is not None:
         scores, indices = search_faiss_index(faiss_index, record, query_embeddings, options.k, nprobe=options.nprobe,
                                              ef_search=options.ef_search)
@@ -225,14 +184,14 @@ def _written(ranked: list, k: int, count: int, output) -> str:
     return f"Wrote the top {top} documents of {len(ranked)} queries over {count} documents to {output}{why}"
 
 
-def _queries_for(documents, options):
+def _queries_for(documents, queries: str, options):
     """Query ids and embeddings: from query shards (same model checked), or encoded here with the corpus's model."""
     # slow to import (sentence_transformers via evaluation, torch): only when the command runs
     from ..data.embedding_shards import iterate_texts, text_source
     from ..evaluation.encoding import RetrievalEncoder
     from ..evaluation.shard_search import check_compatible, load_query_embeddings
 
-    queries = Path(options.queries)
+    queries = Path(queries)
     if queries.is_dir() and (queries / "manifest.json").is_file():
         query_ids, embeddings, shards = load_query_embeddings(queries)
         check_compatible(shards, documents)

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from .arguments import adopt_flags, make_parser, parse, set_types
-from .checks import (
-    add_dataset_revision_flag,
-    add_graded_pair_flags,
-    add_trust_remote_code_flag,
-    check_device,
-    check_model,
-    positive_int,
-)
+from .arguments import make_parser, parse
+from .checks import check_device, check_model
 
 # ------------------------------------------------------------------------------------------------ evaluate
 
@@ -37,7 +30,7 @@ examples:
 
 
 def build_evaluate_parser():
-    from ..settings.evaluation import DEFAULT_MEASURES, POSITIVE_FIELDS, EvaluationArguments
+    from ..settings.evaluation import DEFAULT_MEASURES, EvaluationArguments
 
     parser = make_parser(
         "dense-encoders evaluate",
@@ -51,9 +44,7 @@ def build_evaluate_parser():
     parser.add_argument("data", help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv; each also .gz), a "
                         "(query, positive) pairs file, a graded pairs file (sentence1, sentence2, score), or a Hub "
                         "dataset id in BEIR's or MTEB's layout (BeIR/scifact, mteb/scifact; --dataset-revision).")
-    set_types(parser, positive_int, *POSITIVE_FIELDS)
-    adopt_flags(parser, add_trust_remote_code_flag, ("help",))
-    return adopt_flags(parser, add_graded_pair_flags)
+    return parser
 
 
 def evaluate(argv: list[str]) -> int:
@@ -85,43 +76,24 @@ examples:
 
 
 def build_layerwise_parser():
-    parser = make_parser(
+    from ..settings.layerwise import LayerwiseSettings
+
+    return make_parser(
         "dense-encoders layerwise",
         "Hits@10 / MRR@10 of every layer's mean-pooled embeddings of a cross-encoder (each text paired with "
         "itself) and of a dual encoder, per dataset, with a paired t-test across datasets ("
         "Can Cross Encoders Produce Useful Sentence Embeddings?, Figures 3-5). Writes layerwise.csv, "
         "layerwise.json and layerwise.png.",
         LAYERWISE_EXAMPLES,
+        (LayerwiseSettings,),
     )
-    parser.add_argument("--cross-encoder", required=True,
-                        help="Sequence-classification cross-encoder (folder or Hub id).")
-    parser.add_argument("--dual-encoder", required=True, help="Dual encoder (folder or Hub id).")
-    parser.add_argument("--data", nargs="+", required=True,
-                        help="BEIR folder(s), pairs files, graded pairs files (e.g. STSB), or Hub dataset ids "
-                        "(BeIR/scifact; --dataset-revision applies to each of those).")
-    parser.add_argument("--split", default="test",
-                        help="Qrels split of each BEIR folder, or the rows of a graded pairs tsv with that split.")
-    add_graded_pair_flags(parser)
-    parser.add_argument("--layers", type=int, nargs="+", help="Layers (0 = embeddings; default: all).")
-    parser.add_argument("--copies", choices=["both", "first"], default="both",
-                        help="Pool both copies of the (text, text) pair (default) or the first only.")
-    parser.add_argument("--batch-size", type=int, default=32, help="Texts (or pairs) per forward.")
-    parser.add_argument("--max-length", type=int, help="Token limit of a pair / a text (default: the tokenizer's).")
-    parser.add_argument("--output-dir", default="layerwise",
-                        help="Where the CSV, JSON and PNG go: a new or empty folder (default: %(default)s).")
-    parser.add_argument("--overwrite-output-dir", action="store_true",
-                        help="Delete the contents of a non-empty --output-dir first (refused without it).")
-    parser.add_argument("--no-progress", action="store_true", help="Hide the progress bars.")
-    add_dataset_revision_flag(parser)
-    add_trust_remote_code_flag(parser)
-    return parser
 
 
 def layerwise(argv: list[str]) -> int:
     # slow to import (sentence-transformers, torch): only when the command runs
     from ..evaluation.layerwise import format_layerwise, layerwise_analysis
 
-    options = parse(build_layerwise_parser(), argv)
+    (options,) = parse(build_layerwise_parser(), argv)
     results = layerwise_analysis(
         options.cross_encoder, options.dual_encoder, options.data, split=options.split, layers=options.layers,
         copies=options.copies, batch_size=options.batch_size, max_length=options.max_length,

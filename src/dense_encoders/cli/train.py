@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from ..recipes import load_recipe, recipe_differences
-from ..vectors import POOLING_MODES
-from .arguments import adopt_flags, make_parser, parse, set_types
-from .checks import (
-    add_dataset_revision_flag,
-    add_graded_pair_flags,
-    add_trust_remote_code_flag,
-    check_device,
-    check_model,
-    positive_int,
-)
+from .arguments import make_parser, parse
+from .checks import check_device, check_model
 from .training_arguments import add_training_arguments
 
 # ------------------------------------------------------------------------------------------------ pretrain
@@ -52,14 +43,14 @@ PRETRAIN_DESCRIPTION = (
     "ARCHITECTURE --help` lists that architecture's own options first, then the TrainingArguments flags.")
 
 
-def _pretrain_parser(dataclasses: tuple, architecture: str | None = None):
+def _pretrain_parser(dataclasses: tuple, architecture: str | None = None, **options):
     from ..settings.pretraining import ARCHITECTURE_NAMES
 
     prog = f"dense-encoders pretrain {architecture or '{' + ','.join(ARCHITECTURE_NAMES) + '}'}"
-    parser = make_parser(prog, PRETRAIN_DESCRIPTION, PRETRAIN_EXAMPLES, dataclasses, usage=f"{prog} [FLAGS]")
-    # the architecture is the first argument; a config file's `architecture` must agree with it
-    next(action for action in parser._actions if action.dest == "architecture").help = argparse.SUPPRESS
-    return parser
+    # the architecture is the first argument (its flag is not listed); a config file's `architecture` must agree
+    hidden = {"architecture", *options.pop("hidden", ())}
+    return make_parser(prog, PRETRAIN_DESCRIPTION, PRETRAIN_EXAMPLES, dataclasses, usage=f"{prog} [FLAGS]",
+                       hidden=hidden, **options)
 
 
 def build_pretrain_parser():
@@ -83,19 +74,14 @@ def build_pretrain_help_parser(argv: list[str]):
     )
 
     architecture = argv[0] if argv and argv[0] in ARCHITECTURE_NAMES else None
-    parser = add_training_arguments(_pretrain_parser((PreTrainingSetup, PreTrainingTrainerFields), architecture))
     if architecture is None:
-        parser._optionals.title = ("options of every architecture (`dense-encoders pretrain ARCHITECTURE --help`: one "
-                                   "architecture's)")
+        options = dict(group_title="options of every architecture (`dense-encoders pretrain ARCHITECTURE --help`: "
+                       "one architecture's)")
     else:
-        parser._optionals.title = f"{architecture} options"
-        hidden = unread_fields(architecture)
-        for action in parser._actions:
-            if action.dest in hidden:
-                action.help = argparse.SUPPRESS
-            elif action.dest == "preset":
-                action.help = preset_help(architecture)
-    return parser
+        options = dict(group_title=f"{architecture} options", hidden=unread_fields(architecture),
+                       help_texts={"preset": preset_help(architecture)})
+    return add_training_arguments(_pretrain_parser((PreTrainingSetup, PreTrainingTrainerFields), architecture,
+                                                   **options))
 
 
 def pretrain(argv: list[str]) -> int:
@@ -183,10 +169,9 @@ DISTILL_DESCRIPTION = (
     "Information Retrieval, Sec. 3.4). Its own options come first, then every TrainingArguments flag.")
 
 
-def _distill_parser(dataclasses: tuple):
+def _distill_parser(dataclasses: tuple, **options):
     prog = "dense-encoders distill"
-    parser = make_parser(prog, DISTILL_DESCRIPTION, DISTILL_EXAMPLES, dataclasses, usage=f"{prog} [FLAGS]")
-    return adopt_flags(parser, add_trust_remote_code_flag, ("help",))
+    return make_parser(prog, DISTILL_DESCRIPTION, DISTILL_EXAMPLES, dataclasses, usage=f"{prog} [FLAGS]", **options)
 
 
 def build_distill_parser():
@@ -202,9 +187,8 @@ def build_distill_help_parser(argv: list[str]):
     """``distill --help``: its own options, then every ``TrainingArguments`` flag, without importing torch."""
     from ..settings.distillation import DistillationSetup, DistillationTrainerFields
 
-    parser = _distill_parser((DistillationSetup, DistillationTrainerFields))
-    parser._optionals.title = "distill options"
-    return add_training_arguments(parser)
+    return add_training_arguments(_distill_parser((DistillationSetup, DistillationTrainerFields),
+                                                  group_title="distill options"))
 
 
 def distill(argv: list[str]) -> int:
@@ -245,6 +229,8 @@ examples:
 
 
 def build_score_teacher_parser():
+    from ..settings.teacher import TeacherScoringSettings
+
     parser = make_parser(
         "dense-encoders score-teacher",
         "Score each query's top-k documents of a run with a cross-encoder (raw logits) or a bi-encoder (the "
@@ -252,35 +238,12 @@ def build_score_teacher_parser():
         "(jsonl, one query per line, documents by descending teacher score). "
         "Resumable: rerunning the same command continues an interrupted output.",
         SCORE_TEACHER_EXAMPLES,
+        (TeacherScoringSettings,),
     )
     parser.add_argument("cross_encoder", metavar="teacher",
                         help="The teacher, a local path or a Hub id: a cross-encoder (its config declares a "
                         "sequence-classification head), or a bi-encoder (a sentence-transformers model, one of ours, "
                         "or a plain checkpoint with --pooling).")
-    parser.add_argument("--run", required=True, help="TREC run file (qid Q0 docid rank score tag) with the candidates.")
-    parser.add_argument("--data", metavar="BEIR_FOLDER", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/; each "
-                        "also .gz), or a Hub dataset id in BEIR's or MTEB's layout (BeIR/scifact; --dataset-revision).")
-    parser.add_argument("--split", default="train",
-                        help="Qrels split whose queries are used with --data (default: %(default)s).")
-    parser.add_argument("--queries", help="queries.jsonl ({'_id', 'text'} per line; also .gz), with --corpus instead "
-                        "of --data.")
-    parser.add_argument("--corpus", help="corpus.jsonl ({'_id', 'title', 'text'} per line; also .gz), with --queries.")
-    add_dataset_revision_flag(parser)
-    parser.add_argument("--output", required=True,
-                        help="Output jsonl; an existing one with the same settings is resumed.")
-    parser.add_argument("--top-k", type=positive_int, default=100,
-                        help="Documents per query scored (default: %(default)s).")
-    parser.add_argument("--batch-size", type=positive_int, default=32,
-                        help="Pairs per cross-encoder batch (default: %(default)s).")
-    parser.add_argument("--include-texts", action="store_true", help="Also write the document texts into each line.")
-    parser.add_argument("--device", help="Device for the cross-encoder, e.g. cuda:0 (default: the best available).")
-    parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
-    parser.add_argument("--pooling", choices=POOLING_MODES,
-                        help="Pooling of a plain transformers checkpoint used as a bi-encoder teacher.")
-    parser.add_argument("--allow-missing-weights", action="store_true",
-                        help="Score with a teacher whose weights miss (or add) tensors of its model; refused "
-                        "by default.")
-    add_trust_remote_code_flag(parser)
     return parser
 
 
@@ -290,24 +253,16 @@ def score_teacher(argv: list[str]) -> int:
     from ..data.retrieval import load_beir, read_corpus_jsonl, read_queries_jsonl
     from ..trainer.teacher import score_teacher as run_scoring
 
-    parser = build_score_teacher_parser()
-    options = parse(parser, argv)
-    if options.data is not None and (options.queries is not None or options.corpus is not None):
-        parser.error("give either --data or --queries with --corpus, not both")
-    if options.data is None and (options.queries is None or options.corpus is None):
-        parser.error("give --data BEIR_FOLDER, or both --queries and --corpus")
-    if options.dataset_revision is not None and options.data is None:
-        parser.error("--dataset-revision is the revision of --data, a Hub dataset; --queries and --corpus are local "
-                     "files")
+    options, positionals = parse(build_score_teacher_parser(), argv)
     check_device(options.device)
-    check_model(options.cross_encoder, "teacher")
+    check_model(positionals.cross_encoder, "teacher")
     if options.data is not None:
         dataset = load_beir(options.data, split=options.split, revision=options.dataset_revision)
         queries, corpus = dataset.queries, dataset.corpus
     else:
         queries, corpus = read_queries_jsonl(options.queries), read_corpus_jsonl(options.corpus)
     stats = run_scoring(
-        options.cross_encoder,
+        positionals.cross_encoder,
         options.run,
         options.output,
         queries=queries,
@@ -344,9 +299,9 @@ examples:
 
 
 def build_infuse_parser():
-    from ..settings.infusion import POSITIVE_FIELDS, InfusionArguments
+    from ..settings.infusion import InfusionArguments
 
-    parser = make_parser(
+    return make_parser(
         "dense-encoders infuse",
         "Build a dual encoder from a cross-encoder's embeddings and first layer(s) (DE-2-CE of "
         "Can Cross Encoders Produce Useful Sentence Embeddings?), train it, and optionally report "
@@ -354,9 +309,6 @@ def build_infuse_parser():
         INFUSE_EXAMPLES,
         (InfusionArguments,),
     )
-    set_types(parser, positive_int, *POSITIVE_FIELDS)
-    adopt_flags(parser, add_trust_remote_code_flag, ("help",))
-    return adopt_flags(parser, add_graded_pair_flags)
 
 
 def infuse(argv: list[str]) -> int:

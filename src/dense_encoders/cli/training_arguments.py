@@ -7,12 +7,13 @@ of values), are read from ``TrainingArguments`` once per installed transformers 
 kept as JSON in ``HF_HOME/dense-encoders/`` (:func:`cache_file`), from where every later help reads them. Where
 ``TrainingArguments`` is already imported (a Python session, the tests), they are read from it directly. The
 parser that parses a command line is always built from ``TrainingArguments`` itself; ``tests/test_cli_help.py``
-checks that both list the same flags with the same text.
+checks that both list the same flags with the same text. The flags are kept as a
+:class:`~.dataclass_parser.DataclassParser` declares them (dashed, ``--trainer-debug``, help with the default), and
+declared again from there.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -22,10 +23,9 @@ from enum import Enum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from .arguments import finish_parser
+from .arguments import CommandParser
 
-FORMAT = "dense-encoders/training-arguments-flags/1"
-SWITCHES = {argparse._StoreFalseAction: "store_false", argparse._StoreTrueAction: "store_true"}
+FORMAT = "dense-encoders/training-arguments-flags/3"
 
 
 def _version(package: str) -> str:
@@ -57,14 +57,18 @@ def _plain(value):
 
 
 def _flags_of_the_class() -> list[dict]:
-    from transformers import HfArgumentParser, TrainingArguments
+    from transformers import TrainingArguments
 
-    flags = []
-    for action in HfArgumentParser(TrainingArguments)._actions:
-        if not action.option_strings or isinstance(action, argparse._HelpAction):
-            continue
-        flags.append({"option_strings": list(action.option_strings), "dest": action.dest,
-                      "action": SWITCHES.get(type(action), "store"), "nargs": action.nargs,
+    from .dataclass_parser import DataclassParser
+
+    parser, flags = DataclassParser((TrainingArguments,)), []
+    for action in dict.fromkeys(parser.flags.values()):
+        if action.nargs == 0:  # store_true / store_false: the only switches HfArgumentParser declares
+            kind = "store_true" if action.const is True else "store_false"
+        else:
+            kind = "store"
+        flags.append({"option_strings": list(action.option_strings), "dest": action.dest, "action": kind,
+                      "switch": action in parser.switches, "nargs": action.nargs,
                       "const": _plain(action.const), "default": _plain(action.default),
                       "choices": [_plain(choice) for choice in action.choices] if action.choices else None,
                       "required": action.required, "help": action.help, "metavar": action.metavar})
@@ -96,10 +100,12 @@ def training_arguments_flags() -> list[dict]:
     return flags
 
 
-def add_training_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def add_training_arguments(parser: CommandParser) -> CommandParser:
     """``parser`` (built from our settings dataclasses) with a group of every ``TrainingArguments`` flag that it does
     not define itself (its own replace transformers' of the same name), for printing help only."""
-    defined = {action.dest for action in parser._actions}
+    from transformers.hf_argparser import string_to_bool  # the parser is a DataclassParser: transformers is imported
+
+    defined = {action.dest for action in parser.flags.values()}
     group = parser.add_argument_group(
         f"TrainingArguments options (transformers {_version('transformers')}; every flag of "
         "transformers.TrainingArguments, those above replacing its own)")
@@ -109,8 +115,10 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
         keywords = {key: flag[key] for key in ("dest", "default", "required", "help")}
         if flag["action"] == "store":
             keywords.update({key: flag[key] for key in ("nargs", "const", "choices", "metavar")})
-        group.add_argument(*flag["option_strings"], action=flag["action"], **keywords)
-    return finish_parser(parser)  # as the parser of the command shows them (--trainer-debug, --no-X)
+            if flag["switch"]:
+                keywords["type"] = string_to_bool  # a boolean field: shown as a switch
+        parser.add_argument(*flag["option_strings"], group=group, action=flag["action"], **keywords)
+    return parser
 
 
 __all__ = ["add_training_arguments", "cache_file", "training_arguments_flags"]

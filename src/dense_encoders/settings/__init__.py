@@ -2,9 +2,13 @@
 
 One module per entry point: :mod:`.pretraining` (``dense-encoders pretrain``), :mod:`.distillation` (``distill``)
 with :mod:`.losses` (the options the distillation losses take), :mod:`.infusion` (``infuse``), :mod:`.evaluation`
-(``evaluate``), :mod:`.quickstart` and :mod:`.benchmarking` (``bench``'s sizes and choices); :mod:`.training` holds
-the fields every trainer's ``TrainingArguments`` adds. The library modules that run these settings (``trainer/``,
-``evaluation/``, ``quickstart``, ``benchmarking/``) import them from here, and re-export them.
+(``evaluate``), :mod:`.layerwise`, :mod:`.teacher` (``score-teacher``), :mod:`.corpus` (``encode``, ``index``,
+``search``), :mod:`.conversion` (``convert``), :mod:`.hub` (``push``), :mod:`.quickstart`, :mod:`.benchmarking`
+(``bench``'s sizes, choices and flags) and :mod:`.recipes`; :mod:`.training` holds the fields every trainer's
+``TrainingArguments`` adds, :mod:`.datasets` and :mod:`.models` the fields several entry points share, and
+:mod:`.values` the checks of single values their ``__post_init__`` share (the command line parses these dataclasses
+with transformers' ``HfArgumentParser`` and checks nothing twice). The library modules that run these settings
+(``trainer/``, ``evaluation/``, ``quickstart``, ``benchmarking/``) import them from here, and re-export them.
 
 These modules import no torch, no transformers and no model code at import time (only ``dataclasses``,
 :mod:`dense_encoders.recipes`, :mod:`dense_encoders.vectors` and the models' preset tables), so that the command

@@ -12,6 +12,7 @@ from ..recipes import RECIPE_HELP
 from ..vectors import POOLING_MODES, SIMILARITIES
 from .datasets import dataset_revision_field
 from .losses import LossSettings
+from .models import trust_remote_code_field
 from .training import overwrite_output_dir_field, resume_from_checkpoint_field
 
 if TYPE_CHECKING:
@@ -85,9 +86,7 @@ class DistillationSetup(LossSettings, _DistillationData):
         default=False,
         metadata={"help": "Train a student whose weights miss (or add) tensors of its model (refused by default)."}
     )
-    trust_remote_code: bool = field(default=False, metadata={
-        "help": "Run code the student carries or names (auto_map, custom modules); refused by default. Our own "
-        "model families need no consent."})
+    trust_remote_code: bool = trust_remote_code_field()
 
     def __post_init__(self):
         # what the checks read: loaded when a setup is made, not when --help reads the fields

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..vectors import POOLING_MODES, SIMILARITIES
-from .datasets import dataset_revision_field
+from .datasets import dataset_revision_field, pair_scale_field, pair_threshold_field, whole_scale
+from .models import trust_remote_code_field
+from .values import check_fields, pair_scale_problem, pair_threshold_problem, positive_integer_problem
 
 #: Our result names -> ir-measures measure strings.  ``RR``, ``R`` and ``Success`` use
 #: ir-measures' default ``rel=1`` (qrels grade >= 1 is relevant); ``nDCG`` uses the raw
@@ -37,10 +39,8 @@ class EvaluationArguments:
         "help": "qrels split of a BEIR folder or a Hub dataset, or the rows of a graded pairs tsv with a split "
         "column (default: %(default)s)."})
     dataset_revision: str | None = dataset_revision_field()
-    pair_threshold: float | None = field(default=None, metadata={
-        "help": "Graded pair files: a pair is relevant when its score >= this fraction of the scale (default 0.5)."})
-    pair_scale: float | None = field(default=None, metadata={
-        "help": "Largest possible score of a graded pair file: 1 or 5 (default: inferred from the scores)."})
+    pair_threshold: float | None = pair_threshold_field()
+    pair_scale: float | None = pair_scale_field()
     pooling: str | None = field(default=None, metadata={
         "choices": list(POOLING_MODES), "help": "Pooling of a plain transformers checkpoint."})
     similarity: str | None = field(default=None, metadata={
@@ -80,18 +80,16 @@ class EvaluationArguments:
         "help": "Keep corpus documents without title or text (with a warning); refused by default."})
     allow_missing_weights: bool = field(default=False, metadata={
         "help": "Evaluate a checkpoint whose weights miss (or add) tensors of its model; refused by default."})
-    trust_remote_code: bool = field(default=False, metadata={
-        "help": "Run code the model (or --rerank cross-encoder) carries or names (auto_map, custom modules); "
-        "refused by default. Our own model families need no consent."})
+    trust_remote_code: bool = trust_remote_code_field()
 
     def __post_init__(self):
         from ..data.retrieval import check_relevance_level  # reads nothing, but imports data/: not for --help
 
         check_relevance_level(self.relevance_level, "--relevance-level ")
-        for name in POSITIVE_FIELDS:
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"--{name.replace('_', '-')} {value!r}: must be a positive integer")
+        check_fields(self, positive_integer_problem, POSITIVE_FIELDS)
+        check_fields(self, pair_threshold_problem, ("pair_threshold",))
+        check_fields(self, pair_scale_problem, ("pair_scale",))
+        self.pair_scale = whole_scale(self.pair_scale)
 
     def encoder_options(self) -> dict:
         """The keyword arguments of :class:`RetrievalEncoder` these settings give."""

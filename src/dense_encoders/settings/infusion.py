@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..recipes import RECIPE_HELP
-from .datasets import dataset_revision_field
+from .datasets import dataset_revision_field, pair_scale_field, pair_threshold_field, whole_scale
+from .models import trust_remote_code_field
+from .values import check_fields, pair_scale_problem, pair_threshold_problem, positive_integer_problem
 
 METHODS = ("mnrl", "distill")
 # fields of InfusionArguments that must be integers >= 1
@@ -27,10 +29,8 @@ class InfusionArguments:
     split: str = field(default="train", metadata={
         "help": "Qrels split of --train-data (a BEIR folder), or the rows of a graded pairs tsv with that split, to "
         "train on."})
-    pair_threshold: float | None = field(default=None, metadata={
-        "help": "Graded pair files: a pair is relevant when its score >= this fraction of the scale (default 0.5)."})
-    pair_scale: float | None = field(default=None, metadata={
-        "help": "Largest possible score of a graded pair file: 1 or 5 (default: inferred from the scores)."})
+    pair_threshold: float | None = pair_threshold_field()
+    pair_scale: float | None = pair_scale_field()
     output_dir: str = field(metadata={
         "help": "A new or empty folder (models, initial/, teacher scores, report.json); a non-empty one is refused."})
     overwrite_output_dir: bool = field(default=False, metadata={
@@ -65,17 +65,15 @@ class InfusionArguments:
         "help": "A baseline dual encoder for the report (its speed is the 1.00x)."})
     rerank_top_k: int = field(default=50, metadata={
         "help": "Documents per query of each dual encoder's run the cross-encoder re-scores in the report."})
-    trust_remote_code: bool = field(default=False, metadata={
-        "help": "Run code the cross-encoder or the baseline carries or names (auto_map, custom modules); refused "
-        "by default."})
+    trust_remote_code: bool = trust_remote_code_field()
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"--method {self.method!r}: choose one of {METHODS}")
-        for name in POSITIVE_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} {value!r}: must be a positive integer")
+        check_fields(self, positive_integer_problem, POSITIVE_FIELDS, optional=False)
+        check_fields(self, pair_threshold_problem, ("pair_threshold",))
+        check_fields(self, pair_scale_problem, ("pair_scale",))
+        self.pair_scale = whole_scale(self.pair_scale)
 
     def graded_pair_options(self, data: str | None) -> dict:
         """``pair_threshold`` / ``pair_scale`` for ``data`` when it is a graded pairs file, else nothing: the two
