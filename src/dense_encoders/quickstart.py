@@ -33,10 +33,11 @@ import torch
 from safetensors import safe_open
 from transformers import AutoTokenizer
 
+from .checkpoints.tite_backbone import tite_from_backbone
 from .data.distillation import run_to_training_file
 from .data.retrieval import load_beir
 from .hub import model_card, push_to_hub
-from .models.tite import TiteModel, tite_preset
+from .models.tite import tite_preset
 from .settings.quickstart import QuickstartSettings  # re-exported: --help reads it there, without torch
 
 SENTENCES = [
@@ -184,7 +185,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
     # students
     tite_init = output / "tite-init"
     if not (tite_init / "config.json").is_file():
-        model = TiteModel.from_backbone(teacher, config=tite_preset(settings.tite_preset))
+        model = tite_from_backbone(teacher, config=tite_preset(settings.tite_preset))
         model.save_pretrained(tite_init)
         AutoTokenizer.from_pretrained(teacher).save_pretrained(tite_init)
     students = {
