@@ -3,6 +3,7 @@ rows, window centres) and :func:`pool_planned` (PyTorch and Triton) against naiv
 
 import logging
 import math
+import os
 
 import numpy as np
 import pytest
@@ -252,6 +253,12 @@ def test_the_interpreter_fixture_alone_runs_the_kernels_on_cpu_tensors(monkeypat
     out, _ = pool(hidden.clone().requires_grad_(), lengths, 2, 2, implementation="triton")
     assert type(out.grad_fn).__name__ == "TritonPackedPoolBackward"
     torch.testing.assert_close(out, naive_pool(hidden, lengths, 2, 2), **FLOAT64_TOLERANCE)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="without CUDA, conftest runs every test in the interpreter")
+def test_outside_the_fixture_a_gpu_machine_compiles_the_kernels():
+    # importing this module sets nothing: the GPU tests of a full suite run compiled Triton
+    assert os.environ.get("TRITON_INTERPRET") != "1"
 
 
 # ---------------------------------------------------------------- dispatcher
