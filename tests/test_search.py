@@ -365,4 +365,3 @@ def test_running_topk_keeps_the_order_of_a_full_sort_block_by_block(case):
         expected_scores, expected_indices = _naive_running_topk(scores, k)
         assert torch.equal(got_indices, expected_indices), (case, trial)
         assert torch.equal(got_scores, expected_scores), (case, trial)
-
