@@ -24,9 +24,18 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-# Triton kernels run on CPU tensors in the interpreter; on a GPU machine they are compiled.
+# Triton kernels run on CPU tensors in the interpreter; on a GPU machine they are compiled, and a test that runs
+# them on CPU tensors there takes the `triton_interpreter` fixture.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def triton_interpreter(monkeypatch):
+    """``TRITON_INTERPRET=1`` for this test only: its Triton kernels run on CPU tensors in Triton's interpreter,
+    also on a GPU machine, where every other test runs them compiled (the kernels are wrapped with
+    ``triton.jit``, which reads the variable, per interpreter mode on first use: see ``pooling_tite``)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 # DENSE_ENCODERS_DETERMINISTIC=1: run the suite with torch.use_deterministic_algorithms(True), to find
 # tests whose outcome depends on non-deterministic kernels. Off by default.

@@ -619,6 +619,12 @@ def test_encode_index_search_and_evaluate_from_the_command_line(model, tmp_path,
                  "--no-progress"]) == 0
     assert main(["evaluate", str(model), str(beir), "--corpus-embeddings", str(other), "--no-progress"]) == 2
     assert "missing): encode this corpus" in capsys.readouterr().err
+    # the faiss backend searches no shards: one line naming what does
+    assert main(["evaluate", str(model), str(beir), "--corpus-embeddings", str(emb), "--backend", "faiss",
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "dense-encoders evaluate: error: corpus embeddings are searched exactly, shard by shard; for a FAISS index "
+        "use `dense-encoders index` and `dense-encoders search`")
 
 
 def test_encode_and_evaluate_read_the_same_id_contents_corpus(model, tmp_path):

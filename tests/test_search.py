@@ -1,4 +1,5 @@
-"""Tests for dense_encoders.evaluation.search: exact/faiss top-k search and topk_to_run."""
+"""Tests for the search backends (dense_encoders.evaluation.backends) and their entry points in
+dense_encoders.evaluation.search: exact/faiss top-k search, the registry and topk_to_run."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import numpy as np
 import pytest
 import torch
 
+from dense_encoders.evaluation.backends.base import SearchBackend
 from dense_encoders.evaluation.search import RunningTopK, exact_search, faiss_search, search, topk_to_run
 
 # The package re-exports the `search` function, which shadows the submodule attribute of the same
 # name, so fetch the module object itself.
 search_module = importlib.import_module("dense_encoders.evaluation.search")
+# The exact backend scores every block through `score_block`, as its module imported it.
+exact_backend_module = importlib.import_module("dense_encoders.evaluation.backends.exact")
 
 
 def reference_topk(queries, documents, k, similarity):
@@ -91,14 +95,14 @@ def test_duplicated_documents_lower_index_first_across_chunks(similarity):
 def test_exact_search_never_builds_more_than_one_block(monkeypatch, random_data):
     queries, documents = random_data
     shapes = []
-    original = search_module.score_block
+    original = exact_backend_module.score_block
 
     def spy(query_block, document_block):
         block = original(query_block, document_block)
         shapes.append(tuple(block.shape))
         return block
 
-    monkeypatch.setattr(search_module, "score_block", spy)
+    monkeypatch.setattr(exact_backend_module, "score_block", spy)
     result = exact_search(queries, documents, 5, similarity="dot", query_chunk_size=3, document_chunk_size=7)
     assert_matches_reference(result, reference_topk(queries, documents, 5, "dot"))
     assert len(shapes) == math.ceil(10 / 3) * math.ceil(50 / 7)
@@ -211,6 +215,75 @@ def test_chunk_size_errors(name):
 def test_search_unknown_backend():
     with pytest.raises(ValueError, match=r"unknown backend 'annoy'.*exact.*faiss"):
         search(torch.ones(2, 4), torch.ones(3, 4), 1, backend="annoy")
+
+
+# ---- backends: one interface, one registry ------------------------------------------------------------------
+
+
+def test_the_registered_backends_are_the_names_evaluate_offers():
+    from dataclasses import fields
+
+    from dense_encoders.evaluation.backends import BACKENDS, REGISTERED
+    from dense_encoders.settings.evaluation import EvaluationArguments
+    from dense_encoders.vectors import SEARCH_BACKEND_NAMES
+
+    assert all(issubclass(backend, SearchBackend) for backend in REGISTERED)
+    assert tuple(BACKENDS) == SEARCH_BACKEND_NAMES == ("exact", "faiss")
+    backend_field = next(field for field in fields(EvaluationArguments) if field.name == "backend")
+    assert tuple(backend_field.metadata["choices"]) == SEARCH_BACKEND_NAMES
+
+
+class NaiveSearch(SearchBackend):
+    """A backend written against the interface alone: the full float64 score matrix, ranked in python."""
+
+    name = "naive"
+
+    def search(self, queries, documents, k, *, similarity="cosine"):
+        scores, indices = reference_topk(queries, documents, k, similarity)
+        return scores.float(), indices
+
+
+def test_a_new_backend_is_a_class_and_its_registration(monkeypatch, random_data):
+    from dense_encoders.evaluation import backends
+
+    monkeypatch.setitem(backends.BACKENDS, "naive", NaiveSearch)
+    queries, documents = random_data
+    expected = reference_topk(queries, documents, 7, "cosine")
+    scores, indices = search(queries, documents, 7, backend="naive")
+    assert torch.equal(indices, expected[1]) and torch.equal(scores, expected[0].float())
+    assert torch.equal(search(queries, documents, 7, backend="exact")[1], expected[1])
+    # a backend that does not say how it searches shards refuses them in one line
+    with pytest.raises(ValueError, match="^the naive backend does not search embedding shards$"):
+        NaiveSearch().search_shards(queries.numpy(), None, 7)
+
+
+def test_the_faiss_backend_refuses_shards_naming_what_searches_them():
+    from dense_encoders.evaluation.backends import get_backend
+
+    with pytest.raises(ValueError, match=r"^corpus embeddings are searched exactly, shard by shard; for a FAISS index "
+                       r"use `dense-encoders index` and `dense-encoders search`$"):
+        get_backend("faiss").search_shards(np.ones((2, 4), dtype=np.float32), None, 1)
+
+
+def test_no_code_outside_the_backends_branches_on_a_backend_name():
+    """A new backend is one file plus its registration: no ``backend == "exact"`` elsewhere in the package."""
+    import ast
+    from pathlib import Path
+
+    import dense_encoders
+    from dense_encoders.vectors import SEARCH_BACKEND_NAMES
+
+    root = Path(dense_encoders.__file__).parent
+    branches = []
+    for path in root.rglob("*.py"):
+        if "backends" in path.relative_to(root).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(side, ast.Constant) and side.value in SEARCH_BACKEND_NAMES
+                    for side in (node.left, *node.comparators)):
+                branches.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    assert branches == []
 
 
 def test_topk_to_run_by_hand():

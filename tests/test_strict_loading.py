@@ -19,6 +19,7 @@ from transformers import AutoModel, BertConfig, BertForMaskedLM, BertForSequence
 
 from dense_encoders import CondenserForPreTraining, CondenserModel
 from dense_encoders.checkpoints.loading import load_checked_model
+from dense_encoders.checkpoints.tite_backbone import tite_from_backbone
 from dense_encoders.checkpoints.weights import CheckpointWeightsError, check_checkpoint_weights
 from dense_encoders.cli import main
 from dense_encoders.evaluation import RetrievalEncoder
@@ -239,8 +240,9 @@ def test_warm_starts_and_encoder_loads_print_no_load_report(tmp_path, tok, capfd
     BertForMaskedLM(bert_config(tok)).save_pretrained(tmp_path / "mlm")  # with cls.predictions.*
     capfd.readouterr()
     with caplog.at_level(logging.WARNING), transformers_log() as log:
-        TiteModel.from_backbone(tmp_path / "bert")
-        TiteForPreTraining.from_backbone(tmp_path / "mlm").save_pretrained(tmp_path / "tite-pretraining")
+        tite_from_backbone(tmp_path / "bert")
+        tite_pretraining = tite_from_backbone(tmp_path / "mlm", model_class=TiteForPreTraining)
+        tite_pretraining.save_pretrained(tmp_path / "tite-pretraining")
         CondenserForPreTraining.from_backbone(tmp_path / "mlm", skip_from=1).save_pretrained(tmp_path / "condenser")
         AutoModel.from_pretrained(tmp_path / "tite-pretraining")  # what `pretrain tite` does at its end
         AutoModel.from_pretrained(tmp_path / "condenser")

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from conftest import FLOAT64_TOLERANCE, float32_atol
 from transformers import BertConfig, BertModel
 
-from dense_encoders.models.tite.modeling_tite import TiteModel, bert_to_tite_state_dict
+from dense_encoders.checkpoints.tite_backbone import bert_to_tite_state_dict, tite_from_backbone
+from dense_encoders.models.tite.modeling_tite import TiteModel
 from dense_encoders.models.tite.presets import TINY_PRESETS, tite_preset
 
 TINY = sorted(TINY_PRESETS)
@@ -167,7 +168,7 @@ def test_eager_and_sdpa_agree():
 
 @pytest.mark.numerics
 @pytest.mark.parametrize("name", ["tiny-tite-2-late", "tiny-tite-3-staggered"])
-def test_triton_and_torch_pooling_give_the_same_model(name, monkeypatch):
+def test_triton_and_torch_pooling_give_the_same_model(name, monkeypatch, triton_interpreter):
     """The whole model with the Triton kernels (CPU interpreter here) vs the PyTorch pooling, with gradients."""
     pytest.importorskip("triton", reason="the triton extra is not installed: only the PyTorch pooling can run")
     from dense_encoders.models.tite import pooling_tite
@@ -279,7 +280,7 @@ def test_auto_model_without_trust_remote_code_once_imported(saved_tite):
 def test_warm_start_without_pooling_reproduces_the_backbone(minilm_path, type_vocab_size):
     from transformers import AutoTokenizer
 
-    model = TiteModel.from_backbone(minilm_path, type_vocab_size=type_vocab_size).eval()
+    model = tite_from_backbone(minilm_path, type_vocab_size=type_vocab_size).eval()
     bert = BertModel.from_pretrained(minilm_path, add_pooling_layer=False).eval()
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     batch = tokenizer(["warm starts copy every layer", "a short one"], padding=True, return_tensors="pt")
@@ -293,7 +294,7 @@ def test_warm_start_without_pooling_reproduces_the_backbone(minilm_path, type_vo
 
 
 def test_warm_start_with_pooling_copies_weights_exactly(minilm_path):
-    model = TiteModel.from_backbone(minilm_path, tite_preset("minilm-l6-3-all"))
+    model = tite_from_backbone(minilm_path, tite_preset("minilm-l6-3-all"))
     bert_state = BertModel.from_pretrained(minilm_path, add_pooling_layer=False).state_dict()
     mapped = bert_to_tite_state_dict(bert_state)
     ours = model.state_dict()
@@ -306,11 +307,28 @@ def test_warm_start_with_pooling_copies_weights_exactly(minilm_path):
     assert vectors.shape == (3, 384) and torch.isfinite(vectors).all()
 
 
+def test_pretraining_from_a_backbone_warm_starts_the_encoder_and_leaves_the_heads_fresh(minilm_path):
+    # `pretrain tite --backbone`: the pre-training model's encoder is the warm start, layer for layer
+    from dense_encoders.models.tite import TiteForPreTraining
+    from dense_encoders.trainer.pretraining import PreTrainingSetup, build_model
+
+    setup = PreTrainingSetup(architecture="tite", backbone=str(minilm_path), preset="minilm-l6-3-all")
+    model = build_model(setup, vocab_size=30522)
+    assert type(model) is TiteForPreTraining and model.config.name_or_path == str(minilm_path)
+    bert_state = BertModel.from_pretrained(minilm_path, add_pooling_layer=False).state_dict()
+    ours = model.tite.state_dict()
+    for name, tensor in bert_to_tite_state_dict(bert_state).items():
+        expected = tensor[:256] if name == "embeddings.position_embeddings.weight" else tensor
+        assert torch.equal(ours[name], expected), name
+    # the MAE head's decoder is the (copied) word table, tied
+    assert model.get_output_embeddings().weight is model.tite.embeddings.word_embeddings.weight
+
+
 def test_warm_start_rejects_mismatched_shapes_and_other_architectures(minilm_path, tmp_path):
     with pytest.raises(ValueError, match=r"hidden_sizes: TITE \{32\} vs backbone \{384\}"):
-        TiteModel.from_backbone(minilm_path, tite_preset("tiny-tite-2-late", vocab_size=30522))
+        tite_from_backbone(minilm_path, tite_preset("tiny-tite-2-late", vocab_size=30522))
     from transformers import RobertaConfig
 
     RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="'roberta' checkpoint"):
-        TiteModel.from_backbone(tmp_path)
+        tite_from_backbone(tmp_path)

@@ -1,22 +1,17 @@
 """TITE packed pooling (TITE Eq. 1, pool_{k,s}) as the model runs it: a :class:`PoolPlan` (lengths, window
 rows, window centres) and :func:`pool_planned` (PyTorch and Triton) against naive per-sequence references."""
 
+import logging
+import math
 import os
 
-# Before torch/triton/dense_encoders: Triton kernels run in its CPU interpreter (the module wraps
-# its kernels with triton.jit on first use, so this also works if it was imported earlier).
-os.environ["TRITON_INTERPRET"] = "1"
+import numpy as np
+import pytest
+import torch
+from conftest import FLOAT64_TOLERANCE
 
-import logging  # noqa: E402
-import math  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from conftest import FLOAT64_TOLERANCE  # noqa: E402
-
-from dense_encoders.models.tite import pooling_tite as P  # noqa: E402
-from dense_encoders.models.tite.pooling_tite import PLAN_PARTS, DeviceArrays, PoolPlan, pool_planned  # noqa: E402
+from dense_encoders.models.tite import pooling_tite as P
+from dense_encoders.models.tite.pooling_tite import PLAN_PARTS, DeviceArrays, PoolPlan, pool_planned
 
 KS = [(k, s) for k in range(1, 5) for s in range(1, 5)]
 WIDE_KS = [(9, 9), (9, 4), (9, 1), (2, 9), (7, 3), (5, 6)]
@@ -174,7 +169,8 @@ def test_torch_empty_batches():
 
 
 def triton_vs_torch(lengths, k, s, dim=8, dtype=torch.float64, seed=0, hidden=None):
-    """Triton (in its CPU interpreter, which supports float64) against the PyTorch pooling, forward and backward.
+    """Triton (in its CPU interpreter, which supports float64: the tests that call this take the
+    ``triton_interpreter`` fixture) against the PyTorch pooling, forward and backward.
 
     float64 (the default): conftest's equivalence tolerance. float32 / float16: both implementations add at
     most k values (forward) or ceil(k/s) window gradients (backward) in float32 and round once to ``dtype``;
@@ -208,13 +204,13 @@ def triton_vs_torch(lengths, k, s, dim=8, dtype=torch.float64, seed=0, hidden=No
 
 @pytest.mark.numerics
 @pytest.mark.parametrize("k,s", KS)
-def test_triton_matches_torch(k, s):
+def test_triton_matches_torch(k, s, triton_interpreter):
     pytest.importorskip("triton")
     triton_vs_torch(random_lengths(seed=k * 7 + s), k, s, seed=k + s)
 
 
 @pytest.mark.numerics
-def test_triton_wide_kernels_strides_and_edge_batches():
+def test_triton_wide_kernels_strides_and_edge_batches(triton_interpreter):
     pytest.importorskip("triton")
     for i, (k, s) in enumerate(WIDE_KS):
         triton_vs_torch(random_lengths(seed=i, high=20), k, s, seed=i)
@@ -226,22 +222,43 @@ def test_triton_wide_kernels_strides_and_edge_batches():
 
 
 @pytest.mark.numerics
-def test_triton_gaps_get_zero_gradient():
+def test_triton_gaps_get_zero_gradient(triton_interpreter):
     pytest.importorskip("triton")
     grad = triton_vs_torch([7], 2, 3)  # windows [0,2), [3,5), [6,7): tokens 2 and 5 are in none
     assert grad[[2, 5]].abs().sum() == 0 and grad[[0, 1, 3, 4, 6]].abs().min() > 0
 
 
 @pytest.mark.numerics
-def test_triton_fp32():
+def test_triton_fp32(triton_interpreter):
     pytest.importorskip("triton")
     triton_vs_torch([11, 0, 1, 6, 70], 4, 2, dtype=torch.float32)
 
 
 @pytest.mark.numerics
-def test_triton_fp16():
+def test_triton_fp16(triton_interpreter):
     pytest.importorskip("triton")
     triton_vs_torch([11, 0, 1, 6], 3, 2, dtype=torch.float16)
+
+
+def test_the_interpreter_fixture_alone_runs_the_kernels_on_cpu_tensors(monkeypatch, request):
+    # on a GPU machine conftest leaves TRITON_INTERPRET unset (the rest of the suite runs compiled kernels): the
+    # fixture alone must put a test's Triton pooling of CPU tensors in the interpreter
+    pytest.importorskip("triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(P, "_FALLBACK_WARNED", True)  # the fallback's one warning is tested below
+    lengths, hidden = [5, 2], torch.randn(7, 4, dtype=torch.float64)
+    without, _ = pool(hidden.clone().requires_grad_(), lengths, 2, 2, implementation="triton")
+    assert type(without.grad_fn).__name__ != "TritonPackedPoolBackward"  # PyTorch's pooling: no interpreter
+    request.getfixturevalue("triton_interpreter")
+    out, _ = pool(hidden.clone().requires_grad_(), lengths, 2, 2, implementation="triton")
+    assert type(out.grad_fn).__name__ == "TritonPackedPoolBackward"
+    torch.testing.assert_close(out, naive_pool(hidden, lengths, 2, 2), **FLOAT64_TOLERANCE)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="without CUDA, conftest runs every test in the interpreter")
+def test_outside_the_fixture_a_gpu_machine_compiles_the_kernels():
+    # importing this module sets nothing: the GPU tests of a full suite run compiled Triton
+    assert os.environ.get("TRITON_INTERPRET") != "1"
 
 
 # ---------------------------------------------------------------- dispatcher

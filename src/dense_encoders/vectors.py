@@ -1,6 +1,6 @@
 """What every layer (trainer, evaluation, command line) accepts of how texts become vectors and two vectors a
-score: the similarity names and the pooling a TITE encoder refuses. Imports nothing, so the command line
-reads it without loading torch.
+score: the similarity names, the search backends' names and the pooling a TITE encoder refuses. Imports
+nothing, so the command line reads it without loading torch.
 
 Mean pooling itself lives in the infused dual encoder's remote code,
 :func:`dense_encoders.models.infused.modeling_infused.mean_pool`: a model folder can import nothing of the
@@ -12,6 +12,9 @@ from __future__ import annotations
 
 # "cosine": the dot product of L2-normalised vectors; "dot": the plain dot product
 SIMILARITIES = ("cosine", "dot")
+
+# the search backends (dense_encoders.evaluation.backends registers one class under each name)
+SEARCH_BACKEND_NAMES = ("exact", "faiss")
 
 # how token states become one vector: the first token's state or the mean over the real tokens
 POOLING_MODES = ("cls", "mean")
@@ -26,4 +29,4 @@ def refuse_mean_pooling_of_tite(model_type: str | None, pooling: str | None, ins
                          f"use {instead}")
 
 
-__all__ = ["POOLING_MODES", "SIMILARITIES", "refuse_mean_pooling_of_tite"]
+__all__ = ["POOLING_MODES", "SEARCH_BACKEND_NAMES", "SIMILARITIES", "refuse_mean_pooling_of_tite"]

@@ -30,11 +30,11 @@ from ..settings.evaluation import (  # noqa: F401 (re-exported: --help reads the
     EvaluationArguments,
 )
 from ..vectors import SIMILARITIES
+from .backends import SearchBackend, get_backend
 from .encoding import EncodedTexts, RetrievalEncoder
 from .metrics import compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
 from .search import search, topk_to_run
-from .shard_search import search_shards
 
 # the model name that evaluates the lexical baseline instead of an encoder (evaluate_retrieval("bm25", data))
 BM25 = "bm25"
@@ -264,10 +264,10 @@ def _first_stage(encoder: RetrievalEncoder, dataset: RetrievalDataset, queries: 
     """``(documents, metrics, per_query, run, search_seconds)`` of the first stage: the documents encoded and
     searched, or the stored embedding shards of ``args.corpus_embeddings`` searched."""
     if args.corpus_embeddings is not None:
-        if args.backend != "exact":
-            raise ValueError("corpus embeddings are searched exactly, shard by shard; for a FAISS index use "
-                             "`dense-encoders index` and `dense-encoders search`")
-        return _search_stored_corpus(encoder, dataset, queries, args.corpus_embeddings, k=args.k,
+        backend = get_backend(args.backend)
+        if backend.shards_refusal is not None:
+            raise ValueError(backend.shards_refusal)
+        return _search_stored_corpus(encoder, dataset, queries, args.corpus_embeddings, k=args.k, backend=backend,
                                      similarity=similarity, measures=measures, relevance_level=args.relevance_level)
     documents = encoder.encode_documents(dataset.document_texts(dataset.document_ids()))
     metrics, per_query, run, search_seconds = search_and_score(
@@ -304,7 +304,7 @@ def _dataset_record(dataset: RetrievalDataset) -> dict:
 
 
 def _search_stored_corpus(encoder: RetrievalEncoder, dataset: RetrievalDataset, queries: EncodedTexts, folder, *,
-                          k: int, similarity: str, measures, relevance_level: int):
+                          k: int, backend: SearchBackend, similarity: str, measures, relevance_level: int):
     """Search the corpus's stored embedding shards instead of encoding it: ``(documents, metrics, per_query,
     run, seconds)``; shards of another model, prompt, length or corpus are refused."""
     shards = EmbeddingShards.open(folder)
@@ -325,7 +325,7 @@ def _search_stored_corpus(encoder: RetrievalEncoder, dataset: RetrievalDataset, 
                          f"{dataset.name}'s corpus of {len(corpus)} ({len(corpus - stored)} missing): encode this "
                          "corpus")
     start = time.perf_counter()
-    scores, indices = search_shards(queries.embeddings, shards, k, similarity=similarity)
+    scores, indices = backend.search_shards(queries.embeddings, shards, k, similarity=similarity)
     seconds = time.perf_counter() - start
     run = topk_to_run(dataset.query_ids(), stored_ids, scores, indices)
     metrics, per_query = compute_metrics(dataset.qrels, run, measures or DEFAULT_MEASURES,

@@ -1,6 +1,7 @@
-"""Top-k retrieval over dense embeddings: an exact chunked torch search and a faiss backend.
+"""Top-k retrieval over dense embeddings: the running top-k selection the search backends share, and their
+entry points (the backends themselves, exact and faiss, are in :mod:`dense_encoders.evaluation.backends`).
 
-Both backends return ``(scores, indices)`` of shape ``[Q, min(k, D)]`` (float32 / int64), best
+Every backend returns ``(scores, indices)`` of shape ``[Q, min(k, D)]`` (float32 / int64), best
 first, with a deterministic tie-break: among equal scores the lower document index comes first.
 
 :func:`exact_search` never materialises the full ``Q x D`` score matrix; it scores one
@@ -15,8 +16,6 @@ from typing import Any, Union
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from ..vectors import SIMILARITIES
 
@@ -25,7 +24,6 @@ __all__ = ["NORMALIZE_EPS", "RunningTopK", "exact_search", "faiss_search", "scor
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
-BACKENDS = ("exact", "faiss")
 NORMALIZE_EPS = 1e-12  # the eps of the L2 normalisation of cosine similarity
 # past this many candidates per k in one query of one block, RunningTopK takes the block's own top-k first
 CANDIDATES_PER_K = 4
@@ -323,6 +321,8 @@ class RunningTopK:
         return torch.cat([ranges[start][0] for start in starts]), torch.cat([ranges[start][1] for start in starts])
 
 
+# the backends (evaluation/backends/) build on the selection above: these entry points import them when called
+
 def exact_search(
     queries: ArrayLike,
     documents: ArrayLike,
@@ -333,7 +333,8 @@ def exact_search(
     document_chunk_size: int = 16384,
     show_progress_bar: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact top-k search in torch, block by block, without building the full score matrix.
+    """Exact top-k search in torch, block by block, without building the full score matrix: the ``exact``
+    backend (:class:`~dense_encoders.evaluation.backends.exact.ExactSearch`).
 
     Args:
         queries: ``[Q, dim]`` tensor or array.
@@ -348,28 +349,11 @@ def exact_search(
         equal scores the lower document index comes first. Empty queries give ``[0, 0]`` tensors.
         Computation (and the result) lives on the queries' device.
     """
-    q, d, k = _prepare(queries, documents, k, similarity)
-    for name, value in (("query_chunk_size", query_chunk_size), ("document_chunk_size", document_chunk_size)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if q.shape[0] == 0:
-        return _empty_result(q.device)
-    if similarity == "cosine":
-        q = F.normalize(q, p=2.0, dim=1, eps=NORMALIZE_EPS)
-        d = F.normalize(d, p=2.0, dim=1, eps=NORMALIZE_EPS)
+    from .backends.exact import ExactSearch
 
-    num_queries, num_documents = q.shape[0], d.shape[0]
-    query_starts = range(0, num_queries, query_chunk_size)
-    if show_progress_bar:
-        query_starts = tqdm(query_starts, desc="Exact search", unit="chunk")
-
-    best = RunningTopK(k)
-    for q_start in query_starts:
-        q_block = q[q_start : q_start + query_chunk_size]
-        for d_start in range(0, num_documents, document_chunk_size):
-            d_block = d[d_start : d_start + document_chunk_size]
-            best.add(q_start, score_block(q_block, d_block), d_start, bounded=scores_are_bounded(q_block, d_block))
-    return best.result()
+    backend = ExactSearch(query_chunk_size=query_chunk_size, document_chunk_size=document_chunk_size,
+                          show_progress_bar=show_progress_bar)
+    return backend.search(queries, documents, k, similarity=similarity)
 
 
 def faiss_search(
@@ -379,34 +363,16 @@ def faiss_search(
     *,
     similarity: str = "cosine",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k search with a faiss ``IndexFlatIP`` (exact inner product, CPU).
+    """Top-k search with a faiss ``IndexFlatIP`` (exact inner product, CPU): the ``faiss`` backend
+    (:class:`~dense_encoders.evaluation.backends.faiss.FaissSearch`).
 
     Same arguments and return value as :func:`exact_search` (results on CPU). Rows are re-sorted
     by (-score, index) so equal scores list the lower index first; which of several documents
     tied at the k-th place is kept is faiss's choice.
     """
-    try:
-        import faiss  # optional: the faiss extra
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "faiss_search needs faiss; install it with: pip install 'dense-encoders[faiss]' "
-            "(or use backend='exact')"
-        ) from exc
+    from .backends.faiss import FaissSearch
 
-    q, d, k = _prepare(queries, documents, k, similarity)
-    if q.shape[0] == 0:
-        return _empty_result(torch.device("cpu"))
-    q_np = np.array(q.cpu().numpy(), dtype=np.float32, order="C", copy=True)
-    d_np = np.array(d.cpu().numpy(), dtype=np.float32, order="C", copy=True)
-    if similarity == "cosine":
-        faiss.normalize_L2(q_np)
-        faiss.normalize_L2(d_np)
-    index = faiss.IndexFlatIP(d_np.shape[1])
-    index.add(d_np)
-    scores_np, indices_np = index.search(q_np, k)
-    scores = torch.from_numpy(np.ascontiguousarray(scores_np, dtype=np.float32))
-    indices = torch.from_numpy(np.ascontiguousarray(indices_np, dtype=np.int64))
-    return _stable_sort_rows(scores, indices)
+    return FaissSearch().search(queries, documents, k, similarity=similarity)
 
 
 def search(
@@ -418,15 +384,14 @@ def search(
     backend: str = "exact",
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dispatch to :func:`exact_search` (``backend="exact"``) or :func:`faiss_search` (``"faiss"``).
+    """Top-k search with the backend registered as ``backend`` (:mod:`dense_encoders.evaluation.backends`:
+    ``"exact"``, ``"faiss"``).
 
-    Extra keyword arguments go to the chosen backend (e.g. ``query_chunk_size`` for "exact").
+    Extra keyword arguments configure the chosen backend (e.g. ``query_chunk_size`` for "exact").
     """
-    if backend == "exact":
-        return exact_search(queries, documents, k, similarity=similarity, **kwargs)
-    if backend == "faiss":
-        return faiss_search(queries, documents, k, similarity=similarity, **kwargs)
-    raise ValueError(f"unknown backend {backend!r}; use one of {BACKENDS}")
+    from .backends import get_backend
+
+    return get_backend(backend, **kwargs).search(queries, documents, k, similarity=similarity)
 
 
 def topk_to_run(

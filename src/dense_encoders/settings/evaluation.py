@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..vectors import POOLING_MODES, SIMILARITIES
+from ..vectors import POOLING_MODES, SEARCH_BACKEND_NAMES, SIMILARITIES
 from .datasets import dataset_revision_field, pair_scale_field, pair_threshold_field, whole_scale
 from .models import trust_remote_code_field
 from .values import check_fields, pair_scale_problem, pair_threshold_problem, positive_integer_problem
@@ -56,7 +56,7 @@ class EvaluationArguments:
     batch_size: int = field(default=32, metadata={"help": "Encoding batch size (default: %(default)s)."})
     k: int = field(default=1000, metadata={"help": "Documents retrieved per query (default: %(default)s)."})
     backend: str = field(default="exact", metadata={
-        "choices": ["exact", "faiss"], "help": "Search (default: %(default)s)."})
+        "choices": list(SEARCH_BACKEND_NAMES), "help": "Search (default: %(default)s)."})
     cache_dir: str | None = field(default=None, metadata={
         "help": "Cache embeddings here (safetensors), keyed by model, settings and texts."})
     corpus_embeddings: str | None = field(default=None, metadata={

@@ -8,7 +8,6 @@ _EXPORTS = {
     "TiteModel": ".modeling_tite",
     "TiteForPreTraining": ".modeling_tite",
     "TitePreTrainedModel": ".modeling_tite",
-    "bert_to_tite_state_dict": ".modeling_tite",
     "tite_preset": ".presets",
     "TITE_PRESETS": ".presets",
     "TINY_PRESETS": ".presets",

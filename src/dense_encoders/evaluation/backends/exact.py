@@ -1,0 +1,104 @@
+"""The ``exact`` backend: every query scored against every document, block by block, in torch.
+
+Never more than one ``query_chunk_size x document_chunk_size`` block of scores exists at a time; a
+:class:`~dense_encoders.evaluation.search.RunningTopK` per query range keeps the best ``k`` so far. Over
+embedding shards, one shard is in memory at a time, and the result is that of the concatenated matrix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from ...data.embedding_shards import EmbeddingShards
+from ..search import NORMALIZE_EPS, RunningTopK, _empty_result, _prepare, score_block, scores_are_bounded, validate_k
+from .base import SearchBackend, shards_similarity
+
+
+class ExactSearch(SearchBackend):
+    """Exact top-k search in torch without building the full score matrix.
+
+    Args:
+        query_chunk_size / document_chunk_size: block size; peak score memory is their product.
+        device: where shards are searched (:meth:`search_shards`); a matrix in memory is searched on the
+            queries' device.
+        show_progress_bar: a tqdm bar over query chunks (in memory) or documents (shards).
+    """
+
+    name = "exact"
+
+    def __init__(self, *, query_chunk_size: int = 1024, document_chunk_size: int = 16384,
+                 device: str | torch.device = "cpu", show_progress_bar: bool = False):
+        self.query_chunk_size = query_chunk_size
+        self.document_chunk_size = document_chunk_size
+        self.device = device
+        self.show_progress_bar = show_progress_bar
+
+    def _check_block_sizes(self) -> None:
+        for name in ("query_chunk_size", "document_chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+    def search(self, queries: Any, documents: Any, k: Any, *, similarity: str = "cosine"
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Query range by query range, each over all document blocks in order. Empty queries give ``[0, 0]``
+        tensors; computation (and the result) lives on the queries' device."""
+        q, d, k = _prepare(queries, documents, k, similarity)
+        self._check_block_sizes()
+        if q.shape[0] == 0:
+            return _empty_result(q.device)
+        if similarity == "cosine":
+            q = F.normalize(q, p=2.0, dim=1, eps=NORMALIZE_EPS)
+            d = F.normalize(d, p=2.0, dim=1, eps=NORMALIZE_EPS)
+
+        query_chunk_size, document_chunk_size = self.query_chunk_size, self.document_chunk_size
+        num_queries, num_documents = q.shape[0], d.shape[0]
+        query_starts = range(0, num_queries, query_chunk_size)
+        if self.show_progress_bar:
+            query_starts = tqdm(query_starts, desc="Exact search", unit="chunk")
+
+        best = RunningTopK(k)
+        for q_start in query_starts:
+            q_block = q[q_start : q_start + query_chunk_size]
+            for d_start in range(0, num_documents, document_chunk_size):
+                d_block = d[d_start : d_start + document_chunk_size]
+                best.add(q_start, score_block(q_block, d_block), d_start, bounded=scores_are_bounded(q_block, d_block))
+        return best.result()
+
+    def search_shards(self, queries: np.ndarray, documents: EmbeddingShards, k: Any, *,
+                      similarity: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Shard by shard, each block of a shard against every query range; float16 shards are read as the
+        float32 rows they store."""
+        k = min(validate_k(k), documents.count)
+        similarity = shards_similarity(documents, similarity)
+        self._check_block_sizes()
+        device, query_chunk_size, document_chunk_size = self.device, self.query_chunk_size, self.document_chunk_size
+        queries = torch.as_tensor(np.asarray(queries, dtype=np.float32), device=device)
+        if queries.dim() != 2 or queries.shape[1] != documents.dimension:
+            raise ValueError(f"queries of shape {tuple(queries.shape)} for documents of dimension "
+                             f"{documents.dimension}")
+        if similarity == "cosine":
+            queries = F.normalize(queries, p=2.0, dim=1, eps=NORMALIZE_EPS)
+        best = RunningTopK(k)
+        bar = tqdm(total=documents.count, unit="doc", desc="Exact search", disable=not self.show_progress_bar)
+        for offset, embeddings, _ in documents.shards():
+            shard = torch.as_tensor(embeddings, device=device)
+            if similarity == "cosine":
+                shard = F.normalize(shard, p=2.0, dim=1, eps=NORMALIZE_EPS)
+            for start in range(0, len(shard), document_chunk_size):
+                block = shard[start : start + document_chunk_size]
+                for q_start in range(0, len(queries), query_chunk_size):
+                    query_block = queries[q_start : q_start + query_chunk_size]
+                    best.add(q_start, score_block(query_block, block), offset + start,
+                             bounded=scores_are_bounded(query_block, block))
+            bar.update(len(shard))
+        bar.close()
+        return best.result()
+
+
+__all__ = ["ExactSearch"]
