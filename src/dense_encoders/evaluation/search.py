@@ -218,10 +218,15 @@ class _HeapTopK:
         self.seen += block.shape[1]
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(scores, indices)`` ``[queries, min(k, documents seen)]`` ordered by (-score, index)."""
-        scores, indices = _stable_sort_rows(torch.from_numpy(self._values.copy()), torch.from_numpy(-self._ids - 2))
+        """``(scores, indices)`` ``[queries, min(k, documents seen)]`` ordered by (-score, index); the heaps take no
+        more blocks after this."""
+        if self._heaps is not None:
+            # faiss sorts each heap best first, and among equal scores the higher id (the lower index) first
+            self._heaps.reorder()
+            self._heaps = None
         count = min(self.k, self.seen)  # empty slots (-float32 max, index -1) sort last
-        return scores[:, :count].contiguous(), indices[:, :count].contiguous()
+        return (torch.from_numpy(self._values[:, :count].copy()),
+                torch.from_numpy(-self._ids[:, :count] - 2))
 
 
 class RunningTopK:
