@@ -9,6 +9,7 @@ import shlex
 import sys
 import warnings
 from pathlib import Path
+from typing import Callable
 
 try:  # allow running from a checkout without `pip install -e .`
     import dense_encoders  # noqa: F401
@@ -42,3 +43,14 @@ def emit(report: str, results: dict, json_path: Path | None) -> None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {json_path}")
+
+
+def run_script(argv: list[str] | None, parse_args: Callable, run: Callable[..., dict],
+               format_report: Callable[[dict], str]) -> dict:
+    """A benchmark script's ``main``: parse ``argv``, quiet the libraries, run, print the report (and write the
+    JSON ``--json`` asks for); returns the raw results."""
+    args = parse_args(argv)
+    quiet_libraries()
+    results = run(args)
+    emit(format_report(results), results, args.json)
+    return results

@@ -83,7 +83,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _report import command_line, device_name, emit, quiet_libraries, render_table
+from _report import command_line, device_name, render_table, run_script
 
 try:  # allow running from a checkout without `pip install -e .`
     import dense_encoders  # noqa: F401
@@ -753,11 +753,7 @@ def format_report(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    quiet_libraries()
-    results = run(args)
-    emit(format_report(results), results, args.json)
-    return results
+    return run_script(argv, parse_args, run, format_report)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 import torch
-from _report import command_line, device_name, emit, quiet_libraries, render_table, synchronize
+from _report import command_line, device_name, render_table, run_script, synchronize
 
 try:  # allow running from a checkout without `pip install -e .`
     import dense_encoders  # noqa: F401
@@ -437,11 +437,7 @@ def format_table(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    quiet_libraries()
-    results = run(args)
-    emit(format_table(results), results, args.json)
-    return results
+    return run_script(argv, parse_args, run, format_table)
 
 
 if __name__ == "__main__":

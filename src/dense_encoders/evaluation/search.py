@@ -11,6 +11,7 @@ first, with a deterministic tie-break: among equal scores the lower document ind
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, Union
 
@@ -164,14 +165,16 @@ def scores_are_bounded(query_block: torch.Tensor, document_block: torch.Tensor) 
     """Whether every score of ``score_block(query_block, document_block)`` is a number above float32's lowest value
     (no NaN, no ``-inf``), by Cauchy-Schwarz: ``|q . d| <= ||q|| ||d||``, with a margin of 2 for the rounding of
     the sum. A NaN or infinite norm answers False. This is what :class:`RunningTopK` needs to know to select a
-    block in faiss's heaps."""
-    if query_block.numel() == 0 or document_block.numel() == 0:
+    block in faiss's heaps, which select on the CPU only: blocks on another device answer False unchecked, so that
+    the search never waits for the device."""
+    if query_block.device.type != "cpu" or query_block.numel() == 0 or document_block.numel() == 0:
         return False
     largest = (torch.linalg.vector_norm(query_block, dim=1).amax()
                * torch.linalg.vector_norm(document_block, dim=1).amax())
     return bool(largest < _BOUNDED_SCORE)
 
 
+@functools.cache
 def _faiss_heaps():
     """The faiss module when it is installed (the faiss extra), else None: :class:`RunningTopK` then selects in
     torch alone, with the same results."""
