@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checkpoints.folder import missing_sentence_transformers_files, read_pipeline, sentence_transformers_settings
+from ..checkpoints.folder import missing_sentence_transformers_files, sentence_transformers_settings
 from ..data.files import read_json
 from ..data.run_records import RunRecords, read_run_records
 
@@ -48,21 +48,17 @@ class DenseEncoderCardData:
         config = read_json(folder / "config.json")
         if config is None:
             raise FileNotFoundError(f"{folder} has no config.json: save the model with save_pretrained first")
-        declared = _pipeline(folder)
-        prompts, lengths = _sides(folder)
+        declared = sentence_transformers_settings(folder) or _files_a_push_adds(folder)
+        prompts, lengths = _sides(declared)
         return cls(model_name=repo_id or folder.name, config=config, records=read_run_records(folder, results),
                    pooling=declared.get("pooling"), similarity=declared.get("similarity"),
                    normalized=declared.get("normalize", False), prompts=prompts, lengths=lengths, license=license,
                    base_model=base_model)
 
 
-def _pipeline(folder: Path) -> dict:
-    """What the folder's sentence-transformers files declare (``read_pipeline``) or, for one of our models
-    without them, what the files a push adds (``missing_sentence_transformers_files``) declare: read from
-    their texts."""
-    declared = read_pipeline(folder)
-    if declared:
-        return declared
+def _files_a_push_adds(folder: Path) -> dict:
+    """For one of our models without sentence-transformers files: the pooling, normalisation and similarity
+    that the files a push adds (``missing_sentence_transformers_files``) declare, read from their texts."""
     missing = missing_sentence_transformers_files(folder)
     if not missing:
         return {}
@@ -79,13 +75,14 @@ def _pipeline(folder: Path) -> dict:
     return declared
 
 
-def _sides(folder: Path) -> tuple[dict[str, str], dict[str, int]]:
+def _sides(declared: dict) -> tuple[dict[str, str], dict[str, int]]:
     """(prompts, lengths) that ``encode_query`` / ``encode_document`` apply: the non-empty ``query`` / ``document``
-    prompts and the ``query_length`` / ``document_length`` token limits of the sentence-transformers files."""
-    prompts = {side: text for side, text in (read_pipeline(folder).get("prompts") or {}).items()
+    prompts and the ``query_length`` / ``document_length`` token limits that the sentence-transformers files
+    declare (``declared``: :func:`sentence_transformers_settings`)."""
+    prompts = {side: text for side, text in (declared.get("prompts") or {}).items()
                if side in ("query", "document") and text}
-    declared = sentence_transformers_settings(folder).get("lengths", {})
-    lengths = {side: int(declared[f"{side}_length"]) for side in ("query", "document") if f"{side}_length" in declared}
+    limits = declared.get("lengths") or {}
+    lengths = {side: int(limits[f"{side}_length"]) for side in ("query", "document") if f"{side}_length" in limits}
     return prompts, lengths
 
 
