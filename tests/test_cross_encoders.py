@@ -267,8 +267,16 @@ def test_layerwise_refuses_a_non_empty_output_dir(cross_encoder_folder, tok, tmp
     assert json.loads((output / "layerwise.json").read_text()) == json.loads(first)
     capsys.readouterr()
     assert main([*argv, "--output-dir", str(tmp_path), "--overwrite-output-dir"]) == 2
-    assert "--overwrite-output-dir would delete everything in" in capsys.readouterr().err
+    # refused by the check every command runs before it writes: the folder holds the inputs
+    assert f"--output-dir {tmp_path} holds --cross-encoder {cross_encoder_folder}" in capsys.readouterr().err
     assert de_folder.is_dir() and data.is_dir()
+    work = tmp_path / "work"  # a folder that holds no input but the current directory
+    work.mkdir()
+    (work / "notes.txt").write_text("keep me\n")
+    monkeypatch.chdir(work)
+    assert main([*argv, "--output-dir", str(work), "--overwrite-output-dir"]) == 2
+    assert "--overwrite-output-dir would delete everything in" in capsys.readouterr().err
+    assert (work / "notes.txt").read_text() == "keep me\n"
 
 
 @pytest.fixture

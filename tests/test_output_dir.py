@@ -6,8 +6,10 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -215,7 +217,8 @@ def test_infuse_refuses_a_used_folder_and_writes_json_arguments(tmp_path, tok, c
     # the inputs may not lie in the folder --overwrite-output-dir clears
     assert main(argv[:4] + [str(cross_encoder)] + argv[5:] + ["--overwrite-output-dir", "--train-data",
                                                               str(output / "initial")]) == 2
-    assert "which this run reads" in capsys.readouterr().err
+    # refused by the check every command runs before it writes (cli.checks.check_outputs), before the overwrite
+    assert f"holds --train-data {output / 'initial'}, which this command reads" in capsys.readouterr().err
     assert snapshot(output) == before
 
 
@@ -354,6 +357,82 @@ def test_the_lock_is_per_open_folder_and_falls_back_to_this_machine(tmp_path, mo
     assert lock.path == local_lock_file(folder) and json.loads(lock.path.read_text())["pid"] == os.getpid()
     lock.release()
     assert not lock.path.exists()
+
+
+def test_a_planted_link_at_the_lock_path_is_refused_and_its_target_kept(tmp_path, small_corpus, capsys):
+    """A link at ``.run.lock`` (anyone who can write the parent can plant one) must not let the run write through it:
+    the run is refused in one line, before anything is made, and the link and its target stay as they were."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious\n")
+    (runs / ".out.lock").symlink_to(precious)
+    capsys.readouterr()
+    assert main(pretrain_argv(small_corpus, runs / "out", steps=1)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{runs / '.out.lock'}, the lock file of {runs / 'out'}, is a symbolic link" in err
+    assert precious.read_text() == "precious\n"
+    assert (runs / ".out.lock").is_symlink() and os.readlink(runs / ".out.lock") == str(precious)
+    assert sorted(p.name for p in runs.iterdir()) == [".out.lock"]  # no output folder was made
+
+
+def test_the_lock_never_writes_into_a_file_it_did_not_make(tmp_path):
+    folder = tmp_path / "run"
+    path = lock_file(folder)
+    target = tmp_path / "target.txt"
+    target.write_text("keep me")
+    cases = {
+        "is a symbolic link": lambda: path.symlink_to(target),
+        "is a symbolic link ": lambda: path.symlink_to(tmp_path / "missing"),  # dangling: O_CREAT would make it
+        "has 2 names (a hard link)": lambda: os.link(target, path),
+        "is not a regular file": lambda: os.mkfifo(path),
+        "is not a regular file ": lambda: path.mkdir(),
+        "is not a lock file a run wrote": lambda: path.write_text('{"pid": 1}'),
+    }
+    for problem, plant in cases.items():
+        plant()
+        refusal = re.escape(f"lock file of {folder}, {problem.strip()}: nothing was written")
+        with pytest.raises(OutputDirError, match=refusal):
+            OutputDirLock(folder).acquire()
+        assert target.read_text() == "keep me" and not (tmp_path / "missing").exists()
+        assert os.path.lexists(path)  # left as it was
+        path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+    # a lock file a killed run left (its record, or nothing at all) is replaced by a new file, not written into
+    for leftover in ('{"pid": 1, "host": "h", "started": "2026-01-01T00:00:00"}', ""):
+        path.write_text(leftover)
+        kept = os.open(path, os.O_RDONLY)  # the old file stays readable through this: it must not change
+        try:
+            lock = OutputDirLock(folder).acquire()
+            assert os.pread(kept, 4096, 0).decode() == leftover
+            assert json.loads(path.read_text())["pid"] == os.getpid()
+            assert os.fstat(kept).st_nlink == 0  # the old file's name was removed; the new one is another file
+            lock.release()
+        finally:
+            os.close(kept)
+        assert not path.exists()
+
+
+def test_the_local_lock_folder_must_be_this_users_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(output_dir_module.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(output_dir_module, "lock_file", output_dir_module.local_lock_file)
+    folder = tmp_path / "work" / "run"
+    shared = local_lock_file(folder).parent
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shared.symlink_to(elsewhere)  # planted by someone else in the shared temporary folder
+    with pytest.raises(OutputDirError, match="is not a folder only this user can write"):
+        OutputDirLock(folder).acquire()
+    assert list(elsewhere.iterdir()) == []
+    shared.unlink()
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(OutputDirError, match="is not a folder only this user can write"):
+        OutputDirLock(folder).acquire()
+    shared.rmdir()
+    lock = OutputDirLock(folder).acquire()
+    assert lock.path.parent == shared and stat.S_IMODE(os.lstat(shared).st_mode) & 0o077 == 0
+    lock.release()
 
 
 # ---- resuming from the last complete checkpoint ------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..settings.benchmarking import CUDA_SIZES, DEFAULT_SIZES, QUICK_SETTINGS, BenchSettings, default_presets
 from .arguments import make_parser, parse
-from .checks import check_device
+from .checks import check_device, check_outputs
 
 BENCH_EXAMPLES = """\
 examples:
@@ -73,6 +73,9 @@ def bench(argv: list[str]) -> int:
     if options.device is None:
         options.device = "cuda" if torch.cuda.is_available() else "cpu"
     check_device(options.device)
+    check_outputs({"--json": options.json, "--plot": None if options.no_plot else options.plot,
+                   "--save-lengths": options.save_lengths},
+                  {"--lengths-from": options.lengths_from, "--tokenizer": options.tokenizer})
     try:
         device = torch.device(options.device)
     except RuntimeError as error:

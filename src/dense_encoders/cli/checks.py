@@ -1,7 +1,8 @@
 """Checks the command line runs before any model loads, of what a value alone does not tell: model paths (a folder
-here, or a Hub id) and devices (present on this machine). The values themselves are checked by the settings
-dataclasses (:mod:`dense_encoders.settings`). Each raises ``ValueError`` with one line naming the value, the flag and
-the fix; ``cli.main`` prints it (exit code 2) unless ``--debug`` is given.
+here, or a Hub id), devices (present on this machine) and outputs (none of them an input, inside an input folder
+or holding an input). The values themselves are checked by the settings dataclasses (:mod:`dense_encoders.settings`).
+Each raises ``ValueError`` with one line naming the value, the flag and the fix; ``cli.main`` prints it (exit code 2)
+unless ``--debug`` is given.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from huggingface_hub import constants
 
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps"
+PathValues = str | Path | list | tuple | None  # a flag's path, or its paths
 # what huggingface_hub accepts as a repository id: `name` or `namespace/name`
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 
@@ -59,6 +61,25 @@ def check_model(value: str | None, flag: str = "model") -> None:
                          f"mode, HF_HUB_OFFLINE); {hint}")
 
 
+def check_outputs(outputs: dict[str, PathValues], inputs: dict[str, PathValues],
+                  shards: dict[str, PathValues] | None = None) -> None:
+    """Nothing a command writes (``outputs``: flag -> path) is, lies inside or holds what it reads (``inputs``:
+    flag -> path, or a list of them; ``shards``: embedding shards or a FAISS index, whose folder may receive new
+    files beside the ones read): :func:`~dense_encoders.data.files.refuse_outputs_over_inputs`, before anything
+    is written."""
+    from ..data.embedding_shards import shard_folder_files
+    from ..data.files import refuse_outputs_over_inputs
+
+    read = [(flag, path) for flag, paths in inputs.items() for path in _listed(paths)]
+    read += [(flag, file) for flag, paths in (shards or {}).items() for path in _listed(paths)
+             for file in shard_folder_files(path)]
+    refuse_outputs_over_inputs([(flag, path) for flag, paths in outputs.items() for path in _listed(paths)], read)
+
+
+def _listed(paths: PathValues) -> list:
+    return [p for p in (paths if isinstance(paths, (list, tuple)) else [paths]) if p]
+
+
 def check_device(value: str | None, flag: str = "--device") -> None:
     """``cpu``, ``cuda``, ``cuda:N`` or ``mps``, and present on this machine."""
     if value is None:
@@ -82,4 +103,4 @@ def check_device(value: str | None, flag: str = "--device") -> None:
         raise ValueError(f"{flag} {value}: MPS is not available on this machine; use --device cpu")
 
 
-__all__ = ["DEVICE_CHOICES", "check_device", "check_model"]
+__all__ = ["DEVICE_CHOICES", "check_device", "check_model", "check_outputs"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from .arguments import make_parser, parse
+from .checks import check_outputs
 
 CONVERT_EXAMPLES = """\
 examples:
@@ -54,6 +55,7 @@ def convert(argv: list[str]) -> int:
     from ..data.run_records import CONVERSION, read_record
 
     options, positionals = parse(build_convert_parser(), argv)
+    check_outputs({"OUT": positionals.output}, {"SOURCE": positionals.source})
     output = convert_checkpoint(positionals.source, positionals.output, overwrite=options.overwrite,
                                 skip_from=options.skip_from)
     record = read_record(output, CONVERSION)

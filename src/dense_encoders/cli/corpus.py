@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .arguments import make_parser, parse
-from .checks import check_device, check_model
+from .checks import check_device, check_model, check_outputs
 from .train import end_distributed
 
 ENCODE_EXAMPLES = """\
@@ -58,6 +58,7 @@ def encode(argv: list[str]) -> int:
     check_device(options.device)
     for device in options.devices or []:
         check_device(device, "--devices")
+    check_outputs({"--output": options.output}, {"MODEL": positionals.model, "TEXTS": positionals.texts})
     shards = encode_corpus(
         positionals.model, positionals.texts, options.output, side="query" if options.queries else "document",
         shard_size=options.shard_size, dtype=options.dtype, batch_size=options.batch_size, prompt=options.prompt,
@@ -109,6 +110,8 @@ def index(argv: list[str]) -> int:
         raise ValueError(f"{shards.folder} holds query embeddings: index a corpus")
     name = "".join(c if c.isalnum() else "-" for c in options.faiss).strip("-")
     output = Path(options.output) if options.output else shards.folder / f"index-{name}.faiss"
+    check_outputs({"--output": output, "--output's record": output.with_suffix(".json")}, {},
+                  shards={"SHARDS": positionals.shards})
     if output.exists():
         raise ValueError(f"{output} exists: delete it or give another --output")
     built = build_faiss_index(shards, options.faiss, output, similarity=options.similarity,
@@ -153,6 +156,8 @@ def search(argv: list[str]) -> int:
 
     options, positionals = parse(build_search_parser(), argv)
     check_device(options.device)
+    check_outputs({"--output": options.output}, {},
+                  shards={"CORPUS": positionals.corpus, "QUERIES": positionals.queries})
     corpus = Path(positionals.corpus)
     faiss_index = record = None
     if corpus.suffix == ".faiss":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .arguments import make_parser, parse
-from .checks import check_device, check_model
+from .checks import check_device, check_model, check_outputs
 
 # ------------------------------------------------------------------------------------------------ evaluate
 
@@ -57,6 +57,9 @@ def evaluate(argv: list[str]) -> int:
     if positionals.model != BM25:
         check_model(positionals.model)
     check_model(args.rerank, "--rerank")
+    check_outputs({"--output": args.output, "--run-output": args.run_output, "--cache-dir": args.cache_dir},
+                  {"MODEL": None if positionals.model == BM25 else positionals.model, "DATA": positionals.data,
+                   "--rerank": args.rerank}, shards={"--corpus-embeddings": args.corpus_embeddings})
     results = evaluate_retrieval(positionals.model, positionals.data, args=args)
     print(format_summary(results))
     if args.output:
@@ -94,6 +97,9 @@ def layerwise(argv: list[str]) -> int:
     from ..evaluation.layerwise import format_layerwise, layerwise_analysis
 
     (options,) = parse(build_layerwise_parser(), argv)
+    check_outputs({"--output-dir": options.output_dir},
+                  {"--cross-encoder": options.cross_encoder, "--dual-encoder": options.dual_encoder,
+                   "--data": options.data})
     results = layerwise_analysis(
         options.cross_encoder, options.dual_encoder, options.data, split=options.split, layers=options.layers,
         copies=options.copies, batch_size=options.batch_size, max_length=options.max_length,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..settings.quickstart import QuickstartArguments
 from .arguments import make_parser, parse
+from .checks import check_outputs
 
 QUICKSTART_EXAMPLES = """\
 examples:
@@ -33,6 +34,7 @@ def quickstart(argv: list[str]) -> int:
     from ..quickstart import run_quickstart  # slow to import (torch, transformers): only when the command runs
 
     (options,) = parse(build_quickstart_parser(), argv)
+    check_outputs({"--output-dir": options.output_dir}, {"--data": options.data, "--teacher": options.teacher})
     run_quickstart(output_dir=options.output_dir, push=options.push, overwrite_output_dir=options.overwrite_output_dir,
                    data=options.data, teacher=options.teacher,
                    tite_preset=options.tite_preset, student_layers=options.student_layers, epochs=options.epochs,

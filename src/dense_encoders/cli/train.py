@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..recipes import load_recipe, recipe_differences
 from .arguments import make_parser, parse
-from .checks import check_device, check_model
+from .checks import check_device, check_model, check_outputs
 from .training_arguments import add_training_arguments
 
 # ------------------------------------------------------------------------------------------------ pretrain
@@ -104,6 +104,9 @@ def pretrain(argv: list[str]) -> int:
     if setup.architecture != architecture:
         raise ValueError(f"--architecture {setup.architecture} contradicts the first argument, {architecture}; "
                          "name the architecture once, as the first argument")
+    check_outputs({"--output-dir": args.output_dir},
+                  {"--corpus": setup.corpus, "--init-from": setup.init_from, "--backbone": setup.backbone,
+                   "--tokenizer": setup.tokenizer})
     output = run_pretraining(setup, args)
     end_distributed()
     print(f"Saved the pre-trained {architecture} to {output}")
@@ -197,6 +200,9 @@ def distill(argv: list[str]) -> int:
 
     setup, args = parse(build_distill_parser(), argv, command="distill")
     check_model(setup.student, "--student")
+    check_outputs({"--output-dir": args.output_dir},
+                  {"--student": setup.student, "--train-file": setup.train_file, "--corpus": setup.corpus,
+                   "--queries": setup.queries, "--qrels": setup.qrels})
     output = run_distillation(setup, args)
     end_distributed()
     print(f"Saved the student to {output}")
@@ -256,6 +262,9 @@ def score_teacher(argv: list[str]) -> int:
     options, positionals = parse(build_score_teacher_parser(), argv)
     check_device(options.device)
     check_model(positionals.cross_encoder, "teacher")
+    check_outputs({"--output": options.output},
+                  {"CROSS_ENCODER": positionals.cross_encoder, "--run": options.run, "--data": options.data,
+                   "--queries": options.queries, "--corpus": options.corpus})
     if options.data is not None:
         dataset = load_beir(options.data, split=options.split, revision=options.dataset_revision)
         queries, corpus = dataset.queries, dataset.corpus
@@ -318,6 +327,9 @@ def infuse(argv: list[str]) -> int:
     from ..trainer.infusion import record_infusion_report, train_infused
 
     (args,) = parse(build_infuse_parser(), argv, command="infuse")
+    check_outputs({"--output-dir": args.output_dir},
+                  {"--cross-encoder": args.cross_encoder, "--train-data": args.train_data,
+                   "--eval-data": args.eval_data, "--baseline": args.baseline})
     trained = train_infused(args)
     for name, folder in trained.items():
         print(f"{name}: {folder}")

@@ -200,6 +200,20 @@ def written_shards(folder: Path) -> list[Path]:
     return sorted(Path(folder).glob("shard-*.safetensors"))
 
 
+def shard_folder_files(path: str | Path) -> list[Path]:
+    """The files a reader of embedding shards reads: a shards folder's manifest, shards and ids files, or a FAISS
+    index with its ``.json`` record and the shards it records. What is not such a folder or index is itself
+    (a text file or folder read whole)."""
+    path = Path(path)
+    if path.suffix == ".faiss":
+        record = read_record(path.with_suffix(".json"))
+        shards = shard_folder_files(record["shards"]) if isinstance(record, dict) and record.get("shards") else []
+        return [path, path.with_suffix(".json"), *shards]
+    if not (path / MANIFEST_FILE).is_file():
+        return [path]
+    return [path / MANIFEST_FILE, *sorted(path.glob("shard-*.safetensors")), *sorted(path.glob("shard-*.ids"))]
+
+
 def shard_count(count: int, shard_size: int) -> int:
     return -(-count // shard_size)
 
@@ -524,6 +538,7 @@ __all__ = [
     "DTYPES",
     "EmbeddingShards",
     "MANIFEST_FILE",
+    "shard_folder_files",
     "REPAIR",
     "SETTINGS_FILE",
     "TextSource",

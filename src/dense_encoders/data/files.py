@@ -7,6 +7,8 @@ output folder.
 :func:`prepare_new_output_dir` gives a command a missing or empty folder, refuses a non-empty one unless
 ``overwrite`` (then clears it, never the working folder, the home folder or an input): the rules the
 trainers apply (``trainer/output_dir.py`` adds resuming and the run lock) and ``layerwise`` shares.
+:func:`refuse_outputs_over_inputs` is the one check, run by every command before it writes, that none of its
+outputs is, lies inside or holds one of its inputs.
 """
 
 from __future__ import annotations
@@ -164,6 +166,43 @@ def prepare_new_output_dir(output_dir: str | Path, *, overwrite: bool = False,
     return folder
 
 
+# ------------------------------------------------------------------------------------------------ outputs vs inputs
+
+PathArgument = tuple[str, "str | Path | None"]  # (how the command line names it: "--output", "MODEL"; the path)
+
+
+def refuse_outputs_over_inputs(outputs: Iterable[PathArgument], inputs: Iterable[PathArgument]) -> None:
+    """:class:`OutputDirError` (one line) when a file or folder a command would write is one of the paths it reads,
+    lies inside one it reads as a whole (a model folder, a dataset folder) or holds one: every command calls it
+    with its outputs and inputs before it writes anything. An input folder whose own files are what is read (a
+    folder of embedding shards, which keeps its indexes beside them) is given as those files instead, so that
+    new files may go into it. Inputs that are no local path (Hub ids) are skipped; paths are compared resolved
+    (links followed), and an existing output that is the same file as an input (a hard link) is that input."""
+    outputs = [(name, Path(path).expanduser()) for name, path in outputs if path]
+    inputs = [(name, Path(path).expanduser()) for name, path in inputs if path]
+    inputs = [(name, path) for name, path in inputs if path.exists()]
+    for output_name, output in outputs:
+        for input_name, source in inputs:
+            relation = _clash(output, source)
+            if relation:
+                raise OutputDirError(f"{output_name} {output} {relation} {input_name} {source}, which this command "
+                                     f"reads: nothing was written; choose another {output_name}.")
+
+
+def _clash(output: Path, source: Path) -> str | None:
+    """How writing ``output`` would touch the existing input ``source``, or ``None``."""
+    if output.exists() and os.path.samefile(output, source):
+        return "is"
+    written, read = output.resolve(), source.resolve()
+    if written == read:
+        return "is"
+    if read in written.parents:
+        return "lies inside"
+    if written in read.parents:
+        return "holds"
+    return None
+
+
 __all__ = [
     "DASHED_FLAGS",
     "TRAINER_FLAGS",
@@ -177,6 +216,7 @@ __all__ = [
     "listing",
     "prepare_new_output_dir",
     "read_json",
+    "refuse_outputs_over_inputs",
     "refuse_unsafe_overwrite",
     "write_json",
 ]
