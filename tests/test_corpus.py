@@ -1,10 +1,14 @@
 """Tests for dense_encoders.data.corpus: load_corpus and tokenize_for_condenser."""
 
+import gzip
+import io
 import json
 import math
 import re
 
 import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -123,6 +127,20 @@ def test_streaming_equals_eager(tmp_path):
         assert isinstance(lazy, datasets.IterableDataset)
         assert list(lazy) == list(eager) and len(eager) > 0, source
     assert rows(load_corpus(tmp_path, streaming=True)) == TXT_DOCS + RECORD_DOCS + ["last one"]
+
+
+def test_each_format_gzip_compressed_reads_as_the_plain_file(tmp_path):
+    """Issue 41 §8: a ``.gz`` corpus of each format is read by the one reader of compressed files as the plain file
+    is (the reference), eagerly and streamed; ``.parquet.gz`` (promised: "each also .gz") was read as JSON lines."""
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "title"} for r in RECORDS]), buffer)
+    for name, data in (("docs.txt", TXT.encode()), ("corpus.jsonl", "".join(json.dumps(r) + "\n" for r in RECORDS)
+                       .encode()), ("corpus.parquet", buffer.getvalue())):
+        (tmp_path / name).write_bytes(data)
+        (tmp_path / f"{name}.gz").write_bytes(gzip.compress(data))
+        reference = rows(load_corpus(tmp_path / name))
+        assert reference and all(rows(load_corpus(tmp_path / f"{name}.gz", streaming=streaming)) == reference
+                                 for streaming in (False, True)), name
 
 
 def test_pretraining_reads_a_corpus_as_evaluation_and_encoding_do(tmp_path):

@@ -4,9 +4,14 @@ refused before any model loads, with one line naming the file:line or the flag a
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
+import zlib
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from dense_encoders.cli import main
@@ -198,9 +203,62 @@ def test_pretrain_names_the_line_of_non_utf8_text(tmp_path, capsys):
     corpus.write_bytes("first document\nsecond document\n".encode() + "caf\u00e9 latin-1\n".encode("latin-1"))
     output = tmp_path / "run"
     code, _, err = run_cli(PRETRAIN + ["--corpus", str(corpus), "--output_dir", str(output)], capsys)
-    assert code == 2
-    assert f"{corpus}:3 is not UTF-8 text (byte 0xe9 at position 3); re-encode it as UTF-8" in err
+    assert code == 2  # the message of every reader (data.format.text_lines): byte 4 of the line "caf\xe9 ..."
+    assert f"{corpus}:3: not UTF-8 (byte 0xe9 at byte 4 of the line): save the file as UTF-8" in err
     assert not output.exists()
+
+
+def cut_gzip(path: Path, lines: list[str]) -> tuple[Path, int]:
+    """``path`` holding ``lines`` gzip-compressed and cut off halfway (a download that stopped), and the line that
+    the cut falls in: the first one that does not decompress whole (zlib's own count, not the package's reader)."""
+    blob = gzip.compress("".join(line + "\n" for line in lines).encode())
+    path.write_bytes(blob[: len(blob) // 2])
+    readable = zlib.decompressobj(wbits=31).decompress(blob[: len(blob) // 2])
+    assert 0 < readable.count(b"\n") < len(lines)
+    return path, readable.count(b"\n") + 1
+
+
+def gzip_message(path: Path, line: int) -> str:
+    return (f"{path}:{line}: not readable as gzip (Compressed file ended before the end-of-stream marker was "
+            "reached): its name ends in .gz, so it must be gzip-compressed and complete; compress it again or drop "
+            "the .gz")
+
+
+@pytest.mark.parametrize("command", ["pretrain .txt.gz", "pretrain .txt.gz --streaming", "pretrain .jsonl.gz",
+                                     "pretrain .parquet.gz", "evaluate", "encode"])
+def test_a_cut_gzip_file_is_one_line_naming_it_in_every_command(command, condenser_folder, tmp_path, capsys):
+    """Issue 41 §8: one reader of compressed files (data.format.text_lines) and one message, the same for every
+    command; `pretrain --corpus` (its corpus check, and a streamed text corpus) ended in a traceback."""
+    documents = [f"document {i}: " + " ".join(f"word{i * 7 + j}" for j in range(12)) for i in range(300)]
+    records = [json.dumps({"_id": f"d{i}", "text": text}) for i, text in enumerate(documents)]
+    output, streaming = tmp_path / "out", []
+    if command.startswith("pretrain"):
+        name, *streaming = command.split()[1:]
+        if name == ".parquet.gz":  # read whole (Parquet is read by seeking): the damage is named at its first record
+            buffer = io.BytesIO()
+            pq.write_table(pa.Table.from_pylist([{"text": text} for text in documents]), buffer)
+            blob = gzip.compress(buffer.getvalue())
+            corpus, line = tmp_path / "corpus.parquet.gz", 1
+            corpus.write_bytes(blob[: len(blob) // 2])
+        else:
+            corpus, line = cut_gzip(tmp_path / f"corpus{name}", records if name == ".jsonl.gz" else documents)
+        argv = PRETRAIN + ["--corpus", str(corpus), "--output_dir", str(output), *streaming]
+    elif command == "evaluate":
+        folder = write_beir(tmp_path / "beir", CORPUS, QUERIES, QRELS)
+        (folder / "corpus.jsonl").unlink()
+        corpus, line = cut_gzip(folder / "corpus.jsonl.gz", records)
+        argv = ["evaluate", "bm25", str(folder), "--output", str(output / "results.json"), "--no-progress"]
+    else:
+        corpus, line = cut_gzip(tmp_path / "corpus.txt.gz", documents)
+        argv = ["encode", str(condenser_folder), str(corpus), "--output", str(output), "--no-progress"]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2, err
+    message = f"dense-encoders {command.split()[0]}: error: {gzip_message(corpus, line)}"
+    if streaming:  # met by the training loop (a streamed corpus is checked up to its first document)
+        assert f"{message}\n" in err and err.count("error:") == 1, err
+    else:  # found before anything is written
+        assert err.strip().splitlines() == [message]
+        assert not output.exists()
 
 
 @pytest.mark.parametrize("flag, value, message", [

@@ -235,6 +235,43 @@ def test_a_local_path_of_the_same_spelling_wins(hub, beir_on_hub, tmp_path, monk
     assert len(hub.requests) == asked
 
 
+def test_a_revision_is_a_ref_name_offline_as_online(hub, beir_on_hub, tmp_path, capsys, monkeypatch):
+    """Issue 41 §4: ``../refs/main`` is no branch, tag or commit (git allows no ref name with ``..``): refused in one
+    line before the Hub or the cache is asked, offline as online, where offline it was read as a path inside the
+    cache (``refs/../refs/main``: main, exit 0). A branch whose name holds ``/`` is one the Hub knows, and offline
+    one the cache's refs know."""
+    api = HfApi(endpoint=hub.endpoint, token=hub.token)
+    old = beir_on_hub["dataset"]
+    push(hub, "BeIR/tiny", beir_hub_files(CORPUS + ADDED), message="add two documents")
+    api.create_branch("BeIR/tiny", branch="release/v1", revision=old, repo_type="dataset")
+    evaluate = ["evaluate", "bm25", "BeIR/tiny", "--no-progress", "--output"]
+    online = tmp_path / "online.json"
+    assert run_main(evaluate + [str(online), "--dataset-revision", "release/v1"]) == 0, capsys.readouterr().err
+    assert run_main(evaluate + [str(tmp_path / "main.json")]) == 0, capsys.readouterr().err  # main in the cache too
+    for offline in (False, True):
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+        asked = len(hub.requests)
+        for revision, what in (("../refs/main", "holds '..'"), ("refs/../main", "holds '..'"),
+                               ("/main", "starts with '/'"), ("..\\refs\\main", "holds '..'"),
+                               (".", "has a part starting with '.'")):
+            output = tmp_path / "refused.json"
+            err = one_line_error(capsys, evaluate + [str(output), "--dataset-revision", revision])
+            assert err == (f"dense-encoders evaluate: error: --dataset-revision {revision!r}: not a branch, tag or "
+                           f"commit (no name of one {what}); give one of BeIR/tiny's branches, tags or 40-hex "
+                           "commits, or leave --dataset-revision out for main")
+            assert not output.exists() and len(hub.requests) == asked
+    # offline, the branch with a / is the cache's refs/release/v1: the old commit, read as online
+    assert (tmp_path / "hf" / "hub" / "datasets--BeIR--tiny" / "refs" / "release" / "v1").read_text() == old
+    offline = tmp_path / "offline.json"
+    assert run_main(evaluate + [str(offline), "--dataset-revision", "release/v1"]) == 0, capsys.readouterr().err
+    online, offline = json.loads(online.read_text()), json.loads(offline.read_text())
+    assert offline["dataset"] == online["dataset"] and online["dataset"]["hub"]["revision"] == old
+    assert offline["metrics"] == online["metrics"] and online["dataset"]["num_documents"] == len(CORPUS)
+    # one the cache's refs do not know is not guessed at
+    err = one_line_error(capsys, evaluate + [str(tmp_path / "x.json"), "--dataset-revision", "release/v2"])
+    assert "holds no copy of the Hub dataset BeIR/tiny@release/v2; run once with a network" in err
+
+
 # ---------------------------------------------------------------------------------------------- one-line errors
 
 

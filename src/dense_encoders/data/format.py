@@ -1,7 +1,8 @@
 """What every data file of the package shares: the error for a bad line, the line and JSON-lines readers,
 field and id checks, and :func:`document_text`, the one place where a document (title + text) becomes a string.
 Every reader opens its file through :func:`open_data_file`: a name ending in ``.gz`` is gzip-compressed
-(``corpus.jsonl.gz``, ``qrels/test.tsv.gz``), and :func:`records` reads JSON lines and Parquet files alike
+(``corpus.jsonl.gz``, ``qrels/test.tsv.gz``; one cut off or damaged is the same DataFormatError, naming the file
+and line, in every reader and command), and :func:`records` reads JSON lines and Parquet files alike
 (the layout of Hub datasets, :mod:`.hub_datasets`).
 
 Training (pre-training corpora, distillation files) and evaluation (BEIR folders, pairs, runs, embedding
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import json
 import re
 import zlib
@@ -67,8 +69,9 @@ def is_gzip(path: str | Path) -> bool:
 
 
 def is_parquet(path: str | Path) -> bool:
-    """A Parquet file (``.parquet``), or a folder of Parquet shards (a part of a Hub dataset, :func:`records`)."""
-    if str(path).lower().endswith(PARQUET_SUFFIX):
+    """A Parquet file (``.parquet``, also ``.parquet.gz``), or a folder of Parquet shards (a part of a Hub dataset,
+    :func:`records`)."""
+    if str(path).lower().removesuffix(GZIP_SUFFIX).endswith(PARQUET_SUFFIX):
         return True
     return not str(path).startswith(HF_URL_PREFIX) and Path(path).is_dir() and bool(parquet_shards(Path(path)))
 
@@ -99,6 +102,15 @@ def _decompression_error(path, line_number: int, error: Exception) -> DataFormat
     problem = str(error).rstrip(".") or type(error).__name__
     return DataFormatError(path, line_number, f"not readable as gzip ({problem}): its name ends in {GZIP_SUFFIX}, so "
                            "it must be gzip-compressed and complete; compress it again or drop the .gz")
+
+
+def _decompressed(path, handle) -> io.BytesIO:
+    """The whole of a gzip-compressed file opened by :func:`open_data_file`, in memory (Parquet is read by seeking);
+    damaged gzip data is the DataFormatError of a text file's, at its first record."""
+    try:
+        return io.BytesIO(handle.read())
+    except (OSError, EOFError, zlib.error) as error:
+        raise _decompression_error(path, 1, error) from None
 
 
 def text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
@@ -142,8 +154,9 @@ def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
 
 def records(path: str | Path) -> Iterator[tuple[int, dict]]:
     """(number, record) of every record of a data file: JSON lines (``.jsonl``, also ``.jsonl.gz``; the number is
-    the line, :func:`json_lines`) or Parquet (a ``.parquet`` file, or a folder of ``.parquet`` shards read in name
-    order; the number is the row, from 1, counted across the shards). Each record is a dict of its columns."""
+    the line, :func:`json_lines`) or Parquet (a ``.parquet`` file, also ``.parquet.gz``, or a folder of ``.parquet``
+    shards read in name order; the number is the row, from 1, counted across the shards). Each record is a dict of
+    its columns."""
     if not is_parquet(path):
         yield from json_lines(path)
         return
@@ -153,6 +166,8 @@ def records(path: str | Path) -> Iterator[tuple[int, dict]]:
     number = 0
     for shard in shards:
         with open_data_file(shard) as handle:
+            if is_gzip(shard):
+                handle = _decompressed(shard, handle)
             try:
                 table = pq.ParquetFile(handle)
             except Exception as error:  # noqa: BLE001 - pyarrow's errors have no common base: name the file

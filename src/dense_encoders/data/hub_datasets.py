@@ -37,6 +37,13 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 # names that are files a reader brings, never Hub ids (``out/train.jsonl`` is a missing file, not a repository)
 _FILE_SUFFIXES = (".jsonl", ".json", ".tsv", ".txt", ".csv", ".parquet", ".trec", ".run", ".yaml", ".yml")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+# what no branch or tag name holds (git check-ref-format), so that none is a path out of the cache's refs/ folder
+_NOT_IN_REF = tuple((re.compile(pattern), what) for pattern, what in (
+    (r"\.\.", "holds '..'"), (r"\\", "holds a backslash"), (r"^/", "starts with '/'"), (r"/$", "ends with '/'"),
+    (r"//", "holds '//'"), (r"(?:^|/)\.", "has a part starting with '.'"), (r"\.$", "ends with '.'"),
+    (r"\.lock(?:/|$)", "has a part ending in '.lock'"), (r"@\{", "holds '@{'"),
+    (r"[\x00-\x20\x7f]", "holds a space or control character"), (r"[~^:?*\[]", "holds any of ~^:?*["),
+    (r"^@?$", "is empty or '@'")))
 # a split's judgements: test.tsv, test.tsv.gz, test.jsonl, test.parquet or test-00000-of-00001.parquet
 _QRELS_FILE = re.compile(r"(?P<split>.+?)(?:-\d{5}-of-\d{5})?\.(?:tsv|jsonl|parquet)(?:\.gz)?", re.IGNORECASE)
 LOOKED_FOR = ("corpus.jsonl[.gz] or corpus/*.parquet, queries.jsonl[.gz] or queries/*.parquet; the judgements in "
@@ -124,6 +131,21 @@ def revisions_for(arguments, revision: str | None) -> list[str | None]:
     return [revision if is_hub else None for is_hub in hub]
 
 
+def check_revision(repo_id: str, revision: str | None) -> None:
+    """Refuse, in one line, a ``revision`` of ``repo_id`` that is no branch, tag or commit name at all (git allows
+    none with ``..``, a backslash, a leading, trailing or doubled ``/``, a part starting with ``.``, ...:
+    ``../refs/main``). Checked before the Hub or the cache is asked, so that it is refused offline as online and
+    never read as a path inside the cache; a name with ``/`` that can be a ref (``refs/pr/1``, ``release/v2``) is
+    the Hub's to know, offline the cache's refs."""
+    if revision is None:
+        return
+    for pattern, what in _NOT_IN_REF:
+        if pattern.search(revision):
+            raise ValueError(f"{REVISION_FLAG} {revision!r}: not a branch, tag or commit (no name of one {what}); "
+                             f"give one of {repo_id}'s branches, tags or 40-hex commits, or leave {REVISION_FLAG} out "
+                             "for main")
+
+
 # ------------------------------------------------------------------------------------------------ the Hub
 
 
@@ -172,6 +194,7 @@ def _listing(repo_id: str, revision: str | None, *, argument: bool = True) -> _L
     offline (``HF_HUB_OFFLINE=1``, or the Hub out of reach) from the cache. One-line errors for an unknown repository
     or revision and for an uncached dataset without a network; ``argument``: ``repo_id`` is what the user gave
     (not a companion repository), so the errors also say that no local path has that name."""
+    check_revision(repo_id, revision)  # before the Hub or the cache is asked: offline as online
     huggingface_hub, constants, errors = _hub()
     at = f"{repo_id}@{revision or 'main'}"
     no_path = "not a local path, and " if argument else ""
@@ -310,5 +333,5 @@ def hub_dataset_files(repo_id: str, *, revision: str | None = None, parts: tuple
     )
 
 
-__all__ = ["PARTS", "DatasetFiles", "NoSuchHubDataset", "hub_dataset_files", "is_hub_dataset_id", "names_hub_dataset",
-           "resolve_dataset", "revisions_for"]
+__all__ = ["PARTS", "DatasetFiles", "NoSuchHubDataset", "check_revision", "hub_dataset_files", "is_hub_dataset_id",
+           "names_hub_dataset", "resolve_dataset", "revisions_for"]

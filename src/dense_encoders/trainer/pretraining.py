@@ -32,7 +32,7 @@ from ..data import (
     tokenize_for_condenser,
 )
 from ..data.corpus import JSON_EXTENSIONS, corpus_files
-from ..data.format import DataFormatError, data_suffix, document_record, document_text, open_data_file, records
+from ..data.format import DataFormatError, data_suffix, document_record, document_text, records, text_lines
 from ..data.hub_datasets import revisions_for
 from ..data.run_records import PRETRAINING_SETUP, TRAINER_STATE, write_record
 from ..hub import model_card
@@ -298,8 +298,10 @@ def _has_document(path, record, line_number: int) -> bool:
 
 def check_corpus(source, *, streaming: bool = False, revision: str | None = None) -> None:
     """A pre-training corpus file (or folder, or Hub dataset at ``revision``) has at least one document, and is
-    UTF-8 text: errors name ``file:line`` (from 1) before any folder is made or model loaded. Non-streaming corpora
-    are read in full (the loader reads them anyway); a streamed one only up to its first document."""
+    UTF-8 text, complete where gzip-compressed: read by :func:`~dense_encoders.data.format.text_lines`, the reader
+    of every command, so errors name ``file:line`` (from 1) as theirs do, before any folder is made or model
+    loaded. Non-streaming corpora are read in full (the loader reads them anyway); a streamed one only up to its
+    first document."""
     files = corpus_files(source, revision=revision, streaming=streaming)
     found = False
     for path in files:
@@ -309,27 +311,19 @@ def check_corpus(source, *, streaming: bool = False, revision: str | None = None
                 return
             continue
         is_json = data_suffix(path) in JSON_EXTENSIONS
-        with open_data_file(path) as handle:
-            for line_number, raw in enumerate(handle, start=1):
+        for line_number, line in text_lines(path):  # the readers' own lines: one message for bad bytes or gzip
+            if found or not line.strip():
+                continue
+            if not is_json:
+                found = True
+            else:
                 try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise ValueError(
-                        f"{path}:{line_number} is not UTF-8 text (byte 0x{raw[error.start]:02x} at position "
-                        f"{error.start}); re-encode it as UTF-8"
-                    ) from None
-                if found or not line.strip():
-                    continue
-                if not is_json:
-                    found = True
-                else:
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # the loader reports it with file:line
-                    found = _has_document(path, record, line_number)
-                if found and streaming:
-                    return
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # the loader reports it with file:line
+                found = _has_document(path, record, line_number)
+            if found and streaming:
+                return
     if not found:
         what = "a JSON object with a non-blank 'text' or 'contents' (or 'title')" if any(
             data_suffix(p) in JSON_EXTENSIONS for p in files) else "a non-blank line"

@@ -14,7 +14,8 @@ removes). Rerunning the same command skips the queries already written. A sideca
 ``<output>.meta.json`` records the settings that determine the output (the cross-encoder, ``top_k``,
 ``include_texts``, a hash of the candidates of the run); resuming with other settings is refused. It also
 names the teacher without a local path (``teacher``: a Hub id and revision, or a folder's name), which
-``distill`` records with the student it trains.
+``distill`` records with the student it trains; :func:`record_teacher_settings` writes the same sidecar for a
+training file made otherwise (``dense-encoders quickstart``'s, from its teacher's own run).
 """
 
 from __future__ import annotations
@@ -98,6 +99,46 @@ def _candidates_sha256(candidates: Mapping[str, list[str]]) -> str:
         digest.update(json.dumps([query_id, candidates[query_id]], ensure_ascii=False).encode("utf-8"))
         digest.update(b"\n")
     return digest.hexdigest()
+
+
+def teacher_settings(teacher, *, kind: str, top_k: int, include_texts: bool, run: str | Path | None,
+                     candidates: Mapping[str, list[str]], reference: dict | None = None) -> dict:
+    """The settings file of a teacher-scores file (:func:`meta_path`): what decides its contents (the teacher
+    ``teacher``, a model or its path / Hub id; ``top_k``; ``include_texts``; a hash of the ``candidates``, each
+    query's documents, taken from the ``run`` file) and, for the records of a distillation, the teacher named
+    without a local path: ``reference`` (``{"name", "hub", "revision"}``), by default
+    :func:`~dense_encoders.checkpoints.folder.source_reference`'s, and ``kind`` (``bi-encoder`` /
+    ``cross-encoder``)."""
+    return {
+        "format": META_FORMAT,
+        "version": META_VERSION,
+        "cross_encoder": _cross_encoder_name(teacher),
+        # for the records of a distillation: no local path, and what kind of model scored
+        "teacher": {**(reference or _teacher_reference(teacher)), "kind": kind},
+        "top_k": top_k,
+        "include_texts": bool(include_texts),
+        "run": str(Path(run).resolve()) if run is not None else None,
+        "run_sha256": _candidates_sha256(candidates),
+    }
+
+
+def record_teacher_settings(output: str | Path, teacher, *, run: str | Path, top_k: int, kind: str,
+                            reference: dict | None = None) -> Path:
+    """Record the settings file of ``output``, a teacher-scores file written without :func:`score_teacher` from
+    ``run`` (a TREC run file; each query's ``top_k`` documents, their texts not inlined), as :func:`score_teacher`
+    records its own (:func:`teacher_settings`): ``dense-encoders quickstart``'s, whose teacher's own retrieval run
+    gives the scores. ``distill`` then records the teacher, and the student's card names it. Returns its path."""
+    candidates = top_documents(read_trec_run(run), top_k)
+    settings = teacher_settings(teacher, kind=kind, top_k=top_k, include_texts=False, run=run, candidates=candidates,
+                                reference=reference)
+    return _write_settings(output, settings)
+
+
+def _write_settings(output: str | Path, settings: dict) -> Path:
+    """The settings file of ``output`` (:func:`meta_path`), written whole (and to disk) or not at all."""
+    path = meta_path(output)
+    write_json(path, settings, durable=True, sort_keys=False)
+    return path
 
 
 def _check_settings(output: Path, settings: dict) -> None:
@@ -236,7 +277,7 @@ def score_teacher(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: must be at least 1")
-    teacher_name, teacher_reference = _cross_encoder_name(cross_encoder), _teacher_reference(cross_encoder)
+    teacher = cross_encoder  # as given (a path, an id or a model), before a path is loaded
     bi_encoder = _is_bi_encoder(cross_encoder, trust_remote_code)
     if pooling is not None and not bi_encoder:
         raise ValueError(f"pooling={pooling!r} applies to a bi-encoder teacher; a cross-encoder scores pairs itself")
@@ -248,20 +289,11 @@ def score_teacher(
         else:
             check_cross_encoder(str(cross_encoder), allow_missing_weights=allow_missing_weights,
                                 trust_remote_code=trust_remote_code)
-    run_path = str(Path(run).resolve()) if isinstance(run, (str, os.PathLike)) else None
     candidates = _candidates(run, top_k, queries, corpus)
     output = Path(output)
-    settings = {
-        "format": META_FORMAT,
-        "version": META_VERSION,
-        "cross_encoder": teacher_name,
-        # for the records of a distillation: no local path, and what kind of model scored
-        "teacher": {**teacher_reference, "kind": "bi-encoder" if bi_encoder else "cross-encoder"},
-        "top_k": top_k,
-        "include_texts": bool(include_texts),
-        "run": run_path,
-        "run_sha256": _candidates_sha256(candidates),
-    }
+    settings = teacher_settings(teacher, kind="bi-encoder" if bi_encoder else "cross-encoder", top_k=top_k,
+                                include_texts=include_texts, candidates=candidates,
+                                run=run if isinstance(run, (str, os.PathLike)) else None)
     done = _open_output(output, settings, candidates)
 
     pending = [query_id for query_id, doc_ids in candidates.items() if doc_ids and query_id not in done]
@@ -310,7 +342,7 @@ def _open_output(output: Path, settings: dict, candidates: Mapping[str, list[str
         _check_settings(output, settings)
         return _recover_output(output, candidates)
     output.parent.mkdir(parents=True, exist_ok=True)
-    write_json(meta_path(output), settings, durable=True, sort_keys=False)
+    _write_settings(output, settings)
     return set()
 
 
@@ -392,4 +424,4 @@ def _bi_encoder_scores(model: SentenceTransformer, pairs: list[tuple[str, str]],
     return scores.float().cpu().numpy()
 
 
-__all__ = ["meta_path", "score_teacher"]
+__all__ = ["meta_path", "record_teacher_settings", "score_teacher", "teacher_settings"]
