@@ -385,6 +385,30 @@ def test_skip_from_must_fit_the_backbone(tmp_path, tok, skip_from, shown):
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.parametrize("head_layers, evidence", [(2, "model.pt and BertForMaskedLM weights (model.safetensors)"),
+                                                    (None, "BertForMaskedLM weights (model.safetensors)")])
+def test_a_reference_folder_without_config_json_is_told_so(tmp_path, tok, capsys, head_layers, evidence):
+    """Issue 41 item 9: a luyug/Condenser output folder (or a headless copy) that lost its config.json is told, in
+    one line, that config.json is missing and what writes it, not that it is in none of the formats; a folder
+    of none of them still hears that."""
+    from dense_encoders import cli
+
+    source = write_reference_folder(tmp_path / "luyug-run", tok, head_layers=head_layers)
+    (source / "config.json").unlink()
+    capsys.readouterr()  # the progress bars of building the source
+    assert cli.main(["convert", str(source), str(tmp_path / "converted")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{source} has no config.json, yet holds a luyug/Condenser output folder's {evidence}:" in err, err
+    assert "BertForMaskedLM.save_pretrained" in err and "none of the formats" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["luyug-run"]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("not a checkpoint")
+    assert cli.main(["convert", str(other), str(tmp_path / "converted")]) == 2
+    assert "is in none of the formats" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("model_class", [CondenserForPreTraining, CoCondenserForPreTraining, CondenserModel])
 def test_from_pretrained_refuses_a_reference_output_folder(tmp_path, tok, model_class):
     source = write_reference_folder(tmp_path / "luyug-run", tok)

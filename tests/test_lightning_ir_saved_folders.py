@@ -113,15 +113,13 @@ def card_code(out: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", (out / "README.md").read_text(), flags=re.S)
 
 
-@pytest.mark.numerics
-@pytest.mark.parametrize("name", CONVERTIBLE)
-def test_the_cards_usage_code_gives_lightning_irs_vectors(converted, name, tmp_path, monkeypatch):
-    """Item 15: each Python block of the card's usage section, run as written on the converted folder (the card
-    names it by its folder name) with the fixture's texts, gives Lightning IR's vectors and scores."""
+def check_card_code(out: Path, name: str, tmp_path: Path, monkeypatch) -> None:
+    """Each Python block of the card's usage section, run as written on the folder ``out`` (the card names it by
+    its folder name) with the fixture ``name``'s texts, gives Lightning IR's vectors and scores."""
     expected, texts = reference(name)
-    shutil.copytree(converted[name], tmp_path / converted[name].name)
+    shutil.copytree(out, tmp_path / out.name)
     monkeypatch.chdir(tmp_path)
-    blocks = card_code(converted[name])
+    blocks = card_code(out)
     assert len(blocks) == 2 and all("queries = [" in block and "documents = [" in block for block in blocks)
     for block in blocks:
         code = re.sub(r"^queries = \[.*\]$", f"queries = {texts['queries']!r}", block, flags=re.M)
@@ -132,6 +130,13 @@ def test_the_cards_usage_code_gives_lightning_irs_vectors(converted, name, tmp_p
             got = torch.as_tensor(namespace[key]).float()
             want = expected[f"{key.replace('embeddings', 'vectors')}.float32"]
             torch.testing.assert_close(got, want, **float32_tolerance(want))
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("name", CONVERTIBLE)
+def test_the_cards_usage_code_gives_lightning_irs_vectors(converted, name, tmp_path, monkeypatch):
+    """Item 15: the card's usage code gives Lightning IR's vectors and scores (:func:`check_card_code`)."""
+    check_card_code(converted[name], name, tmp_path, monkeypatch)
 
 
 UNCONVERTED = ["lir005-plain-mean", "lir006-pooled-first-markers"]
@@ -261,3 +266,94 @@ def test_a_folder_converted_before_output_pooling_loads_as_it_did(converted, tmp
     assert torch.equal(output.pooler_output, output.last_hidden_state[:, 0])
     with pytest.raises(ValueError, match=r"Text 1 of the batch is empty"):
         model(ids, attention_mask=torch.tensor([[1, 1, 1], [0, 0, 0]]))
+
+
+def modified_fixture(tmp_path: Path, name: str, **change) -> Path:
+    """A copy of the fixture folder ``name`` with ``change`` applied to its config.json."""
+    folder = tmp_path / f"{name}-modified"
+    shutil.copytree(FIXTURES / name, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    return folder
+
+
+@pytest.mark.numerics
+def test_a_pooled_tite_converts_with_different_pooling_per_side(tmp_path, capsys):
+    """Issue 41 item 5: Lightning IR 0.0.5 with query pooling mean and document pooling max on a TITE that pools
+    down to one vector converts (mean and max of one vector are that vector), and encodes as Lightning IR's own
+    first-pooling outputs of the same weights; over token states the sides must still agree."""
+    from sentence_transformers import SentenceTransformer
+
+    name = "lir005-pooled-first-markers-normalized"
+    source = modified_fixture(tmp_path, name, query_pooling_strategy="mean", doc_pooling_strategy="max")
+    assert cli.main(["convert", str(source), str(tmp_path / "out")]) == 0
+    record = json.loads((tmp_path / "out" / "conversion.json").read_text())
+    assert record["lightning_ir_pooling_strategy"] == "mean (queries), max (documents)"
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["empty_texts"] == "error"
+    expected, texts = reference(name)
+    model = SentenceTransformer(str(tmp_path / "out"), device="cpu").double()
+    torch.testing.assert_close(torch.as_tensor(model.encode_query(texts["queries"])),
+                               expected["query_vectors.float64"], atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(torch.as_tensor(model.encode_document(texts["documents"])),
+                               expected["document_vectors.float64"], atol=1e-10, rtol=1e-10)
+    capsys.readouterr()
+    plain = modified_fixture(tmp_path, "lir005-plain-mean", doc_pooling_strategy="first")
+    assert cli.main(["convert", str(plain), str(tmp_path / "plain")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "differs between queries and documents over token states" in err, err
+    assert not (tmp_path / "plain").exists()
+
+
+@pytest.mark.numerics
+def test_a_folder_without_a_document_length_is_cut_at_the_models_positions(tmp_path, monkeypatch):
+    """Issue 41 item 6: `doc_length: null` is no limit to Lightning IR's tokenizer but its model_max_length, and the
+    model takes max_position_embeddings tokens (16 here, below the tokenizer's 32): the converted folder cuts
+    documents there, so encode_document and the card's code give Lightning IR's vectors for the fixture's
+    documents (one of 24 tokens: Lightning IR cut it at 16) instead of failing on the long one. A folder whose
+    sentence-transformers files name no document length gets a card that cuts at the model's positions too."""
+    from sentence_transformers import SentenceTransformer
+
+    from dense_encoders.hub import model_card
+
+    name = "lir005-pooled-first-markers-normalized"
+    source = modified_fixture(tmp_path, name, doc_length=None)
+    out = tmp_path / "converted" / "nodoclen"
+    assert cli.main(["convert", str(source), str(out)]) == 0
+    check_card_code(out, name, tmp_path / "card", monkeypatch)
+    expected, texts = reference(name)
+    model = SentenceTransformer(str(out), device="cpu").double()
+    torch.testing.assert_close(torch.as_tensor(model.encode_document(texts["documents"])),
+                               expected["document_vectors.float64"], atol=1e-10, rtol=1e-10)
+    record = json.loads((out / "conversion.json").read_text())
+    assert record["lengths"] == {"query_length": 8, "document_length": 16}
+    assert "max_position_embeddings=16" in record["lengths_not_set"]["doc_length"]
+    # a folder whose sentence-transformers files declare no document length: the card cuts at the positions
+    settings = json.loads((out / "sentence_bert_config.json").read_text())
+    del settings["document_length"]
+    (out / "sentence_bert_config.json").write_text(json.dumps(settings))
+    model_card(out, out.name).save(out / "README.md")
+    assert 'encode(documents, "[DOC] ", 16)' in (out / "README.md").read_text()
+    check_card_code(out, name, tmp_path / "card-without-length", monkeypatch)
+
+
+def test_empty_texts_under_mean_pooling_are_all_named(converted):
+    """Issue 41 item 7: a refusal names every empty row of the batch the model was given (called with the
+    caller's own batch, the caller's rows), and, as sentence-transformers sorts texts by length so that its rows
+    are not the caller's, the expression it gives finds the empty texts in the caller's list."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoTokenizer
+
+    out = converted["lir005-plain-mean"]
+    texts = ["what is dense retrieval", "", "river", "protein music", "a b c d e", "bridge over the river", "fast",
+             "x", " "]
+    tokenizer, model = AutoTokenizer.from_pretrained(out), AutoModel.from_pretrained(out).eval()
+    with pytest.raises(ValueError) as refused, torch.no_grad():
+        model(**tokenizer(texts, padding=True, return_tensors="pt"))
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("Texts 1 and 8 of the batch are empty"), message
+    with pytest.raises(ValueError) as refused:
+        SentenceTransformer(str(out), device="cpu").encode_query(texts)
+    message = str(refused.value)
+    assert "\n" not in message and "no vector for an empty text" in message
+    expression = re.search(r"\[i for i, text in enumerate\(texts\) if [^]]*\]", message).group(0)
+    assert eval(expression, {"texts": texts}) == [1, 8]

@@ -90,6 +90,31 @@ def detect(folder: Path) -> bool:
     )
 
 
+def missing_config(folder: Path) -> str | None:
+    """For a folder without ``config.json`` whose other files are a reference output's (``model.pt``, or
+    ``BertForMaskedLM`` weights: ``bert.*`` and ``cls.predictions.*``), the one line naming the missing file and
+    what writes it; otherwise ``None``. The reference code's ``save_pretrained`` writes ``config.json`` together
+    with the backbone's weights (``self.lm.save_pretrained``), so a folder without it lost it in copying."""
+    if os.path.lexists(folder / "config.json"):
+        return None
+    has_head = os.path.lexists(folder / HEAD_FILE)
+    try:
+        found = checkpoint_tensor_names(folder)
+    except CheckpointWeightsError:
+        found = None
+    names = found[1] if found is not None else set()
+    masked_lm = any(name.startswith("cls.predictions.") for name in names) and any(
+        name.startswith("bert.") for name in names)
+    if not (has_head or masked_lm):
+        return None
+    evidence = [HEAD_FILE] if has_head else []
+    evidence += [f"BertForMaskedLM weights ({Path(found[0][0]).name})"] if masked_lm else []
+    return (f"{folder} has no config.json, yet holds a luyug/Condenser output folder's {' and '.join(evidence)}: "
+            "the reference code's save_pretrained writes config.json with the backbone (BertForMaskedLM."
+            "save_pretrained) next to them. Copy config.json from the run's output folder (or, if the run kept the "
+            "architecture, from the checkpoint it started from, e.g. bert-base-uncased) into it, then convert again.")
+
+
 def _listed(names) -> str:
     ordered = sorted(names)
     return ", ".join(ordered[:_SHOWN]) + (f", ... (+{len(ordered) - _SHOWN} more)" if len(ordered) > _SHOWN else "")
@@ -317,6 +342,7 @@ CONDENSER_REFERENCE = SourceFormat(
     detect=detect,
     convert=convert,
     loads_as_is=True,  # as it is, the folder is the BERT encoder the reference code trained
+    incomplete=missing_config,
 )
 
-__all__ = ["CONDENSER_REFERENCE", "convert", "detect"]
+__all__ = ["CONDENSER_REFERENCE", "convert", "detect", "missing_config"]

@@ -56,6 +56,9 @@ def detect_format(source: str | Path) -> SourceFormat:
         return found
     if hint := trainer_output_hint(source):
         raise ConversionError(hint)
+    for source_format in SOURCE_FORMATS:
+        if source_format.incomplete is not None and (missing := source_format.incomplete(Path(source))):
+            raise ConversionError(missing)
     known = "; ".join(f"{f.name} ({f.description})" for f in SOURCE_FORMATS)
     raise ConversionError(f"{source} is in none of the formats `dense-encoders convert` reads: {known}.")
 

@@ -20,7 +20,8 @@ What a Lightning IR DPR folder is (read from Lightning IR's source; facts, not c
 * Tokenizer: the backbone's (TITE's adds no [CLS]/[SEP] to a single text); with ``add_marker_tokens`` the
   special tokens ``[QUE]`` / ``[DOC]`` are added to the vocabulary and put in front of every query /
   document (``[QUE] text``), inside the length limit (``query_length`` counts the marker); the model's
-  vocabulary is then resized to a multiple of 8. Texts are truncated to ``query_length`` / ``doc_length``.
+  vocabulary is then resized to a multiple of 8. Texts are truncated to ``query_length`` / ``doc_length``
+  (a length of null: at the tokenizer's ``model_max_length``, :func:`_lengths`).
 
 Our folder: a :class:`~dense_encoders.models.tite.TiteModel` whose ``projection`` is Lightning IR's and whose
 ``output_pooling`` is its pooling, so ``AutoModel``'s ``pooler_output`` is the bi-encoder's vector (with
@@ -30,7 +31,8 @@ files that encode as Lightning IR does: the markers as the ``query`` / ``documen
 pooling of the one vector (mean pooling of a TITE without pooling layers where Lightning IR averages),
 ``Normalize`` and the similarity; and the tokenizer as a plain fast tokenizer (Lightning IR's ``BiEncoderTokenizer``
 class needs Lightning IR installed). Refused by name: sparsification, query / document expansion, adapters, ``l2``
-similarity, ``sum`` pooling and, for a TITE without pooling, pooling other than first / mean.
+similarity, ``sum`` pooling and, for a TITE without pooling, pooling other than first / mean or differing
+between queries and documents (a TITE with pooling has one vector, which every strategy gives).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
+from ..data.files import read_json
 from ..vectors import SIMILARITIES
 from .folder import write_sentence_transformers_files
 from .source_format import ConversionError, SourceFormat
@@ -112,8 +115,9 @@ def read_keys(config: dict) -> dict[str, str]:
             "release": "0.0.6 or later" if newer else "0.0.5 or earlier"}
 
 
-def _strategy(config: dict, where: str) -> str:
-    """The bi-encoder's one pooling strategy (first, mean or max), as the saving release reads it."""
+def _strategies(config: dict, where: str) -> dict[str, str]:
+    """The bi-encoder's pooling strategy (first, mean or max) per side, ``{"query": ..., "document": ...}``, as
+    the saving release reads it (0.0.6 on: one ``pooling_strategy`` for both sides)."""
     if "pooling_strategy" in config or "sparsification_strategy" in config:
         strategies = {"query": config.get("pooling_strategy", "mean")}  # the 0.0.6 single-vector default
         strategies["document"] = strategies["query"]
@@ -125,19 +129,29 @@ def _strategy(config: dict, where: str) -> str:
         if strategy not in ("first", "mean", "max"):
             raise ConversionError(f"{where}: {side} pooling strategy {strategy!r} is not supported (first, mean "
                                   "or max convert; for a TITE with pooling all three are its one vector).")
-    if strategies["query"] != strategies["document"]:
-        raise ConversionError(f"{where}: pooling {strategies} differs between queries and documents; one strategy "
-                              "for both sides converts.")
-    return strategies["query"]
+    return strategies
 
 
-def _pooling(strategy: str, pools: bool, where: str) -> str:
-    """Our sentence-transformers pooling (and ``output_pooling``) for the bi-encoder's pooling strategy."""
+def _pooling(strategies: dict[str, str], pools: bool, where: str) -> str:
+    """Our sentence-transformers pooling (and ``output_pooling``) for the bi-encoder's pooling strategies.
+
+    A TITE that pools to one vector gives every strategy that vector, so the sides may differ; over token
+    states they must agree (one pooling serves both sides), and max is refused."""
     if pools:  # one vector per text: first = mean = max
         return "cls"
-    if strategy == "max":
+    if strategies["query"] != strategies["document"]:
+        raise ConversionError(f"{where}: pooling {strategies} differs between queries and documents over token "
+                              "states; one strategy for both sides converts.")
+    if strategies["query"] == "max":
         raise ConversionError(f"{where}: max pooling over token states is not supported (first or mean convert).")
-    return {"first": "cls", "mean": "mean"}[strategy]
+    return {"first": "cls", "mean": "mean"}[strategies["query"]]
+
+
+def _strategy_named(strategies: dict[str, str]) -> str:
+    """How ``conversion.json`` names the strategies: one name, or each side's."""
+    if strategies["query"] == strategies["document"]:
+        return strategies["query"]
+    return f"{strategies['query']} (queries), {strategies['document']} (documents)"
 
 
 def _unread(config: dict, keys: dict[str, str]) -> dict:
@@ -146,6 +160,32 @@ def _unread(config: dict, keys: dict[str, str]) -> dict:
                   "normalization_strategy")
     read = {name.strip() for value in keys.values() for name in value.split("/")}
     return {key: config[key] for key in candidates if key in config and key not in read and config[key] is not None}
+
+
+LENGTHS = {"query_length": ("query_length", 32), "document_length": ("doc_length", 512)}  # ours: (theirs, default)
+
+
+def _lengths(config: dict, source: Path, max_positions: int) -> tuple[dict[str, int], dict[str, str]]:
+    """(``query_length`` / ``document_length``: where Lightning IR cuts each side's texts, the notes that
+    ``conversion.json`` records for a side without a length).
+
+    A length of null does not mean "no limit": Lightning IR's tokenizer then truncates at its
+    ``model_max_length`` (``truncation=True`` without ``max_length``), and the backbone takes at most
+    ``max_position_embeddings`` tokens (a TITE that pools to one vector reaches it only up to there), so the
+    side is cut at the smaller of the two, as ``encode_query`` / ``encode_document`` and the card's code then
+    do too."""
+    tokenizer_limit = (read_json(source / "tokenizer_config.json") or {}).get("model_max_length")
+    usable = isinstance(tokenizer_limit, int) and not isinstance(tokenizer_limit, bool) and 0 < tokenizer_limit
+    limit = min(max_positions, tokenizer_limit) if usable else max_positions
+    lengths, notes = {}, {}
+    for ours, (theirs, default) in LENGTHS.items():
+        value = config.get(theirs, default)
+        if value is None:
+            value = limit
+            notes[theirs] = (f"null: cut at {limit} tokens, the model's max_position_embeddings={max_positions}"
+                             + (f" and the tokenizer's model_max_length={tokenizer_limit}" if usable else ""))
+        lengths[ours] = value
+    return lengths, notes
 
 
 def _refuse_unsupported(config: dict, where: str) -> None:
@@ -221,12 +261,14 @@ def convert(source: Path, output: Path) -> dict:
     if projection:
         tite_config.projection_size = int(projection["projection.weight"].shape[0])
         tite_config.projection_bias = "projection.bias" in projection
-    strategy = _strategy(config, where)
-    pooling = _pooling(strategy, tite_config.pools_to_one_vector, where)
+    strategies = _strategies(config, where)
+    pooling = _pooling(strategies, tite_config.pools_to_one_vector, where)
     # pooler_output is the bi-encoder's vector: the mean where Lightning IR averages token states; an empty text
-    # gets what Lightning IR gives it where that is a vector (first pooling: the backbone's zeros, projected)
+    # gets what Lightning IR gives it where that is a vector on both sides (first pooling: the backbone's zeros,
+    # projected; mean and max over no tokens give NaN and -inf)
+    first = set(strategies.values()) == {"first"}
     tite_config.output_pooling = "mean" if pooling == "mean" else "first"
-    tite_config.empty_texts = "zeros" if strategy == "first" else "error"
+    tite_config.empty_texts = "zeros" if first else "error"
     ours, dropped = tite_state_dict_from_authors(state, tite_config, interleaved, str(source))
     ours.update(projection)
     build_encoder(tite_config, ours, str(source)).save_pretrained(output)
@@ -237,16 +279,16 @@ def convert(source: Path, output: Path) -> dict:
     # unit vectors make dot product and cosine similarity the same score:
     # sentence-transformers pairs Normalize with cosine
     similarity = "cosine" if normalize else config.get("similarity_function", "dot")
-    lengths = {"query_length": config.get("query_length", 32), "document_length": config.get("doc_length", 512)}
+    lengths, unset_lengths = _lengths(config, source, tite_config.max_position_embeddings)
     write_sentence_transformers_files(output, pooling=pooling, similarity=similarity, prompts=prompts,
                                       normalize=normalize, lengths=lengths)
     return {
         "lightning_ir_model_type": config.get("model_type"),
         "projection": config.get("projection", "linear") if projection else None,
         "pooling": pooling,
-        "lightning_ir_pooling_strategy": strategy,
-        "empty_texts": "the projection's bias (Lightning IR's vector)" if strategy == "first" else
-        f"refused (Lightning IR's {strategy} over no tokens is not a number)",
+        "lightning_ir_pooling_strategy": _strategy_named(strategies),
+        "empty_texts": "the projection's bias (Lightning IR's vector)" if first else
+        f"refused (Lightning IR's {_strategy_named(strategies)} over no tokens gives NaN or -inf)",
         "keys_read": f"{keys['pooling']}, {keys['sparsification']}, {keys['normalize']} "
                      f"(Lightning IR {keys['release']})",
         "keys_not_read": _unread(config, keys) or None,
@@ -254,6 +296,7 @@ def convert(source: Path, output: Path) -> dict:
         "normalize": normalize,
         "markers": prompts or None,
         "lengths": lengths,
+        **({"lengths_not_set": unset_lengths} if unset_lengths else {}),
         **encoder_facts(tite_config, ours, interleaved, dropped, tokenizer_files),
     }
 

@@ -20,7 +20,9 @@ class SourceFormat:
     folder into the empty folder ``output`` (weights, config, remote code, tokenizer, sentence-transformers
     files) and returns the facts that ``conversion.json`` records about the source. ``loads_as_is``: whether
     the folder, loaded as it is, gives the source's vectors (a Condenser output is a plain BERT to ``AutoModel``);
-    folders that do not are refused by the command line with the conversion command.
+    folders that do not are refused by the command line with the conversion command. ``incomplete(folder)``, for a
+    folder ``detect`` does not claim: the one line saying which file that keeps a folder of this format from
+    being recognised is missing and what writes it, when the rest is this format's; otherwise ``None``.
     """
 
     name: str
@@ -28,6 +30,7 @@ class SourceFormat:
     detect: Callable[[Path], bool]
     convert: Callable[..., dict]
     loads_as_is: bool = False
+    incomplete: Callable[[Path], str | None] | None = None
 
 
 def check_integer_keys(config: dict, where: str, keys, per_layer=(), none_allowed=()) -> None:

@@ -423,10 +423,12 @@ def _report_lines(report: dict, model: str) -> list[str]:
 
 
 def _usage_by_side(repo: str, similarity: str, normalised: bool, prompts: dict[str, str],
-                   lengths: dict[str, int]) -> str:
+                   lengths: dict[str, int], max_positions: int | None = None) -> str:
     """Usage for a model whose queries and documents are encoded differently (a prompt in front, a token limit
     per side, as a converted Lightning IR bi-encoder): the tokenizer call with the prompt and the length, and
-    ``encode_query`` / ``encode_document``, which apply both."""
+    ``encode_query`` / ``encode_document``, which apply both. A side without a length is cut at the model's
+    ``max_positions`` (as sentence-transformers cuts it; ``None``: at the tokenizer's ``model_max_length``), never
+    left whole: a longer text has no positions (and a TITE no one vector)."""
     normalise = "\n    return torch.nn.functional.normalize(vectors, dim=-1)" if normalised else "\n    return vectors"
     if similarity == "cosine" and not normalised:
         scores = ("torch.nn.functional.normalize(query_embeddings, dim=-1) @ "
@@ -436,13 +438,15 @@ def _usage_by_side(repo: str, similarity: str, normalised: bool, prompts: dict[s
     texts = ('queries = ["what is dense retrieval?"]\n'
              'documents = ["Dense retrieval encodes queries and documents as vectors."]\n')
 
+    limits = {side: lengths.get(side, max_positions) for side in ("query", "document")}
+
     def call(side: str, texts_name: str) -> str:
-        limit = f", {lengths[side]}" if side in lengths else ", None"
-        return f"encode({texts_name}, {json.dumps(prompts.get(side, ''))}{limit})"
+        return f"encode({texts_name}, {json.dumps(prompts.get(side, ''))}, {limits[side]})"
 
     plural = {"query": "queries", "document": "documents"}
     said = [f"{plural[side]} start with `{prompts[side]}`" for side in plural if side in prompts]
-    said += [f"{plural[side]} are cut at {lengths[side]} tokens" for side in plural if side in lengths]
+    said += [f"{plural[side]} are cut at {limits[side]} tokens" + ("" if side in lengths else ", the model's positions")
+             for side in plural if limits[side] is not None]
     return f"""Queries and documents are encoded differently ({"; ".join(said)}, prompt included): use
 `encode_query` / `encode_document`, or give the tokenizer the prompt and the length.
 
@@ -455,8 +459,8 @@ model = AutoModel.from_pretrained("{repo}", trust_remote_code=True)
 
 
 def encode(texts, prompt, max_length):
-    batch = tokenizer([prompt + text for text in texts], padding=True, truncation=max_length is not None,
-                      max_length=max_length, return_tensors="pt")
+    batch = tokenizer([prompt + text for text in texts], padding=True, truncation=True, max_length=max_length,
+                      return_tensors="pt")
     with torch.no_grad():
         vectors = model(**batch).pooler_output{normalise}
 
@@ -477,10 +481,11 @@ scores = model.similarity(query_embeddings, document_embeddings)  # {similarity}
 
 
 def _usage(repo: str, model_type: str | None, pooling: str | None, similarity: str | None, normalised: bool,
-           prompts: dict[str, str] | None = None, lengths: dict[str, int] | None = None) -> str:
+           prompts: dict[str, str] | None = None, lengths: dict[str, int] | None = None,
+           max_positions: int | None = None) -> str:
     similarity = similarity or "cosine"
     if prompts or lengths:
-        return _usage_by_side(repo, similarity, normalised, prompts or {}, lengths or {})
+        return _usage_by_side(repo, similarity, normalised, prompts or {}, lengths or {}, max_positions)
     ours = model_type in OUR_MODEL_TYPES
     if ours:
         vector = "model(**batch).pooler_output"
@@ -609,7 +614,7 @@ def render_card(data: DenseEncoderCardData) -> ModelCard:
     if report is not None:
         lines += _report_lines(report, report_row["model"])
     lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity, normalised,
-                                     data.prompts, data.lengths), ""]
+                                     data.prompts, data.lengths, config.get("max_position_embeddings")), ""]
     limitations = []
     if config.get("model_type") == "tite":
         limitations.append(f"Texts longer than {config.get('max_position_embeddings')} tokens must be truncated: "

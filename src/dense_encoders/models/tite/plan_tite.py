@@ -233,15 +233,26 @@ def _lengths_from_mask(attention_mask, shape) -> tuple[np.ndarray, np.ndarray | 
     return lengths, None if bool(mask.all()) else np.flatnonzero(mask)
 
 
+def _empty_texts_message(rows: list[int]) -> str:
+    """The one-line refusal of a batch whose ``rows`` have no tokens, naming every one of them.
+
+    The rows are those of the batch the model was given: the caller's own when it tokenized its list itself.
+    ``SentenceTransformer.encode*`` batches texts sorted by length and gives the model no way to know the
+    caller's positions, so the message also says how to find the empty texts in the list that was encoded."""
+    named = str(rows[0]) if len(rows) == 1 else f"{', '.join(map(str, rows[:-1]))} and {rows[-1]}"
+    return (
+        f"Text{'s' if len(rows) > 1 else ''} {named} of the batch {'are' if len(rows) > 1 else 'is'} empty (no "
+        "tokens, an all-zero attention_mask row): this model gives no vector for an empty text; drop empty texts "
+        "first. Through SentenceTransformer.encode / encode_query / encode_document these are rows of its batches "
+        "sorted by length, not positions in your list; the empty texts of your list are "
+        "[i for i, text in enumerate(texts) if not text.strip()]."
+    )
+
+
 def _check_lengths(config: TiteConfig, lengths: np.ndarray, capacity, pools: bool) -> None:
     """Refuse a batch the schedule or the static capacity cannot take, naming the fix."""
     if lengths.size and int(lengths.min()) == 0:
-        rows = np.flatnonzero(lengths == 0)
-        raise ValueError(
-            f"Text {int(rows[0])} of the batch{f' (and {rows.size - 1} more)' if rows.size > 1 else ''} is empty (no "
-            "tokens, an all-zero attention_mask row): this model gives no vector for an empty text; "
-            "drop empty texts first."
-        )
+        raise ValueError(_empty_texts_message(np.flatnonzero(lengths == 0).tolist()))
     if pools and lengths.size and int(lengths.max()) > config.max_position_embeddings:
         raise ValueError(
             f"A text has {int(lengths.max())} tokens but the pooling schedule reaches one vector only up to "
