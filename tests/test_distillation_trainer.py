@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -574,41 +578,125 @@ def assert_same_run(full: Path, resumed: Path, checkpoint: str, parts: tuple[str
         torch.testing.assert_close(resumed_weights[name], value, **FLOAT64_TOLERANCE, msg=name)
 
 
+def torchrun_distill(student: Path, train_file: Path, output_dir: Path, *extra: str) -> list[str]:
+    """The command of a 2-process ``torchrun`` of :func:`resumable_argv` (gloo, 'random' document sampling)."""
+    argv = resumable_argv(student, train_file, output_dir, "--ddp_backend", "gloo", *extra)
+    argv[argv.index("--sampling") + 1] = "random"
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            "-m", "dense_encoders.cli", *argv]
+
+
+def torchrun_env() -> dict[str, str]:
+    # CPU and gloo, also on a GPU machine (else rank 1 asks for cuda:1 on a one-GPU machine)
+    return cpu_only_env(PYTHONPATH=str(REPO_ROOT / "src"), OMP_NUM_THREADS="1")
+
+
+def run_torchrun(command: list[str], cwd: Path) -> str:
+    """Run ``command`` to the end; its stderr."""
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=torchrun_env())
+    assert result.returncode == 0, result.stderr[-6000:]
+    return result.stderr
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory, tok):
+    """A float64 student with dropout (as real students have: each process must draw the uninterrupted run's
+    random numbers), 10 queries of 8 documents (global batches of 4, the last one of each epoch completed by
+    accelerate, 3 steps an epoch), and the uninterrupted 2-process run of :func:`torchrun_distill` on them."""
+    folder = tmp_path_factory.mktemp("two-process-distill")
+    student = folder / "student64-dropout"
+    tiny_bert(tok, dtype=torch.float64, hidden_dropout_prob=0.1).save_pretrained(student)
+    tok.save_pretrained(student)
+    train_file = write_training_file(folder / "train.jsonl", make_records(num_queries=10, num_documents=8))
+    full = folder / "full"
+    run_torchrun(torchrun_distill(student, train_file, full), folder)
+    return student, train_file, full
+
+
 @pytest.mark.slow
 @pytest.mark.numerics
-def test_two_process_distill_resumes_exactly(tmp_path, tok):
-    """torchrun with 2 processes and InfoNCE over the gathered batch: resumed from 'latest' (checkpoint-2, mid-epoch;
-    10 queries in global batches of 4, the last one completed by accelerate), the run crosses into the next epoch
-    with the uninterrupted run's batches and document samples ('random' sampling), logs and final weights.
-    'latest' skips checkpoint-4, which lacks process 1's RNG state (rank 1 killed while saving it). The student has
-    dropout, as real students do, so each process must draw the uninterrupted run's random numbers."""
-    float64_student_folder = tmp_path / "student64-dropout"
-    tiny_bert(tok, dtype=torch.float64, hidden_dropout_prob=0.1).save_pretrained(float64_student_folder)
-    tok.save_pretrained(float64_student_folder)
-    train_file = write_training_file(tmp_path / "train.jsonl", make_records(num_queries=10, num_documents=8))
-
-    def torchrun(output_dir, *extra):
-        argv = resumable_argv(float64_student_folder, train_file, output_dir, "--ddp_backend", "gloo", *extra)
-        argv[argv.index("--sampling") + 1] = "random"
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                   "-m", "dense_encoders.cli", *argv]
-        # CPU and gloo, also on a GPU machine (else rank 1 asks for cuda:1 on a one-GPU machine)
-        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                                env=cpu_only_env(PYTHONPATH=str(REPO_ROOT / "src"), OMP_NUM_THREADS="1"))
-        assert result.returncode == 0, result.stderr[-6000:]
-        return result.stderr
-
-    full = tmp_path / "full"
-    torchrun(full)
+def test_two_process_distill_resumes_exactly(tmp_path, two_process_run):
+    """torchrun with 2 processes and InfoNCE over the gathered batch: resumed from 'latest' (checkpoint-2, mid-epoch),
+    the run crosses into the next epoch with the uninterrupted run's batches and document samples ('random'
+    sampling), logs and final weights. 'latest' skips checkpoint-4, which lacks process 1's RNG state (rank 1
+    killed while saving it)."""
+    student, train_file, full = two_process_run
     resumed = resume_copy(full, "checkpoint-2", tmp_path / "resumed")
     assert {p.name for p in resumed.glob("checkpoint-2/rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
     # rank 1 killed while saving checkpoint-4: rank 0 wrote its part and trainer_state.json, rank 1 no RNG state
     resume_copy(full, "checkpoint-4", resumed)
     (resumed / "checkpoint-4" / "rng_state_1.pth").unlink()
-    log = torchrun(resumed, "--resume_from_checkpoint", "latest")
+    log = run_torchrun(torchrun_distill(student, train_file, resumed, "--resume_from_checkpoint", "latest"), tmp_path)
     assert ("skipping the incomplete checkpoint-4 (no rng_state_1.pth: process 1 was stopped before it saved its "
             f"random state) (killed while saving?); resuming from {resumed / 'checkpoint-2'}") in log
     assert_same_run(full, resumed, "checkpoint-2", parts=("margin_mse_loss", "kl_loss", "infonce_loss"))
+
+
+def process_of_rank(launcher_pid: int, rank: int) -> int:
+    """The PID of the worker of ``rank`` that the ``torchrun`` process ``launcher_pid`` started (its child whose
+    environment holds ``RANK=<rank>``), read from /proc."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environment = (entry / "environ").read_bytes().split(b"\0") if parent == launcher_pid else []
+        except (OSError, IndexError, ValueError):  # the process ended meanwhile
+            continue
+        if f"RANK={rank}".encode() in environment:
+            return int(entry.name)
+    raise AssertionError(f"torchrun (PID {launcher_pid}) has no worker of rank {rank}")
+
+
+def is_written(checkpoint: Path) -> bool:
+    """Whether both processes have written their part of ``checkpoint``: each its whole RNG state (a zip file,
+    whose directory comes last), and rank 0 the whole ``trainer_state.json`` (it writes it last)."""
+    if not all(zipfile.is_zipfile(checkpoint / f"rng_state_{rank}.pth") for rank in (0, 1)):
+        return False
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+@pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="finds torchrun's rank 1 through /proc")
+def test_two_process_distill_resumes_exactly_after_rank_1_is_killed(tmp_path, two_process_run):
+    """A real kill: rank 1 of the torchrun gets SIGKILL once checkpoint-4 (mid-epoch, in the second epoch) is
+    written, and torchrun stops rank 0, which holds the folder's lock. The same command with
+    --resume_from_checkpoint latest then continues from checkpoint-4 with the uninterrupted run's batches, document
+    samples, in-batch negatives and random numbers on both processes: its logs and final weights are the
+    uninterrupted run's."""
+    student, train_file, full = two_process_run
+    killed = tmp_path / "killed"
+    command = torchrun_distill(student, train_file, killed)
+    with open(tmp_path / "killed.log", "w") as log:
+        launcher = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=torchrun_env())
+        try:
+            while not is_written(killed / "checkpoint-4"):
+                assert launcher.poll() is None, (tmp_path / "killed.log").read_text()[-6000:]
+                time.sleep(0.005)
+            os.kill(process_of_rank(launcher.pid, 1), signal.SIGKILL)
+            assert launcher.wait(timeout=300) != 0
+        finally:
+            if launcher.poll() is None:  # torchrun stops its processes on SIGTERM
+                launcher.terminate()
+                launcher.wait(timeout=60)
+    assert "exitcode  : -9" in (tmp_path / "killed.log").read_text()  # torchrun reports rank 1's SIGKILL
+    # rank 0 cannot train on alone (every step gathers from rank 1): checkpoint-4 is the last one
+    assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert not (killed / "model.safetensors").exists()
+    run_torchrun(command + ["--resume_from_checkpoint", "latest"], tmp_path)
+    assert_same_run(full, killed, "checkpoint-4", parts=("margin_mse_loss", "kl_loss", "infonce_loss"))
+    from safetensors.torch import load_file
+
+    # checkpoint-6, written by the resumed run, is the uninterrupted run's too
+    expected, got = (load_file(folder / "checkpoint-6" / "model.safetensors") for folder in (full, killed))
+    assert expected.keys() == got.keys()
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, **FLOAT64_TOLERANCE, msg=name)
 
 
 # ---- flags and lines that would train nothing, or something else than asked ------------------------------
