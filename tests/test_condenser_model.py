@@ -342,3 +342,100 @@ def test_settings_changed_after_construction_are_checked_by_the_model():
     config.skip_from = 4
     with pytest.raises(ValueError, match="skip_from=4"):
         CondenserForPreTraining(config)
+
+
+# ---------------------------------------------------------------------------- transformers' output conventions
+
+
+def labelled_output_fields(architecture) -> list[str]:
+    """The fields a labelled batch fills, in the order transformers puts them in a tuple: the loss first."""
+    losses = ["loss", "head_mlm_loss", "late_mlm_loss"]
+    if architecture is CoCondenserForPreTraining:
+        losses += ["contrastive_loss", "contrastive_spans"]
+    return losses + ["pooler_output", "last_hidden_state"]
+
+
+@pytest.mark.parametrize("where", ["call", "config"])
+@pytest.mark.parametrize("architecture", [CondenserForPreTraining, CoCondenserForPreTraining])
+def test_return_dict_false_gives_a_tuple_with_the_loss_first(architecture, where):
+    torch.manual_seed(0)
+    model = architecture(tiny_condenser_config()).eval()
+    batch = random_mlm_batch()
+    with torch.no_grad():
+        reference = model(**batch, return_dict=True)
+        if where == "config":
+            model.config.return_dict = False
+        output = model(**batch, return_dict=False) if where == "call" else model(**batch)
+    assert isinstance(output, tuple)
+    fields = labelled_output_fields(architecture)
+    assert len(output) == len(fields)
+    assert output[0].dim() == 0 and torch.equal(output[0], reference.loss)
+    for name, value in zip(fields, output):
+        assert torch.equal(torch.as_tensor(value), torch.as_tensor(reference[name])), name
+    with torch.no_grad():  # the keyword wins over the config
+        assert isinstance(model(**batch, return_dict=True), modeling_condenser.CondenserForPreTrainingOutput)
+
+
+def test_condenser_model_follows_return_dict_in_the_config():
+    torch.manual_seed(0)
+    model = CondenserModel(tiny_condenser_config(return_dict=False)).eval()
+    batch = random_mlm_batch()
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    with torch.no_grad():
+        output = model(**inputs)
+        reference = model(**inputs, return_dict=True)
+    assert isinstance(output, tuple) and len(output) == 2
+    assert torch.equal(output[0], reference.last_hidden_state) and torch.equal(output[1], reference.pooler_output)
+
+
+@pytest.mark.parametrize("architecture", [CondenserForPreTraining, CoCondenserForPreTraining])
+def test_output_flags_default_to_the_config(architecture):
+    torch.manual_seed(0)
+    config = tiny_condenser_config(output_hidden_states=True, output_attentions=True)
+    config._attn_implementation = "eager"  # attention weights come from the eager path
+    model = architecture(config).eval()
+    batch = random_mlm_batch()
+    with torch.no_grad():
+        from_config = model(**batch)
+        by_keyword = model(**batch, output_hidden_states=True, output_attentions=True)
+        turned_off = model(**batch, output_hidden_states=False, output_attentions=False)
+    layers = config.num_hidden_layers
+    assert len(from_config.hidden_states) == layers + 1 and len(from_config.attentions) == layers
+    for mine, theirs in zip(from_config.hidden_states + from_config.attentions,
+                            by_keyword.hidden_states + by_keyword.attentions):
+        assert torch.equal(mine, theirs)
+    assert turned_off.hidden_states is None and turned_off.attentions is None
+
+
+@pytest.mark.parametrize(("selection", "kept"), [([0, 2], [0, 2]), (-1, [4]), ((1, -2, 9), [1, 3])])
+@pytest.mark.parametrize("architecture", [CondenserModel, CondenserForPreTraining, CoCondenserForPreTraining])
+def test_output_hidden_states_selects_as_bert_model_does(architecture, selection, kept):
+    torch.manual_seed(0)
+    model = architecture(tiny_condenser_config()).eval()
+    encoder = model if architecture is CondenserModel else model.bert
+    bert = BertModel(BertConfig(**{k: v for k, v in model.config.to_dict().items() if k in BertConfig().to_dict()}),
+                     add_pooling_layer=False).eval()
+    bert.load_state_dict(encoder.state_dict())
+    batch = random_mlm_batch()
+    if architecture is CondenserModel:
+        batch.pop("labels")
+    with torch.no_grad():
+        ours = model(**batch, output_hidden_states=selection).hidden_states
+        reference = bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                         output_hidden_states=selection).hidden_states
+    # the embedding output and the 4 layers; the ones not selected are None (negative indices from the end)
+    assert len(ours) == len(reference) == 5
+    assert [index for index, state in enumerate(ours) if state is not None] == kept
+    assert [index for index, state in enumerate(reference) if state is not None] == kept
+    for index in kept:
+        torch.testing.assert_close(ours[index], reference[index], atol=float32_atol(reference[index], depth=5), rtol=0)
+
+
+@pytest.mark.parametrize("architecture", [CondenserModel, CondenserForPreTraining])
+def test_output_hidden_states_not_an_index_is_a_one_line_type_error(architecture):
+    model = architecture(tiny_condenser_config()).eval()
+    batch = random_mlm_batch()
+    batch.pop("labels")
+    with pytest.raises(TypeError, match=r"^output_hidden_states='all': pass True / False, or the index") as raised:
+        model(**batch, output_hidden_states="all")
+    assert "\n" not in str(raised.value)

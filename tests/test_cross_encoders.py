@@ -103,6 +103,27 @@ def test_infused_embeddings_are_padding_invariant_mean_pools(cross_encoder_folde
                                        atol=float32_atol(alone.last_hidden_state), rtol=0)
 
 
+@pytest.mark.parametrize("where", ["call", "config"])
+def test_infused_return_dict_false_gives_a_tuple_as_bert_model_does(tok, where):
+    torch.manual_seed(0)
+    settings = tiny_config(tok).to_dict()
+    for key in ("architectures", "model_type", "num_hidden_layers", "num_labels", "id2label", "label2id"):
+        settings.pop(key, None)
+    model = InfusedDualEncoderModel(InfusedDualEncoderConfig(**settings)).eval()
+    batch = tok(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        reference = model(**batch, return_dict=True)
+        if where == "config":
+            model.config.return_dict = False
+        output = model(**batch, return_dict=False) if where == "call" else model(**batch)
+        assert isinstance(model(**batch, return_dict=True), type(reference))  # the keyword wins over the config
+    assert isinstance(output, tuple) and len(output) == 2
+    states, pooled = output
+    assert torch.equal(states, reference.last_hidden_state) and torch.equal(pooled, reference.pooler_output)
+    mask = batch["attention_mask"].unsqueeze(-1).float()  # the mean over each text's tokens, by hand
+    torch.testing.assert_close(pooled, (states * mask).sum(1) / mask.sum(1), atol=float32_atol(states), rtol=0)
+
+
 @pytest.mark.numerics
 @pytest.mark.slow
 def test_infused_folder_loads_as_remote_code_and_in_sentence_transformers(cross_encoder_folder, tok, tmp_path):

@@ -9,20 +9,23 @@ import contextlib
 import io
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import tiny_condenser_config
 from safetensors.torch import load_file, save_file
+from test_checkpoint_folder import tiny_infused_config
 from transformers import AutoModel, BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 
-from dense_encoders import CondenserForPreTraining, CondenserModel
+from dense_encoders import CoCondenserForPreTraining, CondenserForPreTraining, CondenserModel
 from dense_encoders.checkpoints.loading import load_checked_model
 from dense_encoders.checkpoints.tite_backbone import tite_from_backbone
 from dense_encoders.checkpoints.weights import CheckpointWeightsError, check_checkpoint_weights
 from dense_encoders.cli import main
 from dense_encoders.evaluation import RetrievalEncoder
+from dense_encoders.models.infused import InfusedDualEncoderModel
 from dense_encoders.models.tite import TiteForPreTraining, TiteModel, tite_preset
 
 REPORT_WORDS = ("LOAD REPORT", "UNEXPECTED", "MISSING", "seem corrupted", "missing keys")
@@ -396,3 +399,146 @@ def test_distill_resume_refuses_a_damaged_checkpoint_and_restores_a_complete_one
         trainer._load_from_checkpoint(str(tmp_path / "checkpoint"))
     message = str(refused.value)
     assert str(tmp_path / "checkpoint" / "model.safetensors") in message and dropped[0] in message
+
+
+# ---- transformers' own ways of loading: a state_dict without a checkpoint, consent to resized tensors (issue 42) ----
+
+MODEL_CLASSES = {  # the reference, BertModel, then every model class of ours; tiny, vocabulary 120
+    "bert": lambda: (BertModel, BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                           intermediate_size=64, max_position_embeddings=64)),
+    "condenser": lambda: (CondenserModel, tiny_condenser_config()),
+    "condenser-pretraining": lambda: (CondenserForPreTraining, tiny_condenser_config()),
+    "cocondenser-pretraining": lambda: (CoCondenserForPreTraining, tiny_condenser_config()),
+    "tite-late": lambda: (TiteModel, tite_preset("tiny-tite-2-late", vocab_size=120)),
+    "tite-staggered": lambda: (TiteModel, tite_preset("tiny-tite-2-staggered", vocab_size=120)),
+    "tite-pretraining": lambda: (TiteForPreTraining, tite_preset("tiny-tite-2-late", vocab_size=120)),
+    "infused": lambda: (InfusedDualEncoderModel, tiny_infused_config(120)),
+}
+OURS = [name for name in MODEL_CLASSES if name != "bert"]
+
+
+def word_embeddings_key(model) -> str:
+    """The state-dict name of the input word embeddings (the tensor a checkpoint with added tokens resizes)."""
+    table = model.get_input_embeddings().weight
+    return next(key for key, tensor in model.state_dict().items()
+                if tensor.data_ptr() == table.data_ptr() and key.endswith("word_embeddings.weight"))
+
+
+@pytest.mark.parametrize("name", MODEL_CLASSES)
+def test_from_pretrained_without_a_checkpoint_takes_the_state_dict_as_bert_model_does(name):
+    """``from_pretrained(None, config=..., state_dict=...)``, transformers' load of weights held in memory."""
+    model_class, config = MODEL_CLASSES[name]()
+    torch.manual_seed(0)
+    saved = model_class(config)
+    loaded = model_class.from_pretrained(None, config=config, state_dict=saved.state_dict())
+    assert type(loaded) is model_class
+    assert loaded.state_dict().keys() == saved.state_dict().keys()
+    for key, tensor in saved.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], tensor), key
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_a_partial_state_dict_is_refused_unless_allowed(name, caplog):
+    model_class, config = MODEL_CLASSES[name]()
+    torch.manual_seed(0)
+    saved = model_class(config)
+    layer = "layers.1." if "tite" in name else "layer.1."
+    state = {key: tensor for key, tensor in saved.state_dict().items() if layer not in key}
+    dropped = sorted(set(saved.state_dict()) - set(state))
+    assert dropped
+    with pytest.raises(ValueError) as refused:
+        model_class.from_pretrained(None, config=config, state_dict=state)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("the state_dict given to from_pretrained does not match")
+    assert dropped[0] in message and "allow_missing_weights=True" in message
+    with caplog.at_level(logging.WARNING):
+        loaded = model_class.from_pretrained(None, config=config, state_dict=state, allow_missing_weights=True)
+    assert dropped[0] in caplog.text
+    for key, tensor in state.items():
+        assert torch.equal(loaded.state_dict()[key], tensor), key
+
+
+def resize_in_file(folder: Path, key: str, extra_rows: int = 5) -> None:
+    """Give the tensor ``key`` of ``folder/model.safetensors`` ``extra_rows`` more rows (zeros): a checkpoint whose
+    vocabulary grew while its config did not."""
+    path = folder / "model.safetensors"
+    state = load_file(str(path))
+    rows, columns = state[key].shape
+    state[key] = torch.zeros(rows + extra_rows, columns)
+    save_file(state, str(path), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("name", MODEL_CLASSES)
+def test_ignore_mismatched_sizes_reinitialises_a_resized_tensor_and_reports_it_as_bert_model_does(name, tmp_path):
+    model_class, config = MODEL_CLASSES[name]()
+    torch.manual_seed(0)
+    saved = model_class(config)
+    saved.save_pretrained(tmp_path)
+    key = word_embeddings_key(saved)
+    resize_in_file(tmp_path, key)
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):  # without consent transformers refuses
+        model_class.from_pretrained(tmp_path)
+    with transformers_log() as log:
+        loaded = model_class.from_pretrained(tmp_path, ignore_mismatched_sizes=True)
+    reported = [line for line in log.getvalue().splitlines() if key in line]
+    assert len(reported) == 1 and "Reinit due to size mismatch" in reported[0], log.getvalue()
+    resized = loaded.state_dict()[key]
+    fresh = saved.state_dict()[key]
+    assert resized.shape == fresh.shape and torch.isfinite(resized).all()
+    # re-initialised as the model initialises it (normal, std initializer_range), not the file's zeros
+    assert abs(resized.std().item() / fresh.std().item() - 1) < 0.2
+    for other, tensor in saved.state_dict().items():
+        if tensor.data_ptr() != saved.state_dict()[key].data_ptr():  # the tensor and the decoders tied to it
+            assert torch.equal(loaded.state_dict()[other], tensor), other
+    if loaded.get_output_embeddings() is not None:
+        assert loaded.get_output_embeddings().weight is loaded.get_input_embeddings().weight
+
+
+@pytest.mark.parametrize("name", ["condenser", "tite-pretraining", "infused"])
+def test_ignore_mismatched_sizes_consents_to_resized_tensors_only(name, tmp_path):
+    """A checkpoint with a resized tensor and a deleted layer: the consent covers the resized tensor, the missing
+    layer is refused still (and the resized tensor is not called missing)."""
+    model_class, config = MODEL_CLASSES[name]()
+    torch.manual_seed(0)
+    saved = model_class(config)
+    saved.save_pretrained(tmp_path)
+    key = word_embeddings_key(saved)
+    resize_in_file(tmp_path, key)
+    prefix = key.split("embeddings.")[0]  # "tite." in a pre-training checkpoint
+    dropped = edit_weights(tmp_path, drop=prefix + ("layers.1." if "tite" in name else "encoder.layer.1."))
+    assert dropped
+    with pytest.raises(ValueError) as refused:
+        model_class.from_pretrained(tmp_path, ignore_mismatched_sizes=True)
+    message = str(refused.value)
+    assert f"{len(dropped)} tensors of the model are missing" in message and dropped[0] in message
+    assert key not in message
+
+
+def test_a_checkpoint_whose_tensor_has_another_shape_is_one_line_not_a_traceback(tmp_path, tok, capsys):
+    """Weights saved with another config (a vocabulary resized after config.json was written): transformers raises a
+    RuntimeError pointing at a printed table; every checked load (the CLI's, load_checked_model) refuses it in one
+    line naming the tensor and both shapes, and never loads it at random."""
+    torch.manual_seed(0)
+    folder = tmp_path / "resized"
+    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64)
+    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    weights = load_file(folder / "model.safetensors")
+    key = "embeddings.word_embeddings.weight"
+    weights[key] = torch.cat([weights[key], torch.zeros(5, 32)])
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    expected = (f"{folder / 'model.safetensors'} does not fit BertModel, the model its config.json describes: 1 "
+                f"tensors have another shape ({key} (file ({len(tok) + 5}, 32), model ({len(tok)}, 32)))")
+    with pytest.raises(CheckpointWeightsError, match=re.escape(expected)):
+        load_checked_model(folder)
+    with pytest.raises(CheckpointWeightsError, match=re.escape(expected)):
+        check_checkpoint_weights(folder)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("dense retrieval\nriver mountain\n")
+    capsys.readouterr()
+    assert main(["encode", str(folder), str(texts), "--output", str(tmp_path / "emb"), "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err and expected in captured.err
+    assert "LOAD REPORT" not in captured.out + captured.err  # transformers' table is not printed beside it
+    assert not (tmp_path / "emb").exists()

@@ -66,12 +66,12 @@ _PICKLED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 
 
 class _LoadReportFilter(logging.Filter):
-    """Drops transformers' load report when it lists only missing / unexpected keys (which our check covers);
-    a report of shape mismatches or conversion errors, which transformers raises on, stays."""
+    """Drops transformers' load report when it lists only missing, unexpected or mismatched keys (which our check
+    covers: :func:`refuse_loaded_differences`); a report of conversion errors, which transformers raises on, stays."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return "LOAD REPORT" not in message or "MISMATCH" in message or "CONVERSION" in message
+        return "LOAD REPORT" not in message or "CONVERSION" in message
 
 
 @contextlib.contextmanager
@@ -255,19 +255,43 @@ def refuse_differences(report: dict, *, allow_missing_weights: bool) -> dict:
 
 def refuse_loaded_differences(model, loading_info: dict, files: list[str], *, allow_missing_weights: bool) -> dict:
     """:func:`refuse_differences` of a model just loaded from ``files`` with ``from_pretrained(...,
-    output_loading_info=True)`` (``loading_info``), the differences being :func:`loading_differences`. Returns the
-    report (``files``, ``model_class``, ``ours``, ``missing_keys``, ``unexpected_keys``)."""
+    output_loading_info=True)`` (``loading_info``), the differences being :func:`loading_differences`; tensors whose
+    shape in the file is not the model's (:func:`refuse_other_shapes`) are refused first, whatever
+    ``allow_missing_weights`` says. Returns the report (``files``, ``model_class``, ``ours``, ``missing_keys``,
+    ``unexpected_keys``)."""
+    refuse_other_shapes(type(model).__name__, loading_info, files)
     missing, unexpected = loading_differences(model, loading_info)
     report = {"files": list(files), "model_class": type(model).__name__, "ours": is_ours(model.config),
               "missing_keys": missing, "unexpected_keys": unexpected}
     return refuse_differences(report, allow_missing_weights=allow_missing_weights)
 
 
+def refuse_other_shapes(model_class: str, loading_info: dict, files: list[str], shown: int = 3) -> None:
+    """:class:`CheckpointWeightsError` (one line) when ``loading_info``'s ``mismatched_keys`` name tensors whose shape
+    in ``files`` is not the one ``model_class`` (built from the config beside them) has: weights saved with another
+    config (a vocabulary resized after the config was written, a config copied from another model). transformers
+    raises a ``RuntimeError`` pointing at its printed report instead; with ``ignore_mismatched_sizes`` it loads them
+    at random, which a checked load never does without the caller asking ``from_pretrained`` itself."""
+    mismatched = sorted(loading_info.get("mismatched_keys") or (), key=lambda row: str(row[0]))
+    if not mismatched:
+        return
+    where = files[0] if len(files) == 1 else f"{Path(files[0]).parent} ({len(files)} shards)"
+    named = ", ".join(f"{key} (file {tuple(saved)}, model {tuple(wanted)})"
+                      for key, saved, wanted in mismatched[:shown])
+    more = f" and {len(mismatched) - shown} more" if len(mismatched) > shown else ""
+    raise CheckpointWeightsError(
+        f"{where} does not fit {model_class}, the model its config.json describes: {len(mismatched)} tensors have "
+        f"another shape ({named}{more}); save the config with the weights it belongs to (save_pretrained), e.g. "
+        "after resize_token_embeddings.")
+
+
 def checked_load_kwargs(config) -> dict:
     """What a checked load passes to ``from_pretrained`` besides ``output_loading_info=True``: our classes are told
     ``allow_missing_weights=True``, so that the caller, taking the loading report, refuses or names the differences
-    (with the same rule and message as their ``StrictLoadingMixin``); other classes take no such flag."""
-    return {"allow_missing_weights": True} if is_ours(config) else {}
+    (with the same rule and message as their ``StrictLoadingMixin``); other classes take no such flag. Tensors of
+    another shape are let through to the report (``ignore_mismatched_sizes``), where :func:`refuse_other_shapes`
+    refuses them in one line."""
+    return {"ignore_mismatched_sizes": True, **({"allow_missing_weights": True} if is_ours(config) else {})}
 
 
 def check_checkpoint_weights(
@@ -336,6 +360,7 @@ __all__ = [
     "pickled_weights_fix",
     "refuse_differences",
     "refuse_loaded_differences",
+    "refuse_other_shapes",
     "safetensors_sizes",
     "tensor_shapes",
 ]

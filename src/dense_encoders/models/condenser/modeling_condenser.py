@@ -10,7 +10,9 @@ absolutely, its configuration relatively, and nothing from ``dense_encoders``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import operator
 import os
 from dataclasses import dataclass
 
@@ -25,7 +27,7 @@ from transformers.models.bert.modeling_bert import BertLayer, BertModel, BertOnl
 from transformers.utils import ModelOutput, logging
 
 from .configuration_condenser import CondenserConfig
-from .sentence_transformers_condenser import SentenceTransformersFilesMixin, StrictLoadingMixin
+from .sentence_transformers_condenser import SentenceTransformersFilesMixin, StrictLoadingMixin, weights_location
 
 logger = logging.get_logger(__name__)
 # the files that hold a tokenizer's vocabulary, one enough for AutoTokenizer (as checkpoints/folder.py lists them;
@@ -34,10 +36,13 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model
 
 
 class _BelowErrors:
-    """Logging filter: drops records below ERROR (transformers' load report while we write our own)."""
+    """Logging filter: drops records below ERROR (transformers' load report while we write our own), except a report
+    of shape mismatches or conversion errors: transformers raises on those, pointing at the report, or re-initialises
+    the mismatched tensors with ``ignore_mismatched_sizes=True`` and the report is what names them."""
 
     def filter(self, record) -> bool:
-        return record.levelno >= logging.ERROR
+        message = record.getMessage()
+        return record.levelno >= logging.ERROR or "MISMATCH" in message or "CONVERSION" in message
 
 
 # Config keys that exist only for Condenser; a plain BERT export drops them.
@@ -190,6 +195,38 @@ class CondenserForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+def hidden_state_selection(output_hidden_states) -> list[int] | None:
+    """The indices an ``output_hidden_states`` that is not a flag selects, as transformers takes them (an index or a
+    list of indices, negative ones counting from the end); ``None`` for a flag (bool or None), a TypeError for
+    anything else."""
+    if output_hidden_states is None or isinstance(output_hidden_states, bool):
+        return None
+    indices = output_hidden_states if isinstance(output_hidden_states, (list, tuple)) else [output_hidden_states]
+    try:
+        return [operator.index(index) for index in indices]
+    except TypeError:
+        raise TypeError(
+            f"output_hidden_states={output_hidden_states!r}: pass True / False, or the index or list of indices of "
+            "the hidden states to return (0 = embeddings, -1 = last layer)"
+        ) from None
+
+
+def selected_hidden_states(
+    hidden_states: tuple[torch.Tensor, ...], output_hidden_states
+) -> tuple[torch.Tensor | None, ...] | None:
+    """The ``hidden_states`` that ``output_hidden_states`` asks for, as ``BertModel`` gives them: ``None`` for a false
+    value, all for ``True``, and for an index or list of indices (:func:`hidden_state_selection`) the same tuple
+    with ``None`` in place of the states not selected (out-of-range indices select nothing)."""
+    selection = hidden_state_selection(output_hidden_states)
+    if not output_hidden_states:
+        return None
+    if selection is None:
+        return hidden_states
+    count = len(hidden_states)
+    kept = {index % count for index in selection if -count <= index < count}
+    return tuple(state if position in kept else None for position, state in enumerate(hidden_states))
+
+
 # --------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------
@@ -271,7 +308,8 @@ class CondenserModel(StrictLoadingMixin, SentenceTransformersFilesMixin, BertMod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """``PreTrainedModel.from_pretrained``; a luyug/Condenser output folder is refused with the
         command that converts it (:func:`refuse_reference_output_folder`)."""
-        refuse_reference_output_folder(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
+        if pretrained_model_name_or_path is not None:  # None: weights given as state_dict=
+            refuse_reference_output_folder(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
     def forward(
@@ -284,13 +322,18 @@ class CondenserModel(StrictLoadingMixin, SentenceTransformersFilesMixin, BertMod
         return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
-        """Encode a batch; ``pooler_output`` ``(batch_size, hidden_size)`` is the last-layer CLS."""
+        """Encode a batch; ``pooler_output`` ``(batch_size, hidden_size)`` is the last-layer CLS.
+
+        As ``BertModel``: ``return_dict`` and the ``output_*`` flags default to the config's; ``return_dict=False``
+        gives ``to_tuple()`` of the output.
+        """
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is not None and (reference.dim() < 2 or reference.shape[1] == 0):
             raise ValueError(
                 f"Empty input (shape {tuple(reference.shape)}): every text needs at least one token. "
                 "Tokenize with add_special_tokens=True so each row starts with [CLS]."
             )
+        hidden_state_selection(kwargs.get("output_hidden_states"))  # a clear TypeError for a bad one
         outputs = super().forward(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -306,9 +349,8 @@ class CondenserModel(StrictLoadingMixin, SentenceTransformersFilesMixin, BertMod
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        if return_dict is False:
-            return result.to_tuple()
-        return result
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return result if return_dict else result.to_tuple()
 
 
 class CondenserForPreTraining(CondenserPreTrainedModel):
@@ -377,32 +419,46 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
     ) -> CondenserForPreTrainingOutput | tuple:
         """Without ``labels`` only the backbone runs (no head, no loss).
 
+        ``return_dict`` and the ``output_*`` flags default to the config's, as in transformers; with
+        ``return_dict=False`` the output is ``to_tuple()``, the loss first when one was computed.
+
         Args:
             labels: ``(batch_size, sequence_length)`` original token ids at masked positions,
                 -100 elsewhere (e.g. from ``dense_encoders.data.WholeWordMaskingCollator``).
+            output_hidden_states: ``True`` for the backbone's hidden states (embedding output first), or the
+                index or list of indices of the ones to return (the others ``None``), as ``BertModel`` takes it.
         """
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         backbone = self.bert(
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
-            output_hidden_states=True,
+            output_hidden_states=True,  # the head reads hidden_states[skip_from]
             output_attentions=output_attentions,
             return_dict=True,
         )
+        hidden_states = selected_hidden_states(backbone.hidden_states, output_hidden_states)
+        loss = head_mlm_loss = late_mlm_loss = None
+        if labels is not None:
+            head_mlm_loss = loss = self.masked_lm_loss(self.condenser_head(backbone, attention_mask), labels)
+            if self.config.late_mlm:
+                late_mlm_loss = self.masked_lm_loss(backbone.last_hidden_state, labels)
+                loss = loss + late_mlm_loss
+        # built once, every field at hand: a field ModelOutput gets after construction goes to the end of to_tuple()
         output = CondenserForPreTrainingOutput(
+            loss=loss,
+            head_mlm_loss=head_mlm_loss,
+            late_mlm_loss=late_mlm_loss,
             pooler_output=backbone.pooler_output,
             last_hidden_state=backbone.last_hidden_state,
-            hidden_states=backbone.hidden_states if output_hidden_states else None,
+            hidden_states=hidden_states,
             attentions=backbone.attentions,
         )
-        if labels is not None:
-            output.head_mlm_loss = self.masked_lm_loss(self.condenser_head(backbone, attention_mask), labels)
-            output.loss = output.head_mlm_loss
-            if self.config.late_mlm:
-                output.late_mlm_loss = self.masked_lm_loss(backbone.last_hidden_state, labels)
-                output.loss = output.loss + output.late_mlm_loss
-        return output.to_tuple() if return_dict is False else output
+        return output if return_dict else output.to_tuple()
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -413,7 +469,8 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
         reference code, whose head sits in ``model.pt``, is refused with the command that converts it
         (:func:`refuse_reference_output_folder`).
         """
-        refuse_reference_output_folder(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
+        if pretrained_model_name_or_path is not None:  # None: weights given as state_dict=
+            refuse_reference_output_folder(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
         want_info = kwargs.pop("output_loading_info", False)
         # transformers' load report (a line per missing head tensor) is replaced by the warnings below
         report_logger = logging.get_logger("transformers.modeling_utils")
@@ -425,11 +482,12 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
             )
         finally:
             report_logger.removeFilter(below_errors)
+        source = weights_location(None) if pretrained_model_name_or_path is None else pretrained_model_name_or_path
         missing = set(info.get("missing_keys", ()))
         no_mlm_head = any(key.startswith("cls.predictions.transform.") for key in missing)
         if any(key.startswith("c_head.") for key in missing):
             logger.warning(
-                f"{pretrained_model_name_or_path} has no Condenser head (c_head.*"
+                f"{source} has no Condenser head (c_head.*"
                 f"{', nor an MLM prediction head' if no_mlm_head else ''}): the head of this "
                 f"{cls.__name__} is FRESHLY INITIALISED. Continuing pre-training from a headless checkpoint "
                 "(such as the Hub copies of the reference models) first trains a random head, whose gradients "
@@ -438,14 +496,14 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
             )
         elif no_mlm_head:
             logger.warning(
-                f"{pretrained_model_name_or_path} has no MLM prediction head (cls.predictions.*): it was freshly "
+                f"{source} has no MLM prediction head (cls.predictions.*): it was freshly "
                 "initialised (the decoder stays tied to the input embeddings)."
             )
         other = sorted(key for key in missing if not key.startswith(("c_head.", "cls.predictions.")))
         unexpected = sorted(info.get("unexpected_keys", ()))
         if other or unexpected:  # what the silenced report would have said beyond the heads
             logger.warning(
-                f"{pretrained_model_name_or_path}: {len(other)} weights missing from the checkpoint were randomly "
+                f"{source}: {len(other)} weights missing from the checkpoint were randomly "
                 f"initialised {other[:5]}; {len(unexpected)} checkpoint tensors were not used {unexpected[:5]}."
             )
         return (model, info) if want_info else model
@@ -545,11 +603,16 @@ class CoCondenserForPreTraining(CondenserForPreTraining):
             return_dict=True,
         )
         if compute_contrastive_loss:
-            output.contrastive_loss, output.contrastive_spans = span_contrastive_loss(
-                output.pooler_output, return_num_spans=True
+            contrastive_loss, contrastive_spans = span_contrastive_loss(output.pooler_output, return_num_spans=True)
+            # a new output, not fields set on the old one: the loss keeps its place first in to_tuple()
+            output = dataclasses.replace(
+                output,
+                loss=contrastive_loss if output.loss is None else output.loss + contrastive_loss,
+                contrastive_loss=contrastive_loss,
+                contrastive_spans=contrastive_spans,
             )
-            output.loss = output.contrastive_loss if output.loss is None else output.loss + output.contrastive_loss
-        return output.to_tuple() if return_dict is False else output
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return output if return_dict else output.to_tuple()
 
 
 CondenserModel.register_for_auto_class("AutoModel")

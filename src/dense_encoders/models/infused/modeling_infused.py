@@ -61,6 +61,11 @@ class InfusedDualEncoderModel(StrictLoadingMixin, SentenceTransformersFilesMixin
         return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
+        """Encode a batch; ``pooler_output`` ``(batch_size, hidden_size)`` is pooled by ``config.pooling``.
+
+        As ``BertModel``: ``return_dict`` and the ``output_*`` flags default to the config's; ``return_dict=False``
+        gives ``to_tuple()`` of the output.
+        """
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is not None and (reference.dim() < 2 or reference.shape[1] == 0):
             raise ValueError(f"Empty input (shape {tuple(reference.shape)}): every text needs at least one token.")
@@ -83,7 +88,8 @@ class InfusedDualEncoderModel(StrictLoadingMixin, SentenceTransformersFilesMixin
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return output.to_tuple() if return_dict is False else output
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return output if return_dict else output.to_tuple()
 
     @classmethod
     def from_cross_encoder(

@@ -206,14 +206,15 @@ def loading_differences(model, loading_info: dict) -> tuple[list[str], list[str]
     output_loading_info=True)`` (``loading_info``) that make it compute something else than the checkpoint: the one
     weight policy, applied by :class:`StrictLoadingMixin` to our classes and by dense-encoders' loader to every model.
 
-    Missing keys and shape mismatches are initialised at random, unexpected keys dropped; what transformers and the
-    classes declare harmless (``_keys_to_ignore_on_load_*``, tied weights) is not reported. Expected, too: parameters
-    the class may start fresh (``fresh_weight_prefixes``: pre-training heads on an encoder checkpoint) and, for a base
-    model (what encoders load), a BERT ``pooler`` the checkpoint lacks (sentence-transformers and our encoders never
-    use it) and, from a checkpoint of another architecture (its config's ``architectures``), the tensors outside
-    ``base_model_prefix`` (the task's heads, e.g. ``cls.*`` of ``BertForMaskedLM``)."""
-    mismatched = {entry[0] if isinstance(entry, (tuple, list)) else entry
-                  for entry in loading_info.get("mismatched_keys", ())}
+    Missing keys are initialised at random, unexpected keys dropped; what transformers and the classes declare
+    harmless (``_keys_to_ignore_on_load_*``, tied weights) is not reported. Expected, too: parameters the class may
+    start fresh (``fresh_weight_prefixes``: pre-training heads on an encoder checkpoint) and, for a base model (what
+    encoders load), a BERT ``pooler`` the checkpoint lacks (sentence-transformers and our encoders never use it) and,
+    from a checkpoint of another architecture (its config's ``architectures``), the tensors outside
+    ``base_model_prefix`` (the task's heads, e.g. ``cls.*`` of ``BertForMaskedLM``). A tensor of another shape
+    (``mismatched_keys``) is no difference here: transformers refuses it (RuntimeError) unless the caller consented
+    with ``ignore_mismatched_sizes=True``, and then re-initialises it and names it in its load report, as for any
+    model."""
     fresh = tuple(getattr(model, "fresh_weight_prefixes", ()) or ())
     missing = {key for key in loading_info.get("missing_keys", ()) if not (fresh and key.startswith(fresh))}
     unexpected = set(loading_info.get("unexpected_keys", ()))
@@ -223,12 +224,15 @@ def loading_differences(model, loading_info: dict) -> tuple[list[str], list[str]
         architectures = getattr(getattr(model, "config", None), "architectures", None) or []
         if prefix and architectures and type(model).__name__ not in architectures:
             unexpected = {key for key in unexpected if key.startswith(f"{prefix}.")}
-    return sorted(missing | mismatched), sorted(unexpected)
+    return sorted(missing), sorted(unexpected)
 
 
 def weights_location(name_or_path, subfolder: str = "") -> str:
     """How a message names a checkpoint's weights: the weights file of a local folder (``folder (N shards)`` for a
-    sharded one), else ``name_or_path`` itself (a Hub id)."""
+    sharded one), the state_dict of ``from_pretrained(None, config=..., state_dict=...)`` for ``None``, else
+    ``name_or_path`` itself (a Hub id)."""
+    if name_or_path is None:
+        return "the state_dict given to from_pretrained"
     folder = os.path.join(os.fspath(name_or_path), subfolder)
     for filename in WEIGHT_FILES:
         if os.path.isfile(os.path.join(folder, filename)):
@@ -257,7 +261,7 @@ def weights_mismatch(where: str, model_class: str, missing, unexpected, *, allow
         problems.append(f"{len(missing)} tensors of the model are missing ({_listed(missing)})")
     if unexpected:
         problems.append(f"{len(unexpected)} tensors in the file are not in the model ({_listed(unexpected)})")
-    summary = f"{where} does not match {model_class}, the model its config.json describes: {'; '.join(problems)}."
+    summary = f"{where} does not match {model_class}, the model its config describes: {'; '.join(problems)}."
     if allowed:
         return (f"{summary} Loading it anyway (allow_missing_weights): missing tensors are randomly initialised, so "
                 "results computed from this model say nothing about the checkpoint.")
@@ -274,7 +278,10 @@ class StrictLoadingMixin:
     names parameters that may legitimately start fresh (pre-training heads on top of an encoder checkpoint). Any
     other difference raises a one-line ValueError (:func:`weights_mismatch`) unless the caller passes
     ``allow_missing_weights=True``, which logs it instead (a caller that also takes ``output_loading_info`` reports
-    the differences itself: dense-encoders' loader does, with the same rule and message).
+    the differences itself: dense-encoders' loader does, with the same rule and message). Weights given in memory
+    (``from_pretrained(None, config=..., state_dict=...)``) are checked alike. A tensor of another shape is
+    transformers' own rule: refused without ``ignore_mismatched_sizes=True``; with it (the caller's consent)
+    re-initialised and named in transformers' load report, as for ``BertModel``.
     """
 
     fresh_weight_prefixes: tuple[str, ...] = ()
