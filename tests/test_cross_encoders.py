@@ -64,6 +64,19 @@ def test_dual_encoder_layerwise_embeddings(tok):
         np.testing.assert_allclose(got[0][i], hidden[0][0, 1:-1].mean(0).numpy(), atol=1e-5)
 
 
+def test_dual_encoder_layerwise_embeddings_refuse_a_tite_that_pools_between_layers(tok):
+    """A TITE's pooled layers hold fewer positions than the text has tokens: no per-token states to mean-pool, one
+    line naming the layer (before: an error from the shapes, deep in mean_pool)."""
+    from dense_encoders.models.tite import TiteModel, tite_preset
+
+    torch.manual_seed(0)
+    model = TiteModel(tite_preset("tiny-tite-2-late", vocab_size=len(tok))).eval()
+    texts = ["alpha beta gamma delta epsilon zeta eta theta", "iota kappa lambda mu"]
+    with pytest.raises(ValueError, match=r"^layer 3 of the dual encoder \(TiteModel\) holds \d+ positions for \d+ "
+                       r"tokens: it pools between layers"):
+        dual_encoder_layerwise_embeddings(model, texts, layers=[3], tokenizer=tok, max_length=16)
+
+
 def test_infused_dual_encoder_copies_the_cross_encoder_exactly(cross_encoder_folder):
     ce = AutoModelForSequenceClassification.from_pretrained(cross_encoder_folder)
     de, _ = infuse(str(cross_encoder_folder))  # DE-2-CE: 1 copied + 1 new

@@ -11,7 +11,7 @@ from conftest import FLOAT64_TOLERANCE, float32_atol
 from transformers import BertConfig, BertModel
 
 from dense_encoders.checkpoints.tite_backbone import bert_to_tite_state_dict, tite_from_backbone
-from dense_encoders.models.tite.modeling_tite import TiteModel
+from dense_encoders.models.tite.modeling_tite import TiteForPreTraining, TiteModel
 from dense_encoders.models.tite.presets import TINY_PRESETS, tite_preset
 
 TINY = sorted(TINY_PRESETS)
@@ -45,16 +45,23 @@ def batch_of(texts: list[torch.Tensor]) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------------------- without pooling = BERT
 
 
-@pytest.mark.numerics
-def test_no_pooling_absolute_positions_equals_bert_on_the_same_weights():
+def bert_and_tite_on_the_same_weights(implementation: str = "sdpa") -> tuple[BertModel, TiteModel]:
+    """A tiny BertModel and the TITE without pooling that holds its weights, both float64 (see conftest)."""
     bert_config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                              intermediate_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
                              attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
-    bert = BertModel(bert_config).double().eval()  # float64: see conftest
-    model = tiny_model("tiny-tite-no-pooling", position_embedding_type="absolute", type_vocab_size=2).double()
+    bert = BertModel._from_config(bert_config, attn_implementation=implementation).double().eval()
+    model = tiny_model("tiny-tite-no-pooling", implementation, position_embedding_type="absolute",
+                       type_vocab_size=2).double()
     missing, unexpected = model.load_state_dict(bert_to_tite_state_dict(bert.state_dict()), strict=False)
     assert not missing and not unexpected
+    return bert, model
+
+
+@pytest.mark.numerics
+def test_no_pooling_absolute_positions_equals_bert_on_the_same_weights():
+    bert, model = bert_and_tite_on_the_same_weights()
     batch = batch_of(random_texts(4, 16))
     with torch.no_grad():
         ours = model(**batch).last_hidden_state
@@ -62,6 +69,27 @@ def test_no_pooling_absolute_positions_equals_bert_on_the_same_weights():
     valid = batch["attention_mask"].bool()
     assert ours.dtype == theirs.dtype == torch.float64
     torch.testing.assert_close(ours[valid], theirs[valid], **FLOAT64_TOLERANCE)
+
+
+@pytest.mark.numerics
+def test_hidden_states_and_attentions_without_pooling_equal_berts():
+    """Every layer's states and attention weights, as BERT's eager implementation gives them (the longest text
+    fills the batch, so the rows line up with BERT's; padded query rows differ: BERT attends from its pad tokens)."""
+    bert, model = bert_and_tite_on_the_same_weights("eager")
+    batch = batch_of(random_texts(4, 16, seed=10))
+    with torch.no_grad():
+        ours = model(**batch, output_hidden_states=True, output_attentions=True)
+        theirs = bert(**batch, output_hidden_states=True, output_attentions=True)
+    valid = batch["attention_mask"].bool()
+    assert len(ours.hidden_states) == len(theirs.hidden_states) == 3 and len(ours.attentions) == 2
+    for mine, mask, reference in zip(ours.hidden_states, ours.hidden_states_masks, theirs.hidden_states, strict=True):
+        assert torch.equal(mask, batch["attention_mask"])
+        torch.testing.assert_close(mine[valid], reference[valid], **FLOAT64_TOLERANCE)
+        assert not mine[~valid].any()
+    for mine, reference in zip(ours.attentions, theirs.attentions, strict=True):
+        assert mine.shape == reference.shape == (4, 4, 16, 16)
+        torch.testing.assert_close(mine.transpose(1, 2)[valid], reference.transpose(1, 2)[valid], **FLOAT64_TOLERANCE)
+    torch.testing.assert_close(ours.hidden_states[-1], ours.last_hidden_state, **FLOAT64_TOLERANCE)
 
 
 # ---------------------------------------------------------------------------- naive per-text reference
@@ -87,12 +115,19 @@ def naive_rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torc
 
 def naive_tite(model: TiteModel, ids: torch.Tensor) -> torch.Tensor:
     """One text, no batching or packing: the paper's layer equations written out."""
+    return naive_tite_layers(model, ids)[0][-1]
+
+
+def naive_tite_layers(model: TiteModel, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """:func:`naive_tite`'s states entering the first layer and after every layer, and every layer's attention
+    probabilities (heads, queries, keys)."""
     config = model.config
     embeddings = model.embeddings
     states = embeddings.word_embeddings(ids)
     if embeddings.embedding_projection is not None:
         states = embeddings.embedding_projection(states)
     states = embeddings.LayerNorm(states)
+    all_states, all_probabilities = [states], []
     for layer in model.layers:
         attention = layer.attention
         kernel, stride, location = attention.kernel_size, attention.stride, config.pooling_location
@@ -112,14 +147,16 @@ def naive_tite(model: TiteModel, ids: torch.Tensor) -> torch.Tensor:
         v = attention.value(keys_in).view(-1, heads, width // heads)
         if config.position_embedding_type == "rotary":
             q, k = naive_rotary(q, query_pos, config.rope_theta), naive_rotary(k, key_pos, config.rope_theta)
-        scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(width // heads)
-        attended = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(-1, width)
+        probabilities = (torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(width // heads)).softmax(-1)
+        attended = torch.einsum("hqk,khd->qhd", probabilities, v).reshape(-1, width)
         hidden = attention.dense(attended) + F.pad(queries_in, (0, width - queries_in.shape[-1]))
         if kernel is not None and location == "post":
             hidden = naive_pool(hidden, kernel, stride)
         hidden = attention.LayerNorm(hidden)
         states = layer.LayerNorm(layer.output(layer.activation(layer.intermediate(hidden))) + hidden)
-    return states
+        all_states.append(states)
+        all_probabilities.append(probabilities)
+    return all_states, all_probabilities
 
 
 @pytest.mark.numerics
@@ -189,6 +226,199 @@ def test_triton_and_torch_pooling_give_the_same_model(name, monkeypatch, triton_
     assert outputs["triton"].dtype == grads["triton"].dtype == torch.float64
     torch.testing.assert_close(outputs["triton"], outputs["torch"], **FLOAT64_TOLERANCE)
     torch.testing.assert_close(grads["triton"], grads["torch"], **FLOAT64_TOLERANCE)
+
+
+# ---------------------------------------------------------------------------- transformers' outputs and keywords
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("name", TINY)
+def test_hidden_states_and_attentions_match_the_naive_reference_layer_by_layer(name):
+    """Funnel Transformer's convention: every layer's states at that layer's length, with the masks that say
+    which rows are real; the attention weights of every layer (eager)."""
+    model = tiny_model(name, implementation="eager").double()  # float64: see conftest
+    layers = model.config.num_hidden_layers
+    texts = random_texts(5, model.config.max_position_embeddings, seed=7)
+    with torch.no_grad():
+        output = model(**batch_of(texts), output_hidden_states=True, output_attentions=True)
+    assert len(output.hidden_states) == len(output.hidden_states_masks) == layers + 1
+    assert len(output.attentions) == layers
+    references = [naive_tite_layers(model, text) for text in texts]
+    for index, (hidden, mask) in enumerate(zip(output.hidden_states, output.hidden_states_masks, strict=True)):
+        lengths = [states[index].shape[0] for states, _ in references]
+        assert hidden.shape == (5, max(lengths), model.config.hidden_sizes[max(index - 1, 0)])
+        assert mask.tolist() == [[1] * n + [0] * (max(lengths) - n) for n in lengths]
+        for row, (states, _) in enumerate(references):
+            torch.testing.assert_close(hidden[row, : lengths[row]], states[index], **FLOAT64_TOLERANCE)
+        assert not hidden[~mask.bool()].any()
+    for index, attention in enumerate(output.attentions):
+        for row, (_, probabilities) in enumerate(references):
+            heads, queries, keys = probabilities[index].shape
+            assert attention.shape[1] == heads
+            torch.testing.assert_close(attention[row, :, :queries, :keys], probabilities[index], **FLOAT64_TOLERANCE)
+            assert not attention[row, :, :queries, keys:].any()  # padded keys get no weight
+    if model.config.pools_to_one_vector:
+        torch.testing.assert_close(output.hidden_states[-1][:, 0], output.pooler_output, **FLOAT64_TOLERANCE)
+    else:
+        torch.testing.assert_close(output.hidden_states[-1], output.last_hidden_state, **FLOAT64_TOLERANCE)
+
+
+@pytest.mark.numerics
+def test_output_flags_follow_the_config_select_indices_and_leave_the_vectors_alone():
+    texts = random_texts(4, 16, seed=11)
+    eager = tiny_model("tiny-tite-2-late", "eager").double()
+    with torch.no_grad():
+        expected = eager(**batch_of(texts), output_hidden_states=True, output_attentions=True)
+        model = tiny_model("tiny-tite-2-late", "sdpa").double()
+        plain = model(**batch_of(texts))
+        assert plain.hidden_states is None and plain.attentions is None
+        # sdpa has no weights: a call that asks for them computes its attention in the eager implementation
+        asked = model(**batch_of(texts), output_hidden_states=True, output_attentions=True)
+        model.config.output_hidden_states = True  # the config's flags when the call gives none, as in transformers
+        from_config = model(**batch_of(texts))
+        selected = model(**batch_of(texts), output_hidden_states=[0, -1])
+    torch.testing.assert_close(asked.pooler_output, plain.pooler_output, **FLOAT64_TOLERANCE)
+    for mine, reference in zip(asked.attentions, expected.attentions, strict=True):
+        torch.testing.assert_close(mine, reference, **FLOAT64_TOLERANCE)
+    for output in (asked, from_config):
+        for mine, reference in zip(output.hidden_states, expected.hidden_states, strict=True):
+            torch.testing.assert_close(mine, reference, **FLOAT64_TOLERANCE)
+    assert from_config.attentions is None
+    assert [hidden is None for hidden in selected.hidden_states] == [False, True, True, True, True, False]
+    torch.testing.assert_close(selected.hidden_states[-1], expected.hidden_states[-1], **FLOAT64_TOLERANCE)
+    assert torch.equal(selected.hidden_states_masks[0], expected.hidden_states_masks[0])
+
+
+def test_hidden_states_and_attentions_carry_gradients():
+    """As BERT's: the output is computed from the returned tensors, so ``retain_grad`` on them gets a gradient
+    (none at padded rows)."""
+    model = tiny_model("tiny-tite-2-late-upscale", "eager")
+    output = model(**batch_of(random_texts(3, 16, seed=8)), output_hidden_states=True, output_attentions=True)
+    for tensor in output.hidden_states + output.attentions:
+        tensor.retain_grad()
+    output.pooler_output.square().sum().backward()
+    for hidden, mask in zip(output.hidden_states, output.hidden_states_masks, strict=True):
+        assert hidden.grad is not None and hidden.grad[mask.bool()].abs().sum() > 0
+        assert not hidden.grad[~mask.bool()].any()
+    for attention in output.attentions:
+        assert attention.grad is not None and attention.grad.abs().sum() > 0
+
+
+def test_return_dict_false_in_the_config_or_the_call_gives_a_tuple():
+    batch = batch_of(random_texts(3, 16, seed=12))
+    model = tiny_model("tiny-tite-2-late")
+    with torch.no_grad():
+        expected = model(**batch, output_hidden_states=True, output_attentions=True)
+        called = model(**batch, return_dict=False)
+        model.config.return_dict = False
+        configured = model(**batch, output_hidden_states=True, output_attentions=True)
+        overridden = model(**batch, return_dict=True)
+    assert isinstance(called, tuple) and len(called) == 2
+    torch.testing.assert_close(called[0], expected.last_hidden_state)
+    torch.testing.assert_close(called[1], expected.pooler_output)
+    assert isinstance(configured, tuple) and len(configured) == len(expected.to_tuple()) == 5
+    for mine, reference in zip(configured, expected.to_tuple(), strict=True):  # attentions last, as in transformers
+        torch.testing.assert_close(mine, reference)
+    assert not isinstance(overridden, tuple)
+
+
+def test_unknown_keywords_are_a_type_error():
+    batch = batch_of(random_texts(2, 16, seed=13))
+    model = tiny_model("tiny-tite-2-late")
+    with pytest.raises(TypeError, match="some_typo_argument"):
+        model(**batch, some_typo_argument=123)
+    with pytest.raises(TypeError, match="output_hidden_state"):
+        model(**batch, output_hidden_state=True)
+
+
+def test_output_flags_on_a_batch_with_empty_texts_are_refused_in_one_line():
+    model = tiny_model("tiny-tite-2-late", empty_texts="zeros")
+    batch = {"input_ids": torch.ones((2, 3), dtype=torch.long), "attention_mask": torch.tensor([[1, 1, 0], [0, 0, 0]])}
+    assert model(**batch).pooler_output.shape == (2, 32)
+    with pytest.raises(ValueError, match="empty texts") as error:
+        model(**batch, output_hidden_states=True)
+    assert "\n" not in str(error.value)
+
+
+# ---------------------------------------------------------------------------- pre-training model
+
+
+def tiny_pretraining(name: str = "tiny-tite-2-late", **overrides) -> TiteForPreTraining:
+    torch.manual_seed(0)
+    config = tite_preset(name, vocab_size=50, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         pooling_implementation="torch", **overrides)
+    return TiteForPreTraining(config).eval()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_pretraining_model_resizes_its_token_embeddings(tied, tmp_path):
+    """Adding tokens before pre-training (Lightning IR's [QUE] / [DOC] markers): the word table and both
+    decoders grow, keep their rows, stay tied where they were, and the model runs on the new ids."""
+    model = tiny_pretraining(tie_word_embeddings=tied)
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    table = model.resize_token_embeddings(52)
+    assert model.config.vocab_size == 52 and table is model.tite.embeddings.word_embeddings
+    assert table.weight.shape == (52, 32)
+    assert torch.equal(table.weight[:50], before["tite.embeddings.word_embeddings.weight"])
+    for head in ("mae_head", "bow_head"):
+        decoder = getattr(model, head).decoder
+        assert (decoder.weight is table.weight) == tied
+        assert decoder.weight.shape == (52, 32) and decoder.bias.shape == (52,) and decoder.out_features == 52
+        assert torch.equal(decoder.weight[:50], before[f"{head}.decoder.weight"])
+        assert torch.equal(decoder.bias[:50], before[f"{head}.decoder.bias"])
+    batch = batch_of(random_texts(3, 16, seed=14))
+    batch["input_ids"][:, 1] = torch.tensor([50, 51, 50])  # the new tokens
+    with torch.no_grad():
+        output = model(**batch)
+    assert torch.isfinite(output.loss)
+    model.save_pretrained(tmp_path)
+    loaded = TiteForPreTraining.from_pretrained(tmp_path).eval()
+    assert loaded.config.vocab_size == 52
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).loss, output.loss, atol=0, rtol=0)
+    model.resize_token_embeddings(48)  # and shrink
+    batch["input_ids"].clamp_(max=47)
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).loss)
+    assert model.bow_head.decoder.weight.shape == (48, 32) and model.get_output_embeddings().bias.shape == (48,)
+
+
+def test_pretraining_loss_in_eval_is_reproducible_and_training_samples_the_decoder_mask():
+    model = tiny_pretraining()
+    batch = batch_of(random_texts(4, 16, seed=15))
+    with torch.no_grad():
+        torch.manual_seed(1)
+        first = model(**batch).loss
+        torch.manual_seed(2)
+        state = torch.get_rng_state()
+        second = model(**batch).loss
+        assert torch.equal(torch.get_rng_state(), state)  # evaluation leaves the global generator alone
+        model.train()  # no dropout in this config: only the decoder mask is random
+        torch.manual_seed(1)
+        losses = {model(**batch).loss.item() for _ in range(3)}
+    assert torch.equal(first, second)
+    assert len(losses) == 3
+
+
+def test_pretraining_model_returns_tuples_with_the_loss_first_and_the_encoders_outputs():
+    batch = batch_of(random_texts(3, 16, seed=16))
+    model = tiny_pretraining()
+    with torch.no_grad():
+        expected = model(**batch, output_hidden_states=True, output_attentions=True)
+        encoder = model.tite(**batch, output_hidden_states=True, output_attentions=True)
+        called = model(**batch, return_dict=False)
+        model.config.return_dict = False
+        configured = model(**batch)
+    fields = (expected.loss, expected.mae_loss, expected.bow_loss, expected.pooler_output)
+    for output in (called, configured):
+        assert isinstance(output, tuple) and len(output) == 4
+        for mine, reference in zip(output, fields, strict=True):
+            torch.testing.assert_close(mine, reference)
+    for name in ("hidden_states", "hidden_states_masks", "attentions"):
+        for mine, reference in zip(getattr(expected, name), getattr(encoder, name), strict=True):
+            torch.testing.assert_close(mine, reference)
+    with pytest.raises(TypeError, match="some_typo_argument"):
+        model(**batch, some_typo_argument=123)
 
 
 def test_bad_inputs_are_rejected():

@@ -137,6 +137,12 @@ def dual_encoder_layerwise_embeddings(
         hidden = model(**{k: v.to(device) for k, v in batch.items()}, output_hidden_states=True).hidden_states
         keep = keep.to(device)
         for layer in layers:
+            if hidden[layer].shape[1] != keep.shape[1]:  # a TITE's pooled layers: fewer positions than tokens
+                raise ValueError(
+                    f"layer {layer} of the dual encoder ({type(model).__name__}) holds {hidden[layer].shape[1]} "
+                    f"positions for {keep.shape[1]} tokens: it pools between layers, so its layers have no per-token "
+                    "states to mean-pool; compare a dual encoder that keeps every token (BERT-like), or --layers "
+                    "before its first pooling")
             outputs[layer][indices] = mean_pool(hidden[layer].float(), keep).cpu().numpy()
     return outputs
 

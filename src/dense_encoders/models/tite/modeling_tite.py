@@ -29,12 +29,12 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
 from .configuration_tite import TiteConfig
 from .cuda_graphs_tite import CudaGraphs
+from .padded_tite import exporting, padded_forward
 from .plan_tite import LayerPlan, TitePlan
 from .pooling_tite import pool_planned
 from .rotary_tite import apply_rotary, fused_rotary_available
@@ -204,8 +204,9 @@ class TiteAttention(nn.Module):
                 self._fused_projections[names] = (key, fused)
         return F.linear(states, *fused).split([module.out_features for module in modules], dim=-1)
 
-    def forward(self, states: torch.Tensor, plan: LayerPlan) -> torch.Tensor:
-        """``states`` ``(plan.key.rows or pool input rows, in_width)`` -> ``(plan.output.rows, width)``."""
+    def forward(self, states: torch.Tensor, plan: LayerPlan, output_attentions: bool = False):
+        """``states`` ``(plan.key.rows or pool input rows, in_width)`` -> ``(plan.output.rows, width)``; with
+        ``output_attentions``, also the attention probabilities ``(batch, heads, query length, key length)``."""
         key_states = states
         if plan.location in ("pre", "intra"):
             query_states = pool_planned(states, plan.pool, self.config.pooling_implementation)
@@ -222,6 +223,7 @@ class TiteAttention(nn.Module):
             # are skipped (FlashAttention varlen also breaks on max_seqlen 1). Pooling keeps a length
             # of 1 at 1, so every query row is its sequence's only key row.
             attended = self.value(key_states).view(-1, self.heads, head_dim)
+            probabilities = attended.new_ones(plan.query.batch_size, self.heads, 1, 1) if output_attentions else None
         else:
             if query_states is key_states:  # no pooling here, or pre pooling: one product for Q, K and V
                 query, key, value = self._project(("query", "key", "value"), key_states)
@@ -230,19 +232,23 @@ class TiteAttention(nn.Module):
                 key, value = self._project(("key", "value"), key_states)
             attended = self._attend(
                 query.view(-1, self.heads, head_dim), key.view(-1, self.heads, head_dim),
-                value.view(-1, self.heads, head_dim), plan,
+                value.view(-1, self.heads, head_dim), plan, output_attentions,
             )
+            if output_attentions:
+                attended, probabilities = attended
         hidden = self.dropout(self.dense(attended.reshape(-1, self.width))) + residual
         if plan.location == "post":  # after the residual connection, before the normalisation
             hidden = pool_planned(hidden, plan.pool, self.config.pooling_implementation)
-        return self.LayerNorm(hidden)
+        return (self.LayerNorm(hidden), probabilities) if output_attentions else self.LayerNorm(hidden)
 
-    def _attend(self, query, key, value, plan: LayerPlan):
+    def _attend(self, query, key, value, plan: LayerPlan, output_attentions: bool = False):
         """RoPE on the projected ``(rows, heads, head_dim)`` queries and keys (integer key positions,
         window-centre query positions), then attention of the packed rows, dispatched by
         ``config._attn_implementation`` through transformers' attention registry (eager / sdpa /
         flash_attention_2 / ...). ``sdpa`` means PyTorch's own kernels: varlen flash attention on the
-        packed rows where it applies (CUDA, fp16/bf16), padded ``scaled_dot_product_attention`` elsewhere."""
+        packed rows where it applies (CUDA, fp16/bf16), padded ``scaled_dot_product_attention`` elsewhere.
+        ``output_attentions``: the padded eager computation, whatever the implementation (only it has the
+        probabilities), returning ``(output rows, probabilities (batch, heads, query length, key length))``."""
         head_dim = self.width // self.heads
         if plan.rotary_key_index is not None:
             query, key = apply_rotary(
@@ -252,9 +258,13 @@ class TiteAttention(nn.Module):
         implementation = self.config._attn_implementation or "sdpa"
         dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
         scaling = head_dim**-0.5
-        if implementation == "sdpa" and plan.varlen and varlen_attention_available(query.device, query.dtype, dropout):
+        if output_attentions:
+            implementation, attention = "eager", eager_attention_forward
+        elif implementation == "sdpa" and plan.varlen and varlen_attention_available(query.device, query.dtype,
+                                                                                     dropout):
             return packed_flash_attention(query, key, value, plan.query, plan.key, dropout, scaling)
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        else:
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         if implementation.startswith("flash_attention"):
             # packed rows as one "batch" of varlen sequences: no padding at all
             output, _ = attention(
@@ -266,7 +276,7 @@ class TiteAttention(nn.Module):
             return output[0]
         for layout in (plan.query, plan.key):
             layout.ensure_padding(query.device)
-        output, _ = attention(
+        output, probabilities = attention(
             self,
             plan.query.pad(query).transpose(1, 2),
             plan.key.pad(key).transpose(1, 2),
@@ -275,7 +285,7 @@ class TiteAttention(nn.Module):
             dropout=dropout,
             scaling=scaling,
         )
-        return plan.query.unpad(output)
+        return (plan.query.unpad(output), probabilities) if output_attentions else plan.query.unpad(output)
 
 
 class TiteLayer(GradientCheckpointingLayer):
@@ -291,10 +301,14 @@ class TiteLayer(GradientCheckpointingLayer):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
 
-    def forward(self, states: torch.Tensor, plan: LayerPlan) -> torch.Tensor:
-        attended = self.attention(states, plan)
-        hidden = self.dropout(self.output(self.activation(self.intermediate(attended))))
-        return self.LayerNorm(hidden + attended)
+    def forward(self, states: torch.Tensor, plan: LayerPlan, output_attentions: bool = False):
+        """The layer's output rows; with ``output_attentions``, and its attention probabilities."""
+        if output_attentions:
+            attended, probabilities = self.attention(states, plan, output_attentions=True)
+        else:
+            attended = self.attention(states, plan)
+        hidden = self.LayerNorm(self.dropout(self.output(self.activation(self.intermediate(attended)))) + attended)
+        return (hidden, probabilities) if output_attentions else hidden
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,6 +353,48 @@ class TitePreTrainedModel(StrictLoadingMixin, SentenceTransformersFilesMixin, Pr
             module.bias.zero_()
 
 
+@dataclass
+class TiteModelOutput(ModelOutput):
+    """Output of :class:`TiteModel`: transformers' ``BaseModelOutputWithPooling`` fields, each layer's hidden
+    states at that layer's length (as transformers' Funnel Transformer gives an encoder that pools between layers),
+    and the masks that go with them.
+
+    Args:
+        last_hidden_state: ``(batch, 1, hidden)`` the text's vector, or, without pooling layers, the padded token
+            states ``(batch, longest text, hidden)``; through the projection, if the model has one.
+        pooler_output: ``(batch, hidden)`` the text's vector.
+        hidden_states: with ``output_hidden_states``, the embeddings' output and then every layer's output
+            (``num_hidden_layers + 1`` entries, before any projection), entry ``i`` ``(batch, longest text at
+            that layer, width of that layer)``: each text's rows first (whichever side the input was padded on),
+            then zero rows. Entries not selected by indices in ``output_hidden_states`` are None.
+        hidden_states_masks: ``(batch, length)`` 1 at the real rows of the ``hidden_states`` entry of the same
+            index, 0 at its padding (as an ``attention_mask``).
+        attentions: with ``output_attentions``, every layer's attention probabilities ``(batch, heads, query
+            length, key length)``, from the eager implementation. Entry ``i`` is layer ``i``'s, whose input is
+            ``hidden_states[i]``: its queries and keys are those rows (``hidden_states_masks[i]``); a layer that
+            pools has the pooled rows of ``hidden_states[i + 1]`` as queries under "intra" pooling, as queries
+            and keys under "pre" pooling.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor | None, ...] | None = None
+    hidden_states_masks: tuple[torch.LongTensor | None, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+def _hidden_states_kept(output_hidden_states, count: int) -> set[int] | None:
+    """The indices of the hidden states ``output_hidden_states`` asks for, of ``count``: all for True, the given
+    ones (negative from the end; out of range: none) for an int or a list, as transformers reads the argument;
+    None when it asks for none."""
+    if not output_hidden_states:
+        return None
+    if isinstance(output_hidden_states, bool):
+        return set(range(count))
+    selected = [output_hidden_states] if isinstance(output_hidden_states, int) else list(output_hidden_states)
+    return {index % count for index in selected if -count <= index < count}
+
+
 class TiteModel(TitePreTrainedModel):
     """The TITE encoder: one vector per text.
 
@@ -349,6 +405,8 @@ class TiteModel(TitePreTrainedModel):
     pass through one linear layer (``projection``), as a Lightning IR bi-encoder's output does (the mean of
     projected states is the projection of the mean: the layer is affine). With ``config.empty_texts="zeros"``
     a text without tokens gets zero states before the projection, as the TITE authors' code gives them.
+    ``output_hidden_states`` / ``output_attentions`` add every layer's states, each at its own length with the
+    mask of its real rows, and attention weights (:class:`TiteModelOutput`).
     """
 
     # a pre-training checkpoint (TiteForPreTraining) loaded as the encoder: its decoder and heads are dropped
@@ -400,19 +458,41 @@ class TiteModel(TitePreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         return_dict: bool | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPooling | tuple:
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | int | list[int] | None = None,
+    ) -> TiteModelOutput | tuple:
         """``attention_mask`` may be a CPU tensor while ``input_ids`` is on the GPU: then the forward
-        reads nothing from the device; otherwise it reads the mask once (the plan)."""
+        reads nothing from the device; otherwise it reads the mask once (the plan).
+
+        ``return_dict``, ``output_attentions`` and ``output_hidden_states`` default to the config's, as in
+        transformers; ``output_hidden_states`` may also be indices of the hidden states to keep (the others are
+        None). See :class:`TiteModelOutput` for what they give."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        hidden_kept = _hidden_states_kept(
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states,
+            self.config.num_hidden_layers + 1)
+        recording = bool(output_attentions) or hidden_kept is not None
+        if exporting():  # torch.export, torch.onnx.export, torch.jit.trace: the traceable path (padded_tite)
+            if recording:
+                raise ValueError("output_hidden_states / output_attentions are not given by an exported TITE (its "
+                                 "traced path returns last_hidden_state and pooler_output); export without them.")
+            output = padded_forward(self, input_ids, attention_mask, token_type_ids)  # transformers' output class
+            return output.to_tuple() if return_dict is False else output
         if getattr(self.config, "empty_texts", "error") == "zeros" and attention_mask is not None:
             empty = ~attention_mask.bool().any(-1)
             if bool(empty.any()):
+                if recording:
+                    raise ValueError(
+                        "output_hidden_states / output_attentions are not given for a batch with empty texts "
+                        "(empty_texts='zeros'): an empty text has no states in any layer; ask for them on the "
+                        "texts with tokens only.")
                 return self._forward_with_empty_texts(input_ids, attention_mask, token_type_ids, empty, return_dict)
-        if self._graphs_apply(input_ids):
+        if not recording and self._graphs_apply(input_ids):
             vectors = self._graphed_forward(input_ids, attention_mask, token_type_ids)
             if self.projection is not None:
                 vectors = self.projection(vectors)
-            output = BaseModelOutputWithPooling(last_hidden_state=vectors[:, None], pooler_output=vectors)
+            output = TiteModelOutput(last_hidden_state=vectors[:, None], pooler_output=vectors)
             return output.to_tuple() if return_dict is False else output
         plan = self.plan(input_ids, attention_mask)
         flat_ids = input_ids.reshape(-1)
@@ -423,13 +503,21 @@ class TiteModel(TitePreTrainedModel):
             flat_ids = flat_ids.index_select(0, plan.gather)
             types = types.index_select(0, plan.gather) if types is not None else None
         states = self.embeddings(flat_ids, plan.positions, types)
-        for layer, layer_plan in zip(self.layers, plan.layers):
-            states = layer(states, layer_plan)
+        recorded = {}
+        if recording:
+            if output_attentions and (self.config._attn_implementation or "sdpa") != "eager":
+                logger.warning_once("output_attentions=True: attention runs in the eager implementation for such "
+                                    "calls (only it gives the weights); load with attn_implementation='eager' to "
+                                    "say so.")
+            states, recorded = self._layers_recording(states, plan, hidden_kept, bool(output_attentions))
+        else:
+            for layer, layer_plan in zip(self.layers, plan.layers):
+                states = layer(states, layer_plan)
         if self.projection is not None:
             states = self.projection(states)
         if plan.pools:
             vectors = states  # every text is one vector now: (batch, hidden)
-            output = BaseModelOutputWithPooling(last_hidden_state=vectors[:, None], pooler_output=vectors)
+            output = TiteModelOutput(last_hidden_state=vectors[:, None], pooler_output=vectors, **recorded)
         else:
             padded = plan.output.pad(states)
             if getattr(self.config, "output_pooling", "first") == "mean":  # padded positions are zeros
@@ -437,8 +525,47 @@ class TiteModel(TitePreTrainedModel):
                 vectors = padded.sum(1) / lengths[:, None]
             else:
                 vectors = padded[:, 0]
-            output = BaseModelOutputWithPooling(last_hidden_state=padded, pooler_output=vectors)
+            output = TiteModelOutput(last_hidden_state=padded, pooler_output=vectors, **recorded)
         return output.to_tuple() if return_dict is False else output
+
+    def _layers_recording(self, states: torch.Tensor, plan: TitePlan, hidden_kept: set[int] | None,
+                          output_attentions: bool) -> tuple[torch.Tensor, dict]:
+        """The layers on the embeddings' packed ``states``, recording the hidden states whose indices are in
+        ``hidden_kept`` (0: the embeddings' output, i: layer i's) and, with ``output_attentions``, each layer's
+        attention probabilities (eager). Returns the last layer's rows and :class:`TiteModelOutput`'s fields.
+
+        Each kept hidden state is padded to its layer's length and the layers go on from it (unpadded again:
+        the same rows), so gradients reach it as they reach BERT's."""
+        layouts = [plan.input] + [layer_plan.output for layer_plan in plan.layers]
+        hidden_states, masks, attentions = [], [], []
+
+        def record(index: int, rows: torch.Tensor) -> torch.Tensor:
+            if hidden_kept is None:
+                return rows
+            if index not in hidden_kept:
+                hidden_states.append(None)
+                masks.append(None)
+                return rows
+            layout = layouts[index]
+            layout.ensure_padding(rows.device)
+            padded = layout.pad(rows)
+            lengths = torch.as_tensor(layout.lengths, device=rows.device)
+            hidden_states.append(padded)
+            masks.append((torch.arange(padded.shape[1], device=rows.device) < lengths[:, None]).long())
+            return layout.unpad(padded)
+
+        states = record(0, states)
+        for index, (layer, layer_plan) in enumerate(zip(self.layers, plan.layers), start=1):
+            if output_attentions:
+                states, probabilities = layer(states, layer_plan, output_attentions=True)
+                attentions.append(probabilities)
+            else:
+                states = layer(states, layer_plan)
+            states = record(index, states)
+        recorded = {"attentions": tuple(attentions)} if output_attentions else {}
+        if hidden_kept is not None:
+            recorded.update(hidden_states=tuple(hidden_states), hidden_states_masks=tuple(masks))
+        return states, recorded
 
     def _forward_with_empty_texts(self, input_ids, attention_mask, token_type_ids, empty, return_dict):
         """``config.empty_texts="zeros"``: the texts with tokens through the layers, each empty text one zero
@@ -451,7 +578,8 @@ class TiteModel(TitePreTrainedModel):
             rows = filled.nonzero().squeeze(1)
             kept = self(input_ids.index_select(0, rows),
                         attention_mask=attention_mask[filled.to(attention_mask.device)],
-                        token_type_ids=None if token_type_ids is None else token_type_ids.index_select(0, rows))
+                        token_type_ids=None if token_type_ids is None else token_type_ids.index_select(0, rows),
+                        return_dict=True)
             states = kept.last_hidden_state
         else:
             rows, states = None, empty_state.new_zeros(0, 1, width)
@@ -462,7 +590,7 @@ class TiteModel(TitePreTrainedModel):
         vectors = hidden[:, 0]
         if rows is not None:
             vectors = vectors.index_put((rows,), kept.pooler_output)
-        output = BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=vectors)
+        output = TiteModelOutput(last_hidden_state=hidden, pooler_output=vectors)
         return output.to_tuple() if return_dict is False else output
 
     # ---------------------------------------------------------------- CUDA graphs (inference)
@@ -494,6 +622,10 @@ class TiteModel(TitePreTrainedModel):
 # --------------------------------------------------------------------------------------------
 
 
+# seed of the decoder mask TiteForPreTraining draws in eval(): evaluation losses are reproducible
+EVAL_DECODER_MASK_SEED = 0
+
+
 @dataclass
 class TiteForPreTrainingOutput(ModelOutput):
     """Output of :class:`TiteForPreTraining`.
@@ -503,12 +635,16 @@ class TiteForPreTrainingOutput(ModelOutput):
         mae_loss: enhanced masked auto-encoding cross-entropy over the non-special tokens.
         bow_loss: bag-of-words binary cross-entropy over the vocabulary.
         pooler_output: ``(batch, hidden)`` the text vectors.
+        hidden_states, hidden_states_masks, attentions: the encoder's, as in :class:`TiteModelOutput`.
     """
 
     loss: torch.FloatTensor | None = None
     mae_loss: torch.FloatTensor | None = None
     bow_loss: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor | None, ...] | None = None
+    hidden_states_masks: tuple[torch.LongTensor | None, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 class TitePredictionHead(nn.Module):
@@ -603,10 +739,38 @@ class TiteForPreTraining(TitePreTrainedModel):
     def get_output_embeddings(self):
         return self.mae_head.decoder
 
-    def decoder_visibility(self, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Random (batch, query, key) visibility: p = 1 - decoder_mask_probability, own position and padding hidden."""
+    def set_output_embeddings(self, new_embeddings: nn.Linear):
+        self.mae_head.decoder = new_embeddings
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """transformers' resize of the word table and the MAE decoder (the output embeddings), and the
+        bag-of-words decoder with them: tied, it is tied again to the new table (bias cut or zero-padded, as
+        transformers does for a tied decoder); untied, its rows are kept and new rows initialised as in a new
+        model."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        vocab_size, decoder = embeddings.weight.shape[0], self.bow_head.decoder
+        decoder.out_features = decoder.weight.shape[0]  # re-tied to the new table: its size, not the old one
+        if decoder.weight.shape[0] != vocab_size:
+            resized = nn.Linear(decoder.in_features, vocab_size, bias=decoder.bias is not None,
+                                device=decoder.weight.device, dtype=decoder.weight.dtype)
+            self._init_weights(resized)
+            kept = min(vocab_size, decoder.weight.shape[0])
+            with torch.no_grad():
+                resized.weight[:kept] = decoder.weight[:kept]
+                if decoder.bias is not None:
+                    resized.bias[:kept] = decoder.bias[:kept]
+            resized.requires_grad_(decoder.weight.requires_grad)
+            self.bow_head.decoder = resized
+        return embeddings
+
+    def decoder_visibility(self, attention_mask: torch.Tensor,
+                           generator: torch.Generator | None = None) -> torch.Tensor:
+        """Random (batch, query, key) visibility: p = 1 - decoder_mask_probability, own position and padding hidden.
+        ``generator``: where the randomness comes from (default: the global generator)."""
         batch, length = attention_mask.shape
-        visible = torch.rand(batch, length, length, device=attention_mask.device) >= self.decoder_mask_probability
+        visible = torch.rand(batch, length, length, device=attention_mask.device,
+                             generator=generator) >= self.decoder_mask_probability
         visible &= ~torch.eye(length, dtype=torch.bool, device=attention_mask.device)
         return visible & attention_mask.bool()[:, None, :]
 
@@ -619,17 +783,25 @@ class TiteForPreTraining(TitePreTrainedModel):
         labels: torch.Tensor | None = None,
         decoder_visibility: torch.Tensor | None = None,
         return_dict: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | int | list[int] | None = None,
     ) -> TiteForPreTrainingOutput | tuple:
         """Targets are the ORIGINAL tokens: ``input_ids``, or ``labels`` where the collator masked inputs.
 
         Args:
             special_tokens_mask: 1 at special tokens (excluded from both losses); by default the first
                 and last real token of each text ([CLS] / [SEP]).
-            decoder_visibility: (batch, len, len) boolean keys visible per query; sampled when omitted.
+            decoder_visibility: (batch, len, len) boolean keys visible per query; when omitted, sampled afresh
+                in training, and in ``eval()`` drawn from a fixed seed, so that the same batch gives the same loss.
+            return_dict, output_attentions, output_hidden_states: as for :class:`TiteModel` (the encoder's);
+                the tuple of ``return_dict=False`` starts with the loss.
         """
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        vectors = self.tite(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).pooler_output
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        encoded = self.tite(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True,
+                            output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+        vectors = encoded.pooler_output
         original = input_ids if labels is None else torch.where(labels != -100, labels, input_ids)
         real = attention_mask.bool()
         if special_tokens_mask is None:
@@ -638,7 +810,10 @@ class TiteForPreTraining(TitePreTrainedModel):
             special_tokens_mask = (positions == 0) | (positions == (lengths - 1)[:, None])
         targets = real & ~special_tokens_mask.bool()
         if decoder_visibility is None:
-            decoder_visibility = self.decoder_visibility(attention_mask)
+            generator = None
+            if not self.training:  # evaluation: the same mask for the same batch shape, the global RNG untouched
+                generator = torch.Generator(attention_mask.device).manual_seed(EVAL_DECODER_MASK_SEED)
+            decoder_visibility = self.decoder_visibility(attention_mask, generator)
         else:
             decoder_visibility = decoder_visibility.bool() & real[:, None, :]
 
@@ -651,7 +826,9 @@ class TiteForPreTraining(TitePreTrainedModel):
         bag.scatter_reduce_(1, torch.where(targets, original, 0), targets.float(), reduce="amax")
         bow_loss = F.binary_cross_entropy_with_logits(self.bow_head(vectors).float(), bag)
         output = TiteForPreTrainingOutput(
-            loss=mae_loss + bow_loss, mae_loss=mae_loss, bow_loss=bow_loss, pooler_output=vectors
+            loss=mae_loss + bow_loss, mae_loss=mae_loss, bow_loss=bow_loss, pooler_output=vectors,
+            hidden_states=encoded.hidden_states, hidden_states_masks=encoded.hidden_states_masks,
+            attentions=encoded.attentions,
         )
         return output.to_tuple() if return_dict is False else output
 
@@ -664,5 +841,6 @@ __all__ = [
     "TiteModel",
     "TiteForPreTraining",
     "TiteForPreTrainingOutput",
+    "TiteModelOutput",
     "varlen_attention_available",
 ]

@@ -9,6 +9,7 @@ Two implementations of the same function:
 
 * :func:`rotary_table` + :func:`apply_rotary_rows`: a cached cos/sin table (per device and dtype)
   whose rows are gathered once per batch, then ``x * cos + roll(x, d/2) * sin``; runs anywhere.
+  :func:`rotary_rows` computes the same rows from the positions (the table is built with it), for traced graphs.
 * :class:`TritonRotary`: one Triton kernel per call that computes the angles from the indices and
   reads and writes ``x`` once (forward; the backward is the inverse rotation), for CUDA tensors.
 
@@ -47,16 +48,22 @@ def rotary_table(head_dim: int, theta: float, rows: int, device: torch.device, d
     if table is None or table.shape[0] < rows:
         rows = max(rows, 2 * 1024)
         with torch.inference_mode(False), torch.no_grad():
-            exponents = torch.arange(0, head_dim, 2, device=device, dtype=dtype) / head_dim
-            angles = (torch.arange(rows, device=device, dtype=dtype) / 2)[:, None] * (1.0 / theta**exponents)[None, :]
-            cos, sin = angles.cos(), angles.sin()
-            table = torch.stack((torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)), 1)[:, :, None, :]
+            table = rotary_rows(torch.arange(rows, device=device), head_dim, theta, dtype)
         _TABLES[key] = table
     return table
 
 
+def rotary_rows(index: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> torch.Tensor:
+    """The :func:`rotary_table` rows of the half-unit positions ``index``, computed from the index itself
+    (tensor ops only, so a traced graph computes them for any length): ``(*index.shape, 2, 1, head_dim)``."""
+    exponents = torch.arange(0, head_dim, 2, device=index.device, dtype=dtype) / head_dim
+    angles = (index.to(dtype) / 2)[..., None] * (1.0 / theta**exponents)
+    cos, sin = angles.cos(), angles.sin()
+    return torch.stack((torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)), -2)[..., None, :]
+
+
 def apply_rotary_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """RoPE on ``x`` ``(rows, heads, head_dim)`` with its gathered :func:`rotary_table` rows."""
+    """RoPE on ``x`` ``(..., rows, heads, head_dim)`` with its gathered :func:`rotary_table` rows."""
     cos, sin = rows.unbind(1)
     return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin).to(x.dtype)
 
@@ -182,4 +189,4 @@ def apply_rotary(query, key, query_index, key_index, theta: float, query_rows=No
     return _launch(query, key, query_index, key_index, theta, 1)  # inference: no autograd node
 
 
-__all__ = ["TritonRotary", "apply_rotary", "apply_rotary_rows", "fused_rotary_available", "rotary_table"]
+__all__ = ["TritonRotary", "apply_rotary", "apply_rotary_rows", "fused_rotary_available", "rotary_rows", "rotary_table"]
