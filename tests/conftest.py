@@ -11,13 +11,15 @@ import tempfile
 from pathlib import Path
 
 # Before anything imports transformers/datasets: every Hugging Face cache (remote-code modules,
-# datasets, hub) goes to a scratch folder removed after the session, and nothing goes online.
+# datasets, hub) and ours go to a scratch folder removed after the session, and nothing goes online.
 # Worker processes the tests start (torchrun) import this file too: they reuse the parent's folder.
 _OWNS_HF_HOME = "DENSE_ENCODERS_TEST_HF_HOME" not in os.environ
 if _OWNS_HF_HOME:
     os.environ["DENSE_ENCODERS_TEST_HF_HOME"] = tempfile.mkdtemp(prefix="dense-encoders-tests-hf-")
 _HF_HOME = os.environ["DENSE_ENCODERS_TEST_HF_HOME"]
 os.environ["HF_HOME"] = _HF_HOME
+# the package's own cache (the ONNX exports of --runtime openvino / onnxruntime) too
+os.environ["DENSE_ENCODERS_CACHE"] = os.path.join(_HF_HOME, "dense-encoders")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 

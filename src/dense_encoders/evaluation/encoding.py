@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from ..checkpoints.folder import clamp_to_positions
 from ..checkpoints.loading import load_sentence_transformer, model_fingerprint
 from ..data.files import atomic_write
+from .runtimes import check_runtime, use_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,9 @@ class RetrievalEncoder:
     of its own is refused unless ``trust_remote_code=True``
     (:func:`~dense_encoders.checkpoints.loading.load_sentence_transformer`). ``query_max_length`` /
     ``document_max_length`` default to the model's ``max_seq_length``; either is brought down to the model's
-    positions (:func:`~dense_encoders.checkpoints.folder.clamp_to_positions`, with a warning line).
+    positions (:func:`~dense_encoders.checkpoints.folder.clamp_to_positions`, with a warning line). ``runtime``
+    ``"openvino"`` or ``"onnxruntime"`` runs the transformer's forward there, on the CPU
+    (:mod:`~dense_encoders.evaluation.runtimes`).
     """
 
     def __init__(
@@ -80,7 +84,9 @@ class RetrievalEncoder:
         show_progress_bar: bool = True,
         name: str | None = None,
         allow_missing_weights: bool = False,
+        runtime: str = "torch",
     ):
+        check_runtime(runtime, device)
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: must be at least 1")
         for option, value in (("query_max_length", query_max_length), ("document_max_length", document_max_length)):
@@ -106,6 +112,9 @@ class RetrievalEncoder:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.show_progress_bar = show_progress_bar
         self._fingerprint: str | None = None
+        self.runtime = runtime
+        # {"name", "version"} of the runtime that runs the transformer (None: torch; evaluation.runtimes)
+        self.runtime_record = use_runtime(self.model, runtime, self.fingerprint) if runtime != "torch" else None
 
     @property
     def similarity(self) -> str:
@@ -126,6 +135,7 @@ class RetrievalEncoder:
             "normalize": self.normalize,
             "similarity": self.similarity,
             "modules": [type(module).__name__ for module in self.model],
+            "runtime": self.runtime_record or {"name": "torch", "version": torch.__version__},
         }
 
     def encode_queries(self, texts: list[str]) -> EncodedTexts:
@@ -145,6 +155,8 @@ class RetrievalEncoder:
             "texts": text_digest,
             "count": len(texts),
         }
+        if self.runtime != "torch":  # its vectors differ from torch's in the last bits: not the same entry
+            key["runtime"] = self.runtime
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
 
     def _encode(self, texts: list[str], side: str) -> EncodedTexts:

@@ -40,7 +40,7 @@ from .search import search, topk_to_run
 BM25 = "bm25"
 # fields of EvaluationArguments that only an encoder uses: refused with BM25
 ENCODER_ONLY_FIELDS = ("pooling", "similarity", "query_prompt", "document_prompt", "query_max_length",
-                       "document_max_length", "cache_dir", "corpus_embeddings", "backend", "device")
+                       "document_max_length", "cache_dir", "corpus_embeddings", "backend", "device", "runtime")
 
 @dataclass
 class RetrievalResults:

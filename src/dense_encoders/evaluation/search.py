@@ -11,8 +11,12 @@ first, with a deterministic tie-break: among equal scores the lower document ind
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import operator
+import platform
+from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
@@ -20,14 +24,16 @@ import torch
 
 from ..vectors import SIMILARITIES
 
-__all__ = ["NORMALIZE_EPS", "RunningTopK", "exact_search", "faiss_search", "score_block", "scores_are_bounded",
-           "search", "topk_to_run", "validate_k"]
+__all__ = ["NORMALIZE_EPS", "RunningTopK", "exact_search", "faiss_search", "score_block", "score_threads",
+           "scores_are_bounded", "search", "topk_to_run", "validate_k"]
 
 ArrayLike = Union[torch.Tensor, np.ndarray]
 
 NORMALIZE_EPS = 1e-12  # the eps of the L2 normalisation of cosine similarity
 # past this many candidates per k in one query of one block, RunningTopK takes the block's own top-k first
 CANDIDATES_PER_K = 4
+# faiss's heaps are seeded from every SEED_STRIDE-th score of a query range's first block (_HeapTopK._seed)
+SEED_STRIDE = 8
 # scores bounded by this (Cauchy-Schwarz, with a margin of 2 for rounding) are numbers above float32's lowest value
 _BOUNDED_SCORE = torch.finfo(torch.float32).max / 2
 
@@ -88,9 +94,64 @@ def _empty_result(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-def score_block(query_block: torch.Tensor, document_block: torch.Tensor) -> torch.Tensor:
-    """Scores of one block: ``[q, d] @ [c, d].T -> [q, c]``. All scoring goes through here."""
-    return query_block @ document_block.T
+def score_block(query_block: torch.Tensor, document_block: torch.Tensor, *, out: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """Scores of one block: ``[q, d] @ [c, d].T -> [q, c]``, written into ``out`` when given. All scoring goes
+    through here.
+
+    ``out`` is a buffer the search reuses from block to block: a fresh block of 1,000 x 16,384 scores costs its
+    64 MB of page faults (``Q[1000x384] @ D[100000x384]^T`` into a fresh matrix took 1.45x the CPU time of the
+    same product into a reused one, two threads, docs/benchmarks.md). The product is the faster BLAS's
+    (:func:`_numpy_product`): torch's (MKL on an Intel CPU, cuBLAS on a GPU) or numpy's OpenBLAS, at the thread
+    count :func:`score_threads` fixes. Its bits depend on the thread count only: a search gives the same scores
+    from one run to the next at the same ``torch.get_num_threads()``."""
+    if (query_block.device.type == "cpu" and query_block.dtype == document_block.dtype == torch.float32
+            and _numpy_product() is not None):
+        scores = np.matmul(query_block.numpy(), document_block.numpy().T, out=None if out is None else out.numpy())
+        return torch.from_numpy(scores) if out is None else out
+    return torch.mm(query_block, document_block.T, out=out)
+
+
+@functools.cache
+def _numpy_product():
+    """threadpoolctl's ``threadpool_limits`` when numpy's BLAS multiplies the score blocks on the CPU, else None
+    (torch's product). Numpy's when torch's BLAS is MKL on a CPU that is not Intel's and numpy's is OpenBLAS (as in
+    numpy's wheels): MKL takes slower paths there (AMD EPYC, Zen 4: ``Q[1000x384] @ D[100000x384]^T`` in 1.28 CPU s
+    against OpenBLAS's 1.0, issue 45), while on Intel's it is the faster one (a 2.5 GHz Xeon with AVX-512, blocks
+    of 1,000 x 16,384 into a reused buffer: 0.94 against 1.17 CPU s at two threads, 0.90 against 1.15 at one).
+    threadpoolctl (scikit-learn's dependency, which sentence-transformers brings) fixes numpy's threads; without
+    it, torch's product."""
+    if not torch.backends.mkl.is_available() or "GenuineIntel" in _cpu_vendor():
+        return None
+    try:
+        from threadpoolctl import threadpool_limits
+
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
+    except (ImportError, KeyError, TypeError):
+        return None
+    return threadpool_limits if "openblas" in str(blas).lower() else None
+
+
+def _cpu_vendor() -> str:
+    """The CPU's vendor (``vendor_id`` of /proc/cpuinfo on Linux, else :func:`platform.processor`)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+@contextlib.contextmanager
+def score_threads():
+    """While a search runs, numpy's BLAS (when :func:`score_block` multiplies with it) at torch's thread count,
+    restored afterwards: the product's last bits may depend on how its work is split between threads, and a
+    search gives the same bits from one run to the next."""
+    limits = _numpy_product()
+    if limits is None:
+        yield
+        return
+    with limits(limits=torch.get_num_threads(), user_api="blas"):
+        yield
 
 
 def _stable_sort_rows(scores: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,6 +271,8 @@ class _HeapTopK:
 
     def add(self, block_scores: torch.Tensor, document_offset: int) -> None:
         faiss, block = self._faiss, np.ascontiguousarray(block_scores.numpy())
+        if self.seen == 0:
+            self._seed(block)
         ids = np.arange(-document_offset - 2, -document_offset - 2 - block.shape[1], -1, dtype=np.int64)
         threads = faiss.omp_get_max_threads()
         faiss.omp_set_num_threads(torch.get_num_threads())  # as many threads as the matrix product
@@ -219,6 +282,23 @@ class _HeapTopK:
         finally:
             faiss.omp_set_num_threads(threads)
         self.seen += block.shape[1]
+
+    def _seed(self, block: np.ndarray) -> None:
+        """Fill each query's empty heap with empty slots valued just below a score that at least ``k`` of the
+        first block's scores reach, so that only those enter the heap: about ``k`` insertions instead of
+        ``k (1 + ln(columns / k))`` into an empty heap (k = 1000, 16,384 columns: about 1,300 against 3,800, half
+        of all the heap work of 100,000 documents). Each such score takes an empty slot until none is left, so the
+        heap ends as it would have. The score is the ``j``-th largest of every ``SEED_STRIDE``-th column, ``j``
+        three standard deviations past ``k / SEED_STRIDE``; a query whose block holds fewer than ``k`` scores at
+        or above it keeps faiss's empty slots, as does a block too narrow to sample."""
+        sample = block[:, ::SEED_STRIDE]
+        place = math.ceil(self.k / SEED_STRIDE + 3 * math.sqrt(self.k / SEED_STRIDE))
+        if block.shape[1] < self.k or sample.shape[1] < place:
+            return
+        threshold = np.partition(sample, sample.shape[1] - place, axis=1)[:, sample.shape[1] - place]
+        reached = np.count_nonzero(block >= threshold[:, None], axis=1) >= self.k
+        below = np.nextafter(threshold, np.float32(-np.inf))
+        self._values[:] = np.where(reached, below, self._values[:, 0])[:, None]
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scores, indices)`` ``[queries, min(k, documents seen)]`` ordered by (-score, index); the heaps take no
@@ -261,7 +341,8 @@ class RunningTopK:
             ) -> None:
         """Merge one block ``[queries of the range, documents]`` of scores, its first column the document at
         ``document_offset``. ``bounded``: the caller knows every score is a number above float32's lowest value
-        (:func:`scores_are_bounded`), which lets faiss's heaps select."""
+        (:func:`scores_are_bounded`), which lets faiss's heaps select. Nothing of ``block_scores`` is kept: the
+        caller may write the next block into the same memory."""
         heap_ready = bounded and block_scores.device.type == "cpu" and block_scores.dtype == torch.float32
         heap = self._heaps.get(query_start)
         if heap is None and heap_ready and query_start not in self._best and (faiss := _faiss_heaps()) is not None:

@@ -383,12 +383,15 @@ def _conversion(record: dict | None) -> list[str]:
 
 def _search(result: dict) -> str:
     """How a result's documents were searched: exact or FAISS, over embeddings encoded in the run (float32) or
-    stored shards (their dtype)."""
+    stored shards (their dtype), and the runtime that encoded them when it was not torch."""
     settings = result.get("settings") or {}
     backend = settings.get("search_backend", "exact")
     text = SEARCH_BACKENDS.get(backend, backend)
     if settings.get("corpus_embeddings"):
         text += f", {settings.get('corpus_embeddings_dtype') or 'stored'} shards"
+    runtime = settings.get("runtime") or {}
+    if runtime.get("name", "torch") != "torch":
+        text += f", encoded in {runtime['name']} {runtime.get('version', '')}".rstrip()
     return text
 
 

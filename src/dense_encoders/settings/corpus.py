@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..vectors import POOLING_MODES, SIMILARITIES
 from .datasets import dataset_revision_field
-from .models import trust_remote_code_field
+from .models import runtime_field, trust_remote_code_field
 from .values import check_fields, positive_integer_problem
 
 EMBEDDING_DTYPES = ("float16", "float32")
@@ -46,6 +46,7 @@ class EncodingSettings:
         "help": "Encode with a checkpoint whose weights miss (or add) tensors of its model."})
     dataset_revision: str | None = dataset_revision_field()
     trust_remote_code: bool = trust_remote_code_field()
+    runtime: str = runtime_field()
     no_progress: bool = field(default=False, metadata={"help": "Hide the progress bar."})
 
     def __post_init__(self):
@@ -89,6 +90,7 @@ class SearchSettings:
         "help": "Device for encoding queries and for exact search (default: cpu)."})
     tag: str = field(default="dense-encoders", metadata={"help": "Run tag (default: %(default)s)."})
     trust_remote_code: bool = trust_remote_code_field()
+    runtime: str = runtime_field()
     no_progress: bool = field(default=False, metadata={"help": "Hide the progress bars."})
 
     def __post_init__(self):

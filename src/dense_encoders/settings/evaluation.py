@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..vectors import POOLING_MODES, SEARCH_BACKEND_NAMES, SIMILARITIES
 from .datasets import dataset_revision_field, pair_scale_field, pair_threshold_field, whole_scale
-from .models import trust_remote_code_field
+from .models import runtime_field, trust_remote_code_field
 from .values import check_fields, pair_scale_problem, pair_threshold_problem, positive_integer_problem
 
 #: Our result names -> ir-measures measure strings.  ``RR``, ``R`` and ``Success`` use
@@ -27,7 +27,7 @@ DEFAULT_MEASURES: dict[str, str] = {
 POSITIVE_FIELDS = ("query_max_length", "document_max_length", "batch_size", "k", "rerank_top_k")
 # fields of EvaluationArguments that configure the RetrievalEncoder (besides no_progress)
 ENCODER_FIELDS = ("pooling", "device", "batch_size", "query_prompt", "document_prompt", "query_max_length",
-                  "document_max_length", "cache_dir", "allow_missing_weights", "trust_remote_code")
+                  "document_max_length", "cache_dir", "allow_missing_weights", "trust_remote_code", "runtime")
 
 
 @dataclass
@@ -81,6 +81,7 @@ class EvaluationArguments:
     allow_missing_weights: bool = field(default=False, metadata={
         "help": "Evaluate a checkpoint whose weights miss (or add) tensors of its model; refused by default."})
     trust_remote_code: bool = trust_remote_code_field()
+    runtime: str = runtime_field()
 
     def __post_init__(self):
         from ..data.retrieval import check_relevance_level  # reads nothing, but imports data/: not for --help

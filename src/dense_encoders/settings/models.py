@@ -1,9 +1,12 @@
-"""The setting every entry point that loads a model shares: ``--trust-remote-code``, the consent to run code that a
-model folder or Hub repository carries or names (:mod:`dense_encoders.checkpoints.trust`)."""
+"""The settings entry points that load a model share: ``--trust-remote-code``, the consent to run code that a model
+folder or Hub repository carries or names (:mod:`dense_encoders.checkpoints.trust`), and ``--runtime``, what runs
+a bi-encoder's transformer (:mod:`dense_encoders.evaluation.runtimes`)."""
 
 from __future__ import annotations
 
 from dataclasses import field
+
+from ..vectors import RUNTIMES
 
 TRUST_REMOTE_CODE_HELP = (
     "Run code that a model folder or Hub repository carries or names (auto_map in its config.json, custom "
@@ -16,4 +19,15 @@ def trust_remote_code_field():
     return field(default=False, metadata={"help": TRUST_REMOTE_CODE_HELP})
 
 
-__all__ = ["TRUST_REMOTE_CODE_HELP", "trust_remote_code_field"]
+RUNTIME_HELP = (
+    "What runs the encoder's transformer: torch, or OpenVINO or ONNX Runtime on the CPU (the model is exported to "
+    "ONNX once and cached; pip install 'dense-encoders[openvino]' or 'dense-encoders[onnxruntime]'). Same texts, "
+    "batches and pooling; vectors equal torch's to about 1e-6 (default: %(default)s).")
+
+
+def runtime_field():
+    """The ``runtime`` field (``--runtime``) of an entry point that encodes texts with a bi-encoder: torch."""
+    return field(default="torch", metadata={"choices": list(RUNTIMES), "help": RUNTIME_HELP})
+
+
+__all__ = ["RUNTIME_HELP", "TRUST_REMOTE_CODE_HELP", "runtime_field", "trust_remote_code_field"]

@@ -1,4 +1,4 @@
-"""The ``exact`` backend: every query scored against every document, block by block, in torch.
+"""The ``exact`` backend: every query scored against every document, block by block.
 
 Never more than one ``query_chunk_size x document_chunk_size`` block of scores exists at a time; a
 :class:`~dense_encoders.evaluation.search.RunningTopK` per query range keeps the best ``k`` so far. Over
@@ -15,12 +15,34 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ...data.embedding_shards import EmbeddingShards
-from ..search import NORMALIZE_EPS, RunningTopK, _empty_result, _prepare, score_block, scores_are_bounded, validate_k
+from ..search import (
+    NORMALIZE_EPS,
+    RunningTopK,
+    _empty_result,
+    _prepare,
+    score_block,
+    score_threads,
+    scores_are_bounded,
+    validate_k,
+)
 from .base import SearchBackend, shards_similarity
 
 
+class _Scratch:
+    """One buffer for every score block of a search, handed out as each block's contiguous ``[rows, columns]``:
+    :func:`~dense_encoders.evaluation.search.score_block` writes into it instead of allocating a block per
+    product (:class:`~dense_encoders.evaluation.search.RunningTopK` keeps nothing of a block it was given)."""
+
+    def __init__(self, rows: int, columns: int, device: torch.device):
+        self._buffer = torch.empty(rows * columns, dtype=torch.float32, device=device)
+
+    def block(self, rows: int, columns: int) -> torch.Tensor:
+        return self._buffer[: rows * columns].view(rows, columns)
+
+
 class ExactSearch(SearchBackend):
-    """Exact top-k search in torch without building the full score matrix.
+    """Exact top-k search without building the full score matrix, block by block through
+    :func:`~dense_encoders.evaluation.search.score_block`.
 
     Args:
         query_chunk_size / document_chunk_size: block size; peak score memory is their product.
@@ -63,11 +85,14 @@ class ExactSearch(SearchBackend):
             query_starts = tqdm(query_starts, desc="Exact search", unit="chunk")
 
         best = RunningTopK(k)
-        for q_start in query_starts:
-            q_block = q[q_start : q_start + query_chunk_size]
-            for d_start in range(0, num_documents, document_chunk_size):
-                d_block = d[d_start : d_start + document_chunk_size]
-                best.add(q_start, score_block(q_block, d_block), d_start, bounded=scores_are_bounded(q_block, d_block))
+        scratch = _Scratch(min(query_chunk_size, num_queries), min(document_chunk_size, num_documents), q.device)
+        with score_threads():
+            for q_start in query_starts:
+                q_block = q[q_start : q_start + query_chunk_size]
+                for d_start in range(0, num_documents, document_chunk_size):
+                    d_block = d[d_start : d_start + document_chunk_size]
+                    scores = score_block(q_block, d_block, out=scratch.block(len(q_block), len(d_block)))
+                    best.add(q_start, scores, d_start, bounded=scores_are_bounded(q_block, d_block))
         return best.result()
 
     def search_shards(self, queries: np.ndarray, documents: EmbeddingShards, k: Any, *,
@@ -85,18 +110,21 @@ class ExactSearch(SearchBackend):
         if similarity == "cosine":
             queries = F.normalize(queries, p=2.0, dim=1, eps=NORMALIZE_EPS)
         best = RunningTopK(k)
+        scratch = _Scratch(min(query_chunk_size, len(queries)), min(document_chunk_size, documents.count),
+                           queries.device)
         bar = tqdm(total=documents.count, unit="doc", desc="Exact search", disable=not self.show_progress_bar)
-        for offset, embeddings, _ in documents.shards():
-            shard = torch.as_tensor(embeddings, device=device)
-            if similarity == "cosine":
-                shard = F.normalize(shard, p=2.0, dim=1, eps=NORMALIZE_EPS)
-            for start in range(0, len(shard), document_chunk_size):
-                block = shard[start : start + document_chunk_size]
-                for q_start in range(0, len(queries), query_chunk_size):
-                    query_block = queries[q_start : q_start + query_chunk_size]
-                    best.add(q_start, score_block(query_block, block), offset + start,
-                             bounded=scores_are_bounded(query_block, block))
-            bar.update(len(shard))
+        with score_threads():
+            for offset, embeddings, _ in documents.shards():
+                shard = torch.as_tensor(embeddings, device=device)
+                if similarity == "cosine":
+                    shard = F.normalize(shard, p=2.0, dim=1, eps=NORMALIZE_EPS)
+                for start in range(0, len(shard), document_chunk_size):
+                    block = shard[start : start + document_chunk_size]
+                    for q_start in range(0, len(queries), query_chunk_size):
+                        query_block = queries[q_start : q_start + query_chunk_size]
+                        scores = score_block(query_block, block, out=scratch.block(len(query_block), len(block)))
+                        best.add(q_start, scores, offset + start, bounded=scores_are_bounded(query_block, block))
+                bar.update(len(shard))
         bar.close()
         return best.result()
 

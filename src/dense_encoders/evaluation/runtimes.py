@@ -1,0 +1,298 @@
+"""The runtime that runs a bi-encoder's transformer: torch (the default), OpenVINO or ONNX Runtime, on the CPU.
+
+A search engineer serving on CPU runs encoders in OpenVINO or ONNX Runtime. :func:`use_runtime` moves the
+forward of a :class:`~sentence_transformers.SentenceTransformer`'s transformer into one of them and leaves
+everything else as it is: the tokenizer, the prompts, the pooling and normalisation modules, the token-sorted
+batches that :func:`~dense_encoders.evaluation.corpus_encoding.encode_corpus` feeds, the embedding shards and
+their resumption. Only ``model.forward`` of the transformer is replaced, so the weights (and with them
+:func:`~dense_encoders.checkpoints.loading.model_fingerprint`), the config and the device stay those of the
+torch model.
+
+The transformer is exported once per runtime with a dynamic batch size and length: for OpenVINO by its own
+``openvino.convert_model`` of the torch module (saved as OpenVINO IR), for ONNX Runtime by
+``torch.onnx.export(..., dynamo=True)`` in eager attention; TITE goes through its traceable padded path
+(``models/tite/padded_tite.py``). The export is cached under :func:`cache_root`, keyed by the model's
+fingerprint, the graph's inputs and output, and the torch, transformers and exporter versions. Both runtimes
+run in float32 (OpenVINO's ``INFERENCE_PRECISION_HINT`` is set: it would otherwise pick bfloat16 on CPUs that
+have it) with as many threads as torch uses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+
+from ..data.files import read_json, write_json
+from ..vectors import RUNTIMES
+
+logger = logging.getLogger(__name__)
+
+# runtime -> the modules it needs (the runtime's, then its exporter's: torch.onnx.export(..., dynamo=True) writes
+# through onnxscript) and the extra of dense-encoders that installs them
+RUNTIME_PACKAGES = {"openvino": (("openvino",), "openvino"),
+                    "onnxruntime": (("onnxruntime", "onnx", "onnxscript"), "onnxruntime")}
+# runtime -> the file its export is kept in: ONNX Runtime reads torch.onnx.export's file, OpenVINO its own IR, which
+# openvino.convert_model makes from the torch module (attention stays one SDPA operation, which OpenVINO's CPU
+# plugin fuses; through ONNX it arrives as matmul and softmax)
+EXPORT_FILES = {"onnxruntime": "model.onnx", "openvino": "openvino_model.xml"}
+RECORD_FILE = "export.json"
+# texts of the example batch the graph is traced with: two rows of different lengths, so the padding path
+# (not a mask of ones only) is what the graph records
+EXAMPLE_TEXTS = ("an example text of the export with several words", "a short one")
+
+
+def cache_root() -> Path:
+    """Where exported models are kept: ``$DENSE_ENCODERS_CACHE/runtimes``, else ``$XDG_CACHE_HOME`` (or
+    ``~/.cache``) ``/dense-encoders/runtimes``."""
+    if os.environ.get("DENSE_ENCODERS_CACHE"):
+        return Path(os.environ["DENSE_ENCODERS_CACHE"]).expanduser() / "runtimes"
+    user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return user_cache / "dense-encoders" / "runtimes"
+
+
+def check_runtime(runtime: str, device: str | None = None, devices: list[str] | None = None) -> None:
+    """A one-line ``ValueError`` for a runtime that is unknown, not installed, or asked for a GPU: the runtimes
+    besides torch run on the CPU, in one process."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"--runtime {runtime}: choose one of {', '.join(RUNTIMES)}")
+    if runtime == "torch":
+        return
+    modules, extra = RUNTIME_PACKAGES[runtime]
+    missing = [name for name in modules if not _installed(name)]
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise ValueError(f"--runtime {runtime} needs {' and '.join(missing)}, which {verb} not installed: "
+                         f"pip install 'dense-encoders[{extra}]'")
+    if devices:
+        raise ValueError(f"--runtime {runtime} runs in this process on the CPU: leave --devices out, or use "
+                         "--runtime torch")
+    if device is not None and torch.device(device).type != "cpu":
+        raise ValueError(f"--runtime {runtime} runs on the CPU, not on --device {device}: leave --device out, or "
+                         "use --runtime torch")
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def runtime_version(runtime: str) -> str:
+    """The installed version of ``runtime``'s package (torch's for torch)."""
+    return torch.__version__ if runtime == "torch" else metadata.version(RUNTIME_PACKAGES[runtime][0][0])
+
+
+@dataclass(frozen=True)
+class ExportedGraph:
+    """What the exported transformer takes and gives: the tokenizer's tensors it reads (``inputs``), the output
+    field sentence-transformers reads (``output``), and the file of the export (``path``)."""
+
+    inputs: tuple[str, ...]
+    output: str
+    path: Path
+
+
+def use_runtime(model, runtime: str, fingerprint: str) -> dict | None:
+    """Run the transformer of the SentenceTransformer ``model`` in ``runtime`` from now on; returns
+    ``{"name", "version"}`` to record, or None for torch (nothing changes). ``fingerprint`` is the model's
+    :func:`~dense_encoders.checkpoints.loading.model_fingerprint`, the key of the cached export."""
+    check_runtime(runtime)
+    if runtime == "torch":
+        return None
+    transformer = transformer_module(model)
+    graph = exported_graph(model, transformer, fingerprint, runtime)
+    transformer.model.forward = RuntimeForward(graph, runtime)
+    return {"name": runtime, "version": runtime_version(runtime)}
+
+
+def transformer_module(model):
+    """The one module of ``model`` that holds a transformers model, if it is the first and its text goes through
+    ``forward`` to one output field; else a one-line ``ValueError``."""
+    holders = [module for module in model if isinstance(getattr(module, "model", None), transformers.PreTrainedModel)]
+    first = next(iter(model), None)
+    if len(holders) != 1 or holders[0] is not first:
+        raise ValueError(f"another runtime than torch runs pipelines whose first module holds the only transformers "
+                         f"model; this one is {[type(module).__name__ for module in model]}: use --runtime torch")
+    text = getattr(first, "modality_config", {}).get("text", {})
+    if text.get("method") != "forward" or not isinstance(text.get("method_output_name"), str):
+        raise ValueError(f"another runtime than torch runs a transformer whose texts go through forward to one "
+                         f"output; this one is configured {text}: use --runtime torch")
+    return first
+
+
+def exported_graph(model, transformer, fingerprint: str, runtime: str) -> ExportedGraph:
+    """The cached export of ``transformer`` for ``runtime`` (made now when there is none)."""
+    example = {name: value for name, value in model.preprocess(list(EXAMPLE_TEXTS)).items()
+               if isinstance(value, torch.Tensor)}
+    inputs = tuple(name for name in ("input_ids", "attention_mask", "token_type_ids") if name in example)
+    if "input_ids" not in inputs or "attention_mask" not in inputs:
+        raise ValueError(f"the tokenizer gives {sorted(example)}, not input_ids and attention_mask: another runtime "
+                         "than torch exports text transformers only; use --runtime torch")
+    output = transformer.modality_config["text"]["method_output_name"]
+    exporter = "onnxscript" if runtime == "onnxruntime" else "openvino"
+    key = {"fingerprint": fingerprint, "inputs": list(inputs), "output": output, "format": EXPORT_FILES[runtime],
+           "torch": torch.__version__, "transformers": transformers.__version__,
+           exporter: metadata.version(exporter)}
+    folder = cache_root() / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    graph = ExportedGraph(inputs, output, folder / EXPORT_FILES[runtime])
+    if _read_record(folder) != key:
+        _export(transformer.model, {name: example[name] for name in inputs}, graph, key, runtime)
+    return graph
+
+
+def _read_record(folder: Path) -> dict | None:
+    """The key of the export in ``folder``, None when it has none or a file of it is missing or has another size
+    than when it was written (then it is exported again)."""
+    try:
+        record = read_json(folder / RECORD_FILE)
+        files = record["files"]
+        if not all((folder / name).stat().st_size == size for name, size in files.items()):
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return record.get("key")
+
+
+class _ExportedForward(torch.nn.Module):
+    """The transformer as the graph sees it: the tokenizer's tensors in, one output field out."""
+
+    def __init__(self, model, output: str):
+        super().__init__()
+        self.model, self.output = model, output
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        features = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            features["token_type_ids"] = token_type_ids
+        return getattr(self.model(**features, return_dict=True), self.output)
+
+
+def _export(model, example: dict[str, torch.Tensor], graph: ExportedGraph, key: dict, runtime: str) -> None:
+    """Export ``model`` for ``runtime`` into ``graph.path``'s folder: written in a scratch folder beside it and moved
+    into place whole, so a folder with a record always holds its complete files."""
+    logger.info("exporting the transformer for %s (once per model; kept in %s)", runtime, graph.path.parent)
+    graph.path.parent.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=graph.path.parent.parent, prefix=".export-"))
+    training = model.training
+    exporter_log = logging.getLogger("torch.onnx")  # its notes on operators of packages not installed (torchvision)
+    level = exporter_log.level
+    try:
+        exporter_log.setLevel(logging.ERROR)
+        model.eval()
+        module = _ExportedForward(model, graph.output).eval()
+        with torch.no_grad(), warnings.catch_warnings():
+            # the tracers' notes (merged axis names, tensors read as Python values in checks): the graph is
+            # checked against torch's vectors instead (tests/test_runtimes.py)
+            warnings.simplefilter("ignore")
+            if runtime == "onnxruntime":
+                _write_onnx(model, module, example, scratch / graph.path.name)
+            else:
+                _write_openvino(module, example, scratch / graph.path.name)
+        files = {path.name: path.stat().st_size for path in scratch.iterdir()}
+        write_json(scratch / RECORD_FILE, {"key": key, "files": files})
+        _move_into_place(scratch, graph.path.parent, key)
+    finally:
+        exporter_log.setLevel(level)
+        model.train(training)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _move_into_place(scratch: Path, folder: Path, key: dict) -> None:
+    """``scratch`` becomes ``folder``, unless another process (a torchrun rank) put a complete export with this key
+    there meanwhile: then that one stays, as it may be in use. A damaged one is replaced."""
+    if folder.exists():
+        if _read_record(folder) == key:
+            return
+        shutil.rmtree(folder, ignore_errors=True)
+    try:
+        os.replace(scratch, folder)
+    except OSError:  # another process moved its export in between
+        if _read_record(folder) != key:
+            raise
+
+
+def _write_onnx(model, module: torch.nn.Module, example: dict[str, torch.Tensor], path: Path) -> None:
+    """``torch.onnx.export(..., dynamo=True)`` with a dynamic batch size and length, in eager attention: the ONNX
+    optimizer rewrites the SDPA graph of transformers' BERT wrongly (CLS vectors off by 3 on all-MiniLM-L6-v2)."""
+    attention = getattr(model.config, "_attn_implementation", None)
+    if attention not in (None, "eager"):
+        model.set_attn_implementation("eager")
+    try:
+        torch.onnx.export(module, (), str(path), kwargs=example, dynamo=True, input_names=list(example),
+                          dynamic_shapes={name: {0: "batch", 1: "length"} for name in example},
+                          output_names=[module.output], verbose=False)
+    finally:
+        if attention not in (None, "eager"):
+            model.set_attn_implementation(attention)
+
+
+def _write_openvino(module: torch.nn.Module, example: dict[str, torch.Tensor], path: Path) -> None:
+    """``openvino.convert_model`` of the torch module (its PyTorch front end traces it; every input dimension stays
+    dynamic), saved as OpenVINO IR with float32 weights."""
+    import openvino
+
+    converted = openvino.convert_model(module, example_input=example)
+    for port, name in zip(converted.inputs, example):
+        port.get_tensor().set_names({name})
+    openvino.save_model(converted, str(path), compress_to_fp16=False)
+
+
+class RuntimeForward:
+    """The transformer's ``forward`` through an exported graph: takes the tensors sentence-transformers passes,
+    gives the one output field the pipeline reads (``{name: tensor}``)."""
+
+    def __init__(self, graph: ExportedGraph, runtime: str):
+        self.graph, self.runtime = graph, runtime
+        threads = torch.get_num_threads()
+        if runtime == "openvino":
+            import openvino
+
+            core = openvino.Core()
+            compiled = core.compile_model(core.read_model(str(graph.path)), "CPU", {
+                "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads})
+            request = compiled.create_infer_request()
+            self._run = lambda feed: request.infer(feed)[0]
+        else:
+            import onnxruntime
+
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.log_severity_level = 3
+            session = onnxruntime.InferenceSession(str(graph.path), options, providers=["CPUExecutionProvider"])
+            self._run = lambda feed: session.run(None, feed)[0]
+
+    def __call__(self, *, return_dict: bool = True, output_hidden_states=None, output_attentions=None, **features):
+        if output_hidden_states or output_attentions:
+            raise ValueError(f"--runtime {self.runtime} gives the last layer's output only, not hidden states or "
+                             "attentions: use --runtime torch")
+        unexpected = sorted(name for name, value in features.items()
+                            if isinstance(value, torch.Tensor) and name not in self.graph.inputs)
+        if unexpected:
+            raise ValueError(f"--runtime {self.runtime}: the exported graph takes {list(self.graph.inputs)}, not "
+                             f"{unexpected}; use --runtime torch")
+        feed = {}
+        for name in self.graph.inputs:
+            value = features.get(name)
+            if value is None:
+                raise ValueError(f"--runtime {self.runtime}: the exported graph needs {name}, which the batch lacks")
+            feed[name] = value.detach().cpu().numpy().astype(np.int64, copy=False)
+        empty = np.flatnonzero(~feed["attention_mask"].any(axis=1))
+        if len(empty):
+            raise ValueError(f"rows {empty.tolist()} of the batch have no tokens (an all-zero attention_mask): "
+                             f"--runtime {self.runtime} gives no defined vector for them; drop them first")
+        return {self.graph.output: torch.from_numpy(np.ascontiguousarray(self._run(feed)))}
+
+
+__all__ = ["RUNTIME_PACKAGES", "ExportedGraph", "RuntimeForward", "cache_root", "check_runtime", "exported_graph",
+           "runtime_version", "transformer_module", "use_runtime"]

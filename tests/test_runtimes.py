@@ -1,0 +1,211 @@
+"""``--runtime openvino`` / ``onnxruntime``: the transformer of every family, exported once to ONNX, gives torch's
+vectors; the export is cached (in $DENSE_ENCODERS_CACHE, which conftest points into the session's scratch
+folder) and reused; the shards record the runtime and are continued only in it; a missing
+package, a GPU or a multi-device pool is one line (dense_encoders.evaluation.runtimes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_condenser_config
+
+import dense_encoders
+from dense_encoders import CondenserModel, TiteModel
+from dense_encoders.cli import main as cli_main
+from dense_encoders.evaluation import runtimes
+from dense_encoders.evaluation.corpus_encoding import encode_corpus
+from dense_encoders.evaluation.encoding import RetrievalEncoder
+from dense_encoders.models.infused import InfusedDualEncoderConfig, InfusedDualEncoderModel
+from dense_encoders.models.tite.presets import tite_preset
+
+RUNTIMES = [pytest.param(name, marks=pytest.mark.skipif(
+    not all(runtimes._installed(module) for module in runtimes.RUNTIME_PACKAGES[name][0]),
+    reason=f"{name} is not installed: pip install -e '.[test]'")) for name in runtimes.RUNTIME_PACKAGES]
+# texts of many lengths in batches of 2: full, padded and single-row batches all go through the graph
+TEXTS = [
+    "dense retrieval",
+    "a token independent text encoder pools every text down to one vector inside its layers, so it is fast",
+    "what",
+    "how does a river cross a mountain and where does it go then",
+    "protein enzyme music bridge",
+]
+# float32 vectors of LayerNorm'd states (a few units) through two kernel libraries: their sums round in other
+# orders, a few ulps per layer (observed below 1e-6); the issue's bound
+ATOL = 1e-5
+
+
+def tiny_infused(vocab_size: int, **overrides) -> InfusedDualEncoderModel:
+    return InfusedDualEncoderModel(InfusedDualEncoderConfig(**{
+        "vocab_size": vocab_size, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 64,
+        "max_position_embeddings": 64, "num_copied_layers": 1, "num_new_layers": 1, **overrides}))
+
+
+FAMILIES = {
+    "condenser": lambda v: CondenserModel(tiny_condenser_config(vocab_size=v)),
+    "tite-late": lambda v: TiteModel(tite_preset("tiny-tite-2-late", vocab_size=v)),
+    "tite-staggered": lambda v: TiteModel(tite_preset("tiny-tite-2-staggered", vocab_size=v)),
+    "infused-mean": lambda v: tiny_infused(v),
+    "infused-cls": lambda v: tiny_infused(v, pooling="cls"),
+}
+
+
+@pytest.fixture(scope="module")
+def family_folders(tmp_path_factory, tok):
+    folders = {}
+    for name, build in FAMILIES.items():
+        torch.manual_seed(0)
+        folder = tmp_path_factory.mktemp(name)
+        build(len(tok)).eval().save_pretrained(folder)
+        tok.save_pretrained(folder)
+        folders[name] = folder
+    return folders
+
+
+def _vectors(model, runtime: str, **options) -> np.ndarray:
+    encoder = RetrievalEncoder(model, runtime=runtime, batch_size=2, show_progress_bar=False, **options)
+    return encoder.encode_documents(TEXTS).embeddings
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_family_gives_torchs_vectors(family, runtime, family_folders):
+    folder = family_folders[family]
+    expected = _vectors(folder, "torch", device="cpu")
+    got = _vectors(folder, runtime)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=0, atol=ATOL)
+    assert np.abs(expected).max() > 0.1  # vectors, not zeros that agree trivially
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_sentence_transformers_checkpoint_and_a_plain_bert_give_torchs_vectors(runtime, minilm_path,
+                                                                              tmp_path):
+    np.testing.assert_allclose(_vectors(minilm_path, runtime), _vectors(minilm_path, "torch", device="cpu"),
+                               rtol=0, atol=ATOL)
+    # the bare transformers checkpoint under it, with the pooling given: its own export
+    from sentence_transformers import SentenceTransformer
+
+    SentenceTransformer(str(minilm_path), device="cpu")[0].model.save_pretrained(tmp_path / "bert")
+    SentenceTransformer(str(minilm_path), device="cpu").tokenizer.save_pretrained(tmp_path / "bert")
+    np.testing.assert_allclose(_vectors(tmp_path / "bert", runtime, pooling="mean"),
+                               _vectors(tmp_path / "bert", "torch", pooling="mean", device="cpu"), rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_export_is_made_once_and_a_damaged_one_again(runtime, family_folders, monkeypatch):
+    folder = family_folders["condenser"]
+    encoder = RetrievalEncoder(folder, runtime=runtime, show_progress_bar=False)  # exported (or already there)
+    graph = runtimes.exported_graph(encoder.model, runtimes.transformer_module(encoder.model), encoder.fingerprint,
+                                    runtime)
+    exports = []
+    real_export = runtimes._export
+    monkeypatch.setattr(runtimes, "_export", lambda *a, **k: exports.append(1) or real_export(*a, **k))
+    expected = _vectors(folder, "torch", device="cpu")
+    np.testing.assert_allclose(_vectors(folder, runtime), expected, rtol=0, atol=ATOL)
+    assert exports == []  # read from the cache
+    with open(graph.path, "ab") as handle:  # a cut or grown file: another size than the record says
+        handle.write(b"\0")
+    np.testing.assert_allclose(_vectors(folder, runtime), expected, rtol=0, atol=ATOL)
+    assert exports == [1]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_shards_record_the_runtime_and_are_continued_only_in_it(runtime, family_folders, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS * 3) + "\n")
+    folder = family_folders["tite-late"]
+    ours = encode_corpus(folder, texts, tmp_path / "ours", shard_size=4, dtype="float32", batch_size=2,
+                         runtime=runtime, show_progress_bar=False)
+    theirs = encode_corpus(folder, texts, tmp_path / "torch", shard_size=4, dtype="float32", batch_size=2,
+                           device="cpu", show_progress_bar=False)
+    manifest = json.loads((tmp_path / "ours" / "manifest.json").read_text())
+    assert (manifest["settings"]["runtime"], manifest["settings"]["runtime_version"]) == (
+        runtime, runtimes.runtime_version(runtime))
+    np.testing.assert_allclose(np.concatenate([e for _, e, _ in ours.shards()]),
+                               np.concatenate([e for _, e, _ in theirs.shards()]), rtol=0, atol=ATOL)
+    # an unfinished torch run is not continued in another runtime: its shards would mix two runtimes
+    (tmp_path / "torch" / "manifest.json").unlink()
+    (tmp_path / "torch" / "shard-00001.safetensors").unlink()
+    with pytest.raises(ValueError, match=f"runtime: torch -> {runtime}"):
+        encode_corpus(folder, texts, tmp_path / "torch", shard_size=4, dtype="float32", batch_size=2,
+                      runtime=runtime, show_progress_bar=False)
+
+
+def test_a_folder_written_before_the_runtime_was_recorded_is_a_torch_run(family_folders, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS * 3) + "\n")
+    folder = family_folders["condenser"]
+    kwargs = dict(shard_size=4, dtype="float32", batch_size=2, device="cpu", show_progress_bar=False)
+    first = encode_corpus(folder, texts, tmp_path / "old", **kwargs)
+    expected = np.concatenate([e for _, e, _ in first.shards()])
+    settings_file = tmp_path / "old" / "encoding.json"
+    settings = json.loads(settings_file.read_text())
+    del settings["runtime"], settings["runtime_version"]
+    settings_file.write_text(json.dumps(settings))
+    (tmp_path / "old" / "manifest.json").unlink()
+    (tmp_path / "old" / "shard-00002.safetensors").unlink()
+    again = encode_corpus(folder, texts, tmp_path / "old", **kwargs)
+    np.testing.assert_array_equal(np.concatenate([e for _, e, _ in again.shards()]), expected)
+
+
+def test_what_a_runtime_cannot_do_is_one_line(family_folders, monkeypatch, capsys, tmp_path):
+    folder, texts = family_folders["condenser"], tmp_path / "t.txt"
+    texts.write_text("one\ntwo\n")
+    common = ["encode", str(folder), str(texts), "--output", str(tmp_path / "out")]
+    assert cli_main([*common, "--runtime", "openvino", "--devices", "cpu", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--runtime openvino runs in this process on the CPU: leave --devices out" in err, err
+    assert len(err.splitlines()) == 1
+    # a GPU (the command line first refuses one this machine lacks, so asked here directly)
+    with pytest.raises(ValueError, match="--runtime onnxruntime runs on the CPU, not on --device cuda:0: leave"):
+        runtimes.check_runtime("onnxruntime", "cuda:0")
+    monkeypatch.setattr(runtimes, "_installed", lambda name: name != "openvino")
+    assert cli_main([*common, "--runtime", "openvino"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--runtime openvino needs openvino, which is not installed: pip install 'dense-encoders[openvino]'" in err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_runtime_forward_refuses_what_the_graph_cannot_give(family_folders):
+    encoder = RetrievalEncoder(family_folders["condenser"], runtime="onnxruntime", show_progress_bar=False)
+    forward = encoder.model[0].model.forward
+    batch = encoder.model.preprocess(["a text", "b"])
+    with pytest.raises(ValueError, match="not hidden states or attentions"):
+        forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+    with pytest.raises(ValueError, match=r"takes \['input_ids', 'attention_mask', 'token_type_ids'\], not "
+                                         r"\['position_ids'\]"):
+        forward(**{k: v for k, v in batch.items() if k != "modality"}, position_ids=batch["input_ids"])
+    with pytest.raises(ValueError, match=r"rows \[1\] of the batch have no tokens"):
+        forward(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                attention_mask=torch.stack([batch["attention_mask"][0], torch.zeros_like(batch["attention_mask"][1])]))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_evaluate_and_search_take_the_runtime_and_record_it(runtime, family_folders, tmp_path, capsys):
+    """The bundled BEIR set (240 documents) with --k 240: both runs hold every pair, so the scores compare one by
+    one whatever the near-ties do to the order."""
+    beir = Path(dense_encoders.__file__).parent / "resources" / "quickstart_beir"
+    folder = family_folders["infused-cls"]
+    runs = {}
+    for name in ("torch", runtime):
+        output, run = tmp_path / f"{name}.json", tmp_path / f"{name}.trec"
+        assert cli_main(["evaluate", str(folder), str(beir), "--split", "test", "--k", "240", "--output",
+                         str(output), "--run-output", str(run), "--runtime", name, "--no-progress"]) == 0
+        recorded = json.loads(output.read_text())["settings"]["runtime"]
+        assert recorded == {"name": name, "version": runtimes.runtime_version(name)}
+        runs[name] = {tuple(line.split()[::2][:2]): float(line.split()[4]) for line in run.read_text().splitlines()}
+    assert runs["torch"].keys() == runs[runtime].keys()
+    assert max(abs(runs["torch"][pair] - runs[runtime][pair]) for pair in runs["torch"]) <= ATOL
+    # search: queries encoded here, in the runtime, against torch's shards
+    shards = tmp_path / "shards"
+    assert cli_main(["encode", str(folder), str(beir), "--output", str(shards), "--dtype", "float32",
+                     "--no-progress"]) == 0
+    assert cli_main(["search", str(shards), str(beir / "queries.jsonl"), "--k", "5", "--output",
+                     str(tmp_path / "search.trec"), "--runtime", runtime, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert len((tmp_path / "search.trec").read_text().splitlines()) == 5 * 300
