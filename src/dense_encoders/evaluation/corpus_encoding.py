@@ -47,7 +47,7 @@ from ..data.embedding_shards import (
 )
 from ..data.files import write_json
 from .encoding import RetrievalEncoder
-from .runtimes import check_runtime
+from .runtimes import check_runtime, runtime_version
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ def encode_corpus(
         "prompt": encoder.prompts[side], "max_length": encoder.max_lengths[side], "normalize": normalize,
         "dtype": dtype, "shard_size": shard_size, "source": scanned, "source_sha256": scanned["sha256"],
         "count": scanned["count"], "allow_empty": allow_empty, "batch_order": BATCH_ORDER,
-        "runtime": runtime, "runtime_version": encoder.settings()["runtime"]["version"],
+        "runtime": runtime, "runtime_version": runtime_version(runtime),
     }
     rebuilt = _from_rank_zero(world, _attempt(lambda: _prepare_folder(output, settings)) if rank == 0 else None)
     if (output / MANIFEST_FILE).is_file():

@@ -28,14 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from ..checkpoints.folder import clamp_to_positions
 from ..checkpoints.loading import load_sentence_transformer, model_fingerprint
 from ..data.files import atomic_write
-from .runtimes import check_runtime, use_runtime
+from .runtimes import check_runtime, runtime_version, use_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +134,7 @@ class RetrievalEncoder:
             "normalize": self.normalize,
             "similarity": self.similarity,
             "modules": [type(module).__name__ for module in self.model],
-            "runtime": self.runtime_record or {"name": "torch", "version": torch.__version__},
+            "runtime": self.runtime_record or {"name": "torch", "version": runtime_version("torch")},
         }
 
     def encode_queries(self, texts: list[str]) -> EncodedTexts:
