@@ -227,6 +227,38 @@ def test_cli_bench_errors(capsys):
     assert "--quick has no tiny version of minilm-l6-3-all; leave it out" in capsys.readouterr().err
 
 
+def test_cli_bench_end_to_end(tmp_path, capsys):
+    """--end-to-end: the bare forward, encode_corpus and SentenceTransformer.encode on the same texts, beside the
+    report; encode's vectors are sentence-transformers' (compared inside the report, fp32 on the CPU)."""
+    texts = tmp_path / "texts.jsonl"
+    words = "dense passage query encoder retrieval ranking river mountain protein enzyme music bridge".split()
+    texts.write_text("".join(json.dumps({"_id": str(i), "text": " ".join(words[i % 7 : i % 7 + 2 + i % 5])}) + "\n"
+                             for i in range(10)))
+    results = tmp_path / "bench.json"
+    code = main(["bench", "--quick", "--presets", "tite-2-late", "--num-queries", "4", "--query-batch", "4",
+                 "--num-docs", "4", "--doc-batch", "4", "--device", "cpu", "--no-plot", "--end-to-end", "--texts",
+                 str(texts), "--num-texts", "24", "--json", str(results)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "### documents" in out  # everything the report prints without --end-to-end
+    assert f"## End to end: 24 texts of {texts}, batches of 4, up to 16 tokens, fp32 weights" in out
+    end_to_end = json.loads(results.read_text())["end_to_end"]
+    assert list(end_to_end["rows"]) == ["BERT (4x32, sdpa, cls)", "tiny-tite-2-late"]
+    bert, tite = end_to_end["rows"].values()
+    assert bert["encode_vs_bert"] == bert["st_encode_vs_bert"] == bert["forward_vs_bert"] == 1.0
+    for row in (bert, tite):
+        assert row["encode_share_of_forward"] == pytest.approx(row["encode_texts_per_s"] / row["forward_texts_per_s"])
+        assert row["tokenize_ms_per_batch"] > 0
+        # the same vectors: only the grouping of texts into batches differs (fp32, O(1) values)
+        assert row["max_abs_difference_encode_vs_st"] <= 1e-5 * max(1.0, row["vector_scale"])
+    assert tite["encode_vs_bert"] == pytest.approx(tite["encode_texts_per_s"] / bert["encode_texts_per_s"])
+
+
+def test_cli_bench_end_to_end_options_need_the_flag(capsys):
+    assert main(["bench", "--quick", "--texts", "corpus.jsonl"]) == 2
+    assert "--texts and --num-texts choose what --end-to-end encodes; add --end-to-end" in capsys.readouterr().err
+
+
 def test_cli_lists_bench(capsys):
     assert main(["--help"]) == 0
     assert "bench" in capsys.readouterr().out

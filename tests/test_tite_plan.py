@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 
@@ -80,8 +81,17 @@ def every_plan_part(monkeypatch):
     monkeypatch.setattr(PL, "plan_parts", lambda device, implementation, backward: frozenset(PLAN_PARTS))
 
 
+@pytest.fixture(params=[False, True], ids=["one-stage", "staged"])
+def staged_plans(request, monkeypatch):
+    """Plans in one stage (the CPU's default), or staged as on CUDA: the unpooled opening layers first, the rest
+    when the forward reaches them."""
+    if request.param:
+        monkeypatch.setattr(M, "TitePlan", functools.partial(PL.TitePlan, staged=True))
+    return request.param
+
+
 @pytest.mark.parametrize("name", POOLING + ["tiny-tite-no-pooling"])
-def test_plan_equals_the_per_layer_recomputation(name, every_plan_part):
+def test_plan_equals_the_per_layer_recomputation(name, every_plan_part, staged_plans):
     model = tiny(name)
     config = model.config
     lengths = [config.max_position_embeddings, 1, 7, 2, config.max_position_embeddings - 3, 5]
@@ -414,7 +424,8 @@ def test_sdpa_on_cpu_plans_padded_attention_and_cuda_half_plans_varlen(monkeypat
 
 def test_plan_arrays_move_in_one_transfer(monkeypatch):
     """Every index of a plan comes from ONE host-to-device copy (here: one call of DeviceArrays.transfer
-    for the whole forward), whatever the number of layers."""
+    for the whole forward), whatever the number of layers. (A staged plan, CUDA's default, makes two: see
+    test_a_staged_plan_plans_the_pooled_layers_after_launching_the_opening_ones.)"""
     calls = []
     original = DeviceArrays.transfer
 
@@ -449,10 +460,11 @@ def test_plans_build_only_what_the_forward_reads(monkeypatch):
         model.plan(**ragged_batch([16, 3])).layers[1].pool.window_first
 
 
-def test_static_capacity_plans_have_the_same_shapes_for_every_batch_of_a_bucket(every_plan_part):
+@pytest.mark.parametrize("staged", [False, True], ids=["one-stage", "staged"])
+def test_static_capacity_plans_have_the_same_shapes_for_every_batch_of_a_bucket(every_plan_part, staged):
     """CUDA-graph plans: two different batches of one bucket give arrays of identical sizes (so the second
-    is copied into the first one's buffer), real entries equal to the ordinary plan's, and host sizes
-    that are upper bounds depending on the bucket alone."""
+    is copied into the first one's buffer, or buffers when staged: one per graph), real entries equal to the
+    ordinary plan's, and host sizes that are upper bounds depending on the bucket alone."""
     model = tiny("tiny-tite-2-late")
     config = model.config
     capacity = (8, 64, 16)
@@ -461,9 +473,11 @@ def test_static_capacity_plans_have_the_same_shapes_for_every_batch_of_a_bucket(
     for batch in batches:
         into = plans[0] if plans else None
         plans.append(PL.TitePlan(config, batch["attention_mask"], tuple(batch["input_ids"].shape), "cpu", True,
-                                torch.bfloat16, capacity, into=into))
+                                torch.bfloat16, capacity, into=into, staged=staged))
+        plans[-1].layers  # complete (the captured plan is, before any replay plans into it)
     first, second = plans
     assert second._arrays._flat is first._arrays._flat  # one static buffer, rewritten
+    assert first.staged == staged and (not staged or second._later._flat is first._later._flat)
     for a, b in zip(first.layers, second.layers):
         assert (a.key.rows, a.key.max_length, a.query.rows, a.query.max_length) == \
             (b.key.rows, b.key.max_length, b.query.rows, b.query.max_length)
@@ -596,3 +610,51 @@ def test_layers_on_static_capacity_shapes_equal_the_ordinary_forward(name, monke
     assert hidden.shape[0] == plan.layers[-1].output.rows >= 5
     # fp32, O(1) activations through <= 6 post-norm layers: agreement to a few 1e-6 expected
     torch.testing.assert_close(hidden[:5], expected, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["tiny-tite-2-late", "tiny-tite-2-late-upscale", "tiny-tite-3-staggered"])
+def test_a_staged_plan_plans_the_pooled_layers_after_launching_the_opening_ones(name, monkeypatch):
+    """On CUDA a plan is staged: the opening unpooled layers need only the input's layout, so they are launched
+    before the pooled layers are planned and transferred (host work while the device runs them). The vectors are
+    the one-stage plan's, bit for bit: the same arrays reach the same kernels."""
+    model = tiny(name)
+    opening = next(index for index, kernel in enumerate(model.config.kernel_sizes) if kernel is not None)
+    batch = ragged_batch([model.config.max_position_embeddings, 3, 9, 1, 6])
+    with torch.no_grad():
+        one_stage = model(**batch).pooler_output
+    events = []
+    original = DeviceArrays.transfer
+
+    def transfer(self, device, into=None):
+        events.append("transfer")
+        return original(self, device, into)
+
+    monkeypatch.setattr(DeviceArrays, "transfer", transfer)
+    for index, layer in enumerate(model.layers):
+        layer.register_forward_pre_hook(lambda module, args, index=index: events.append(f"layer {index}"))
+    monkeypatch.setattr(M, "TitePlan", functools.partial(PL.TitePlan, staged=True))
+    with torch.no_grad():
+        staged = model(**batch).pooler_output
+    opening_layers = [f"layer {index}" for index in range(opening)]
+    rest = [f"layer {index}" for index in range(opening, model.config.num_hidden_layers)]
+    assert events == ["transfer", *opening_layers, "transfer", *rest]
+    assert torch.equal(staged, one_stage)
+
+
+def test_only_a_cuda_plan_without_static_shapes_is_staged_by_default():
+    model = tiny("tiny-tite-2-late")
+    batch = ragged_batch([16, 3, 9])
+    config, mask, shape = model.config, batch["attention_mask"], tuple(batch["input_ids"].shape)
+    assert len(PL.TitePlan(config, mask, shape, "cpu", False)._layer_plans) == config.num_hidden_layers
+    staged = PL.TitePlan(config, mask, shape, "cpu", False, staged=True)
+    assert len(staged._layer_plans) == 1  # the opening layer only, until a pooled layer is asked for
+    assert len(staged.layers) == config.num_hidden_layers
+    capacity = G.static_capacity(mask.sum(-1), config.max_position_embeddings)
+    assert len(PL.TitePlan(config, mask, shape, "cpu", True, capacity=capacity)._layer_plans) == \
+        config.num_hidden_layers  # static shapes are staged only when asked (CudaGraphs asks)
+    uncompleted = PL.TitePlan(config, mask, shape, "cpu", True, capacity=capacity, staged=True)
+    replay = PL.TitePlan(config, mask, shape, "cpu", True, capacity=capacity, into=uncompleted, staged=True)
+    with pytest.raises(RuntimeError, match="never planned"):
+        replay.layers  # its second transfer would have no captured buffer to go into
+    flat = tiny("tiny-tite-no-pooling")
+    assert len(PL.TitePlan(flat.config, mask[:, :16], (3, 16), "cpu", False, staged=True)._layer_plans) == 2

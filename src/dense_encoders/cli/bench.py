@@ -7,7 +7,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ..settings.benchmarking import CUDA_SIZES, DEFAULT_SIZES, QUICK_SETTINGS, BenchSettings, default_presets
+from ..settings.benchmarking import (
+    CUDA_SIZES,
+    DEFAULT_SIZES,
+    END_TO_END_TEXTS,
+    QUICK_SETTINGS,
+    BenchSettings,
+    default_presets,
+)
 from .arguments import make_parser, parse
 from .checks import check_device, check_outputs
 
@@ -30,6 +37,10 @@ examples:
 
   # real lengths: tokenize a BEIR folder here (bundled bert-base-uncased WordPiece), keep them as JSON
   dense-encoders bench --lengths-from data/msmarco-sample --save-lengths msmarco-lengths.json --quick
+
+  # end to end on a GPU: 100,000 passages through encode_corpus and SentenceTransformer.encode, beside the forward
+  dense-encoders bench --device cuda --end-to-end --texts data/msmarco-sample --num-texts 100000 \\
+      --presets tite-2-late tite-2-staggered --doc-batch 256
 
   # ... and use the JSON on a GPU machine that has neither the data nor the tokenizer package
   dense-encoders bench --device cuda --lengths-from msmarco-lengths.json --presets tite-2-late tite-2-staggered \\
@@ -65,8 +76,16 @@ def bench(argv: list[str]) -> int:
     import torch
     import transformers
 
-    from ..benchmarking import efficiency_report, format_report, load_lengths, save_lengths, tiny_bert_config
+    from ..benchmarking import (
+        bert_base_config,
+        efficiency_report,
+        format_report,
+        load_lengths,
+        save_lengths,
+        tiny_bert_config,
+    )
     from ..data.files import write_json
+    from ..settings.benchmarking import MAX_LENGTH
 
     parser = build_bench_parser()
     (options,) = parse(parser, argv)
@@ -75,7 +94,7 @@ def bench(argv: list[str]) -> int:
     check_device(options.device)
     check_outputs({"--json": options.json, "--plot": None if options.no_plot else options.plot,
                    "--save-lengths": options.save_lengths},
-                  {"--lengths-from": options.lengths_from, "--tokenizer": options.tokenizer})
+                  {"--lengths-from": options.lengths_from, "--tokenizer": options.tokenizer, "--texts": options.texts})
     try:
         device = torch.device(options.device)
     except RuntimeError as error:
@@ -104,6 +123,18 @@ def bench(argv: list[str]) -> int:
         command=shlex.join(["dense-encoders", "bench", *argv]), **sizes,
     )
     print(format_report(results))
+    if options.end_to_end:
+        from ..benchmarking.end_to_end import end_to_end_report, format_end_to_end
+
+        quick = "quick" if options.quick else device.type if device.type == "cuda" else "cpu"
+        results["end_to_end"] = end_to_end_report(
+            device=device, weights_dtype=results["config"]["weights_dtype"], presets=presets or default_presets(),
+            bert_config=bert_config or bert_base_config(), texts=options.texts,
+            num_texts=options.num_texts or END_TO_END_TEXTS[quick], batch_size=sizes["doc_batch"],
+            max_length=QUICK_SETTINGS["max_length"] if options.quick else MAX_LENGTH,
+            seed=options.seed, say=lambda message: print(message, file=sys.stderr))
+        print()
+        print("\n".join(format_end_to_end(results["end_to_end"])))
     if options.json:
         path = Path(options.json)
         path.parent.mkdir(parents=True, exist_ok=True)

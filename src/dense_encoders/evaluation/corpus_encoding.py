@@ -46,6 +46,7 @@ from ..data.embedding_shards import (
     written_shards,
 )
 from ..data.files import write_json
+from .batch_pipeline import encode_batches
 from .encoding import RetrievalEncoder
 from .runtimes import check_runtime, runtime_version
 
@@ -306,19 +307,26 @@ def token_counts(model, texts: list[str], prompt: str | None, max_length: int) -
 def _encode_sorted(encoder: RetrievalEncoder, side: str, texts: list[str], settings: dict, pool, bar) -> np.ndarray:
     """One shard's embeddings in file order. The texts are sorted by their number of tokens (longest first, ties
     in file order; :func:`token_counts`) and cut into batches of ``encoder.batch_size``, so a batch is padded to
-    little more than its texts; each batch goes to sentence-transformers' ``encode`` on its own, which would
-    otherwise regroup the texts by characters (28 % more padded tokens on 5,000 MS MARCO passages in batches of
-    32). With a multi-process ``pool``, 16 batches go at a time."""
+    little more than its texts. On one device the batches go through :func:`~.batch_pipeline.encode_batches`
+    (sentence-transformers' steps, with the next batches tokenized while the device computes); sentence-transformers'
+    ``encode`` would otherwise regroup the texts by characters (28 % more padded tokens on 5,000 MS MARCO passages
+    in batches of 32) and tokenize while the device waits. With a multi-process ``pool``, 16 batches go at a time to
+    ``encode``."""
     model = encoder.model
-    encode = model.encode_query if side == "query" else model.encode_document
     order = np.argsort(-token_counts(model, texts, settings["prompt"], settings["max_length"]), kind="stable")
-    step = encoder.batch_size if pool is None else encoder.batch_size * 16
+    batches = [order[start : start + encoder.batch_size] for start in range(0, len(order), encoder.batch_size)]
     embeddings = None
-    for start in range(0, len(order), step):
-        rows = order[start : start + step]
-        vectors = encode([texts[position] for position in rows], prompt=settings["prompt"],
-                         batch_size=encoder.batch_size, show_progress_bar=False, convert_to_numpy=True,
-                         normalize_embeddings=settings["normalize"], pool=pool)
+    if pool is None:
+        vectors_of = encode_batches(model, ([texts[position] for position in rows] for rows in batches),
+                                    prompt=settings["prompt"], task=side, normalize=settings["normalize"])
+    else:
+        encode = model.encode_query if side == "query" else model.encode_document
+        groups = [np.concatenate(batches[start : start + 16]) for start in range(0, len(batches), 16)]
+        batches = groups
+        vectors_of = (encode([texts[position] for position in rows], prompt=settings["prompt"],
+                             batch_size=encoder.batch_size, show_progress_bar=False, convert_to_numpy=True,
+                             normalize_embeddings=settings["normalize"], pool=pool) for rows in groups)
+    for vectors, rows in zip(vectors_of, batches):
         if embeddings is None:
             embeddings = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
         embeddings[rows] = vectors

@@ -19,6 +19,8 @@ QUICK_SETTINGS = dict(num_queries=8, query_batch=8, num_docs=8, doc_batch=4, rou
                       max_length=16, query_length=8)
 DEFAULT_SIZES = dict(num_queries=128, query_batch=64, num_docs=64, doc_batch=16, rounds=3)
 CUDA_SIZES = dict(num_queries=4096, query_batch=256, num_docs=2048, doc_batch=64, rounds=3)
+# texts of --end-to-end: on the CPU, on CUDA, with --quick
+END_TO_END_TEXTS = dict(cpu=2000, cuda=100_000, quick=64)
 
 
 def default_presets(max_length: int = MAX_LENGTH) -> list[str]:
@@ -91,6 +93,18 @@ class BenchSettings:
     cuda_graphs: bool = field(default=False, metadata={
         "help": "Also run every TITE row with TiteConfig.cuda_graphs=True (inference replays CUDA graphs captured per "
         "bucket of texts / tokens / longest text; CUDA with fp16/bf16 and Triton)."})
+    end_to_end: bool = field(default=False, metadata={
+        "help": "Also encode real texts as users do, beside the bare forward: BERT and every preset, saved as model "
+        "folders with the bundled tokenizer, through dense-encoders encode's encode_corpus and through "
+        "SentenceTransformer.encode_document, in batches of --doc-batch; prints the tokenization ms per batch, the "
+        "forward's, encode's and st.encode's texts/s and encode's share of the forward's rate."})
+    texts: str | None = field(default=None, metadata={
+        "metavar": "PATH",
+        "help": "Texts of --end-to-end: a BEIR folder, .jsonl, .tsv or .txt as dense-encoders encode reads them, "
+        "repeated up to --num-texts (default: the quickstart corpus bundled with the package)."})
+    num_texts: int | None = field(default=None, metadata={
+        "help": f"Texts of --end-to-end (default {END_TO_END_TEXTS['cpu']} on CPU, {END_TO_END_TEXTS['cuda']} on "
+        f"CUDA, {END_TO_END_TEXTS['quick']} with --quick)."})
     json: str | None = field(default=None, metadata={"metavar": "PATH", "help": "Also write the raw results as JSON."})
     plot: str = field(default="bench.png", metadata={"metavar": "PATH", "help": "The PNG (default: %(default)s)."})
     no_plot: bool = field(default=False, metadata={"help": "Draw no PNG."})
@@ -104,6 +118,10 @@ class BenchSettings:
                 raise ValueError(f"--quick has no tiny version of {', '.join(missing)}; leave it out")
         if self.autocast and self.dtype == "fp32":
             raise ValueError("--autocast contradicts --dtype fp32 (no autocast); give one of them")
+        if (self.texts or self.num_texts is not None) and not self.end_to_end:
+            raise ValueError("--texts and --num-texts choose what --end-to-end encodes; add --end-to-end")
+        if self.num_texts is not None and self.num_texts < 1:
+            raise ValueError(f"--num-texts {self.num_texts}: must be at least 1")
         if self.save_lengths and not self.lengths_from:
             raise ValueError("--save-lengths FILE needs --lengths-from BEIR_FOLDER (the lengths to save)")
         if self.lengths_from and self.tokenizer and not Path(self.lengths_from).is_dir():
@@ -111,5 +129,5 @@ class BenchSettings:
                              "(a saved JSON keeps the tokenizer it was computed with)")
 
 
-__all__ = ["ATTENTION_CHOICES", "CUDA_SIZES", "DEFAULT_SIZES", "DTYPE_CHOICES", "MAX_LENGTH", "QUICK_SETTINGS",
-           "BenchSettings", "default_presets"]
+__all__ = ["ATTENTION_CHOICES", "CUDA_SIZES", "DEFAULT_SIZES", "DTYPE_CHOICES", "END_TO_END_TEXTS", "MAX_LENGTH",
+           "QUICK_SETTINGS", "BenchSettings", "default_presets"]

@@ -48,8 +48,11 @@ class CudaGraphs:
         return len(self._entries)
 
     def run(self, encoder, input_ids, attention_mask, token_type_ids, dtype: torch.dtype) -> torch.Tensor:
-        """``encoder``'s layers on the batch as a graph replay (captured first for a new bucket); returns
-        the ``(batch, hidden)`` vectors. ``encoder``: a ``TiteModel`` (its config, embeddings and layers)."""
+        """``encoder``'s layers on the batch as graph replays (captured first for a new bucket); returns
+        the ``(batch, hidden)`` vectors. ``encoder``: a ``TiteModel`` (its config, embeddings and layers).
+
+        The plan is staged (``TitePlan(staged=True)``): the unpooled opening layers are one graph, the pooled
+        layers another, and the pooled layers are planned on the host while the device replays the first."""
         device = input_ids.device
         host_mask = attention_mask.detach().to("cpu") if attention_mask is not None else None  # the one sync
         lengths = host_mask.sum(-1) if host_mask is not None else torch.full((input_ids.shape[0],), input_ids.shape[1])
@@ -58,7 +61,7 @@ class CudaGraphs:
         key = (device, dtype, capacity)
         entry = self._entries.get(key)
         plan = TitePlan(encoder.config, host_mask, tuple(input_ids.shape), device, True, dtype, capacity,
-                        into=entry["plan"] if entry else None)
+                        into=entry["plan"] if entry else None, staged=True)
         flat_ids = input_ids.reshape(-1).index_select(0, plan.gather[:tokens])
         types = None
         if token_type_ids is not None and encoder.embeddings.token_type_embeddings is not None:
@@ -71,31 +74,42 @@ class CudaGraphs:
         else:
             self._entries.move_to_end(key)
             entry["input"][:tokens].copy_(states)
-        entry["graph"].replay()
+        for (start, _), graph in zip(entry["segments"], entry["graphs"]):
+            plan.layer(start)  # the pooled layers' plan, made while the device replays the opening layers
+            graph.replay()
         return entry["output"][:batch].clone()  # the static output is overwritten by the next replay
 
     def _capture(self, layers, plan: TitePlan, states: torch.Tensor, rows: int) -> dict:
-        """Capture ``layers`` over ``rows`` static input rows, the first of which hold ``states``."""
+        """Capture ``layers`` over ``rows`` static input rows, the first of which hold ``states``: one graph for
+        the opening layers and one for the rest when the plan is staged, else one."""
         device = states.device
         static_in = states.new_zeros((rows, states.shape[1]))
         static_in[: states.shape[0]].copy_(states)
+        plan_layers = plan.layers  # the whole plan: both graphs are captured now
+        count = len(plan_layers)
+        segments = [(0, plan.opening), (plan.opening, count)] if plan.staged else [(0, count)]
 
-        def run_layers(hidden):
-            for layer, layer_plan in zip(layers, plan.layers):
+        def run_layers(hidden, start, stop):
+            for layer, layer_plan in zip(layers[start:stop], plan_layers[start:stop]):
                 hidden = layer(hidden, layer_plan)
             return hidden
 
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
-            run_layers(static_in)  # warm-up outside the capture: kernels compiled, workspaces allocated
+            run_layers(static_in, 0, count)  # warm-up outside the capture: kernels compiled, workspaces allocated
         torch.cuda.current_stream(device).wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            static_out = run_layers(static_in)
-        return {"plan": plan, "graph": graph, "input": static_in, "output": static_out}
+        graphs, outputs = [], [static_in]
+        for start, stop in segments:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                outputs.append(run_layers(outputs[-1], start, stop))
+            graphs.append(graph)
+        # every segment's static output stays referenced: the second graph reads the first's from its memory
+        return {"plan": plan, "graphs": graphs, "segments": segments, "input": static_in, "outputs": outputs,
+                "output": outputs[-1]}
 
 
 __all__ = ["CudaGraphs", "capacity_bucket", "static_capacity", "MAX_GRAPHS"]

@@ -423,6 +423,15 @@ class TiteModel(TitePreTrainedModel):
         )
         self.post_init()
 
+    @property
+    def host_attention_mask(self) -> bool:
+        """Whether a pipeline may hand this model its attention mask on the host, with the other inputs on the
+        device (``dense_encoders``' encoding loop reads it): the forward then plans the batch from the host mask and
+        reads nothing from the device, so the host can queue the next batch while the device computes. True when
+        the schedule pools every text to one vector: the output then has one row per text and nothing downstream
+        (sentence-transformers' pooling) needs the mask on the device."""
+        return any(kernel is not None for kernel in self.config.kernel_sizes)
+
     def get_input_embeddings(self):
         return self.embeddings.word_embeddings
 
@@ -510,9 +519,9 @@ class TiteModel(TitePreTrainedModel):
                                     "calls (only it gives the weights); load with attn_implementation='eager' to "
                                     "say so.")
             states, recorded = self._layers_recording(states, plan, hidden_kept, bool(output_attentions))
-        else:
-            for layer, layer_plan in zip(self.layers, plan.layers):
-                states = layer(states, layer_plan)
+        else:  # plan.layer(i): a staged plan plans the pooled layers while the device runs the opening ones
+            for index, layer in enumerate(self.layers):
+                states = layer(states, plan.layer(index))
         if self.projection is not None:
             states = self.projection(states)
         if plan.pools:

@@ -124,16 +124,23 @@ class TitePlan:
 
     Built from the attention mask on the host (one device read when the mask lives on the GPU, none
     when it is a CPU tensor): every layer's ``cu_seqlens`` and max lengths, the pooling windows,
-    the rows of the rotary table, and the padding indices where attention is padded. All index
-    arrays move to the device in one transfer; the layers then read no device value on the host.
+    the rows of the rotary table, and the padding indices where attention is padded. The index arrays
+    move to the device in one transfer, or, for a *staged* plan, in two: the unpooled layers that open
+    the schedule (tite-2-late's first three) need only the input's layout, so the forward launches them
+    first and plans the pooled layers on the host while the device runs them (:meth:`layer`). Either
+    way the layers read no device value on the host.
     """
 
     def __init__(self, config: TiteConfig, attention_mask, shape, device, varlen: bool, dtype=torch.float32,
-                 capacity: tuple[int, int, int] | None = None, into: TitePlan | None = None):
+                 capacity: tuple[int, int, int] | None = None, into: TitePlan | None = None,
+                 staged: bool | None = None):
         """``capacity`` ``(sequences, tokens, longest text)``: static shapes for a CUDA graph (varlen
         attention and Triton kernels only): the batch is padded with empty sequences, every layer's rows with rows
         of no sequence, and host sizes are upper bounds that depend on the capacity alone. ``into``:
-        a plan of the same capacity whose device buffer the arrays are copied into (graph replay)."""
+        a plan of the same capacity whose device buffer the arrays are copied into (graph replay).
+        ``staged``: plan the unpooled opening layers now and the rest on the first :meth:`layer` call past
+        them (default: on CUDA without ``capacity``, where the device runs the opening layers meanwhile; a CUDA
+        graph's plan is staged when asked, its two transfers going into ``into``'s two buffers)."""
         lengths, gather = _lengths_from_mask(attention_mask, shape)
         self.pools = any(kernel is not None for kernel in config.kernel_sizes)
         _check_lengths(config, lengths, capacity, self.pools)
@@ -150,29 +157,72 @@ class TitePlan:
         else:
             self.input = SequenceLayout(lengths, arrays, not varlen)
         self._positions = arrays.add(self.input.positions_host, capacity and self.input.rows)
-        layouts = self._plan_layers(config, arrays, capacity)
-        if not self.pools and self.output._pad is None:  # the padded token states are the output
-            self.output._register_padding(arrays)
-        arrays.transfer(self.device, into=into._arrays if into is not None else None)
-        self._arrays = arrays
+        self._config, self._dtype, self._capacity = config, dtype, capacity
+        self._layer_plans: list[LayerPlan] = []
+        self._current, self._pooled, self._rotary_rows = self.input, {}, {}
+        self.opening = opening_layers(config)
+        if staged is None:
+            staged = self.device.type == "cuda" and capacity is None
+        self.staged = bool(staged) and 0 < self.opening < config.num_hidden_layers
+        self._into = into  # a captured plan whose buffers this one's transfers overwrite
+        self._later: DeviceArrays | None = None  # the second transfer of a staged plan
+        self._stage(arrays, self.opening if self.staged else config.num_hidden_layers,
+                    into._arrays if into is not None else None)
+        self._arrays = arrays  # the first (or only) transfer: gather, positions, the input's layout
+
+    def _stage(self, arrays: DeviceArrays, stop: int, into: DeviceArrays | None = None) -> None:
+        """Plan layers ``len(self._layer_plans)`` to ``stop`` into ``arrays``, transfer them, and finish what
+        needs their device views (padding indices, rotary rows)."""
+        first = len(self._layer_plans)
+        layouts = [self.input] if first == 0 else []
+        layouts += self._plan_layers(self._config, arrays, self._capacity, first, stop)
+        if stop == self._config.num_hidden_layers:
+            self._output = self._current
+            if not self.pools and self._output._pad is None:  # the padded token states are the output
+                self._output._register_padding(arrays)
+        arrays.transfer(self.device, into=into)
         for layout in layouts:
             if layout._pad is not None:
                 layout.ensure_padding(self.device)
-        if config.rotary_positions:
-            self._gather_rotary_rows(config, dtype)
+        if self._config.rotary_positions:
+            self._gather_rotary_rows(self._config, self._dtype, first)
 
-    def _plan_layers(self, config: TiteConfig, arrays: DeviceArrays, capacity) -> list[SequenceLayout]:
-        """Every layer's :class:`LayerPlan` (``self.layers``) and the last layout (``self.output``);
-        returns every layout made (the input's and each pooled one's). Layers that pool the same
-        layout with the same window share one pooling step."""
+    def layer(self, index: int) -> LayerPlan:
+        """Layer ``index``'s plan; for a staged plan, the first call past the opening layers plans the rest."""
+        if index >= len(self._layer_plans):
+            into = None
+            if self._into is not None:
+                into = self._into._later
+                if into is None:
+                    raise RuntimeError("TitePlan(into=plan): that plan's pooled layers were never planned; "
+                                       "complete it (plan.layers) before planning into it")
+            self._later = DeviceArrays()
+            self._stage(self._later, self._config.num_hidden_layers, into)
+        return self._layer_plans[index]
+
+    @property
+    def layers(self) -> list[LayerPlan]:
+        """Every layer's :class:`LayerPlan` (planning the rest of a staged plan first)."""
+        return [self.layer(index) for index in range(self._config.num_hidden_layers)]
+
+    @property
+    def output(self) -> SequenceLayout:
+        """The last layer's layout (planning the rest of a staged plan first)."""
+        self.layer(self._config.num_hidden_layers - 1)
+        return self._output
+
+    def _plan_layers(self, config: TiteConfig, arrays: DeviceArrays, capacity, first: int,
+                     stop: int) -> list[SequenceLayout]:
+        """Layers ``first`` to ``stop``'s :class:`LayerPlan` (appended to ``self._layer_plans``), continuing from
+        the layout ``self._current``; returns the pooled layouts made. Layers that pool the same layout with the
+        same window share one pooling step."""
         parts = plan_parts(self.device, config.pooling_implementation, torch.is_grad_enabled())
         padded = not self.varlen and capacity is None
-        current, layouts, pooled = self.input, [self.input], {}
-        self.layers: list[LayerPlan] = []
-        for index in range(config.num_hidden_layers):
+        current, layouts, pooled = self._current, [], self._pooled
+        for index in range(first, stop):
             kernel, stride = config.kernel_sizes[index], config.strides[index]
             if kernel is None:
-                self.layers.append(LayerPlan(None, None, current, current, current, varlen=self.varlen))
+                self._layer_plans.append(LayerPlan(None, None, current, current, current, varlen=self.varlen))
                 continue
             key = (id(current), kernel, stride)
             if key not in pooled:
@@ -181,23 +231,24 @@ class TitePlan:
             pool, smaller = pooled[key]
             location = config.pooling_location
             query, keys = {"intra": (smaller, current), "pre": (smaller, smaller)}.get(location, (current, current))
-            self.layers.append(LayerPlan(location, pool, query, keys, smaller, varlen=self.varlen))
+            self._layer_plans.append(LayerPlan(location, pool, query, keys, smaller, varlen=self.varlen))
             current = smaller
-        self.output = current
+        self._current = current
         return layouts
 
-    def _gather_rotary_rows(self, config: TiteConfig, dtype: torch.dtype) -> None:
-        """Each layer's rotary positions; on the table path also its table rows, gathered once per batch."""
+    def _gather_rotary_rows(self, config: TiteConfig, dtype: torch.dtype, first: int) -> None:
+        """The rotary positions of the layers from ``first`` on; on the table path also their table rows, each
+        gathered once per batch."""
         table_dtype = torch.float64 if dtype == torch.float64 else torch.float32
         fused = fused_rotary_available(self.device, dtype)
-        gathered: dict = {}
-        for index, layer in enumerate(self.layers):
+        gathered = self._rotary_rows
+        for index, layer in enumerate(self._layer_plans[first:], start=first):
             if layer.key.max_length <= 1:  # attention over one key is its value: no Q, K or RoPE
                 continue
             layer.rotary_key_index = layer.key.rotary_index
             layer.rotary_query_index = layer.rotary_key_index
             if layer.location == "intra":  # pooled queries sit at their windows' centres
-                layer.rotary_query_index = self._arrays[layer.pool.centre_key]
+                layer.rotary_query_index = layer.pool._arrays[layer.pool.centre_key]
             if fused:
                 continue
             head_dim = config.hidden_sizes[index] // config.num_attention_heads[index]
@@ -222,6 +273,12 @@ class TitePlan:
     def positions(self) -> torch.Tensor:
         """Position of every packed input row inside its text (absolute position embeddings)."""
         return self._arrays[self._positions]
+
+
+def opening_layers(config: TiteConfig) -> int:
+    """How many layers open the schedule without pooling (they need only the input's layout)."""
+    return next((index for index, kernel in enumerate(config.kernel_sizes) if kernel is not None),
+                config.num_hidden_layers)
 
 
 def _lengths_from_mask(attention_mask, shape) -> tuple[np.ndarray, np.ndarray | None]:
@@ -286,4 +343,4 @@ def _pooling_step(config: TiteConfig, index: int, current: SequenceLayout, array
     return pool, SequenceLayout(pool.out_lengths, arrays, padded, layout_capacity)
 
 
-__all__ = ["TitePlan", "LayerPlan", "SequenceLayout"]
+__all__ = ["TitePlan", "LayerPlan", "SequenceLayout", "opening_layers"]
