@@ -366,9 +366,9 @@ class SearchData:
 
 def score_product() -> str:
     """The BLAS our exact search multiplies with on the CPU (:func:`dense_encoders.evaluation.search.score_block`)."""
-    from dense_encoders.evaluation.search import _numpy_product
+    from dense_encoders.evaluation.search import numpy_product
 
-    return "numpy's BLAS" if _numpy_product() is not None else "torch's BLAS"
+    return "numpy's BLAS" if numpy_product() is not None else "torch's BLAS"
 
 
 def products(args: argparse.Namespace, queries: np.ndarray, matrix: np.ndarray, macs: int) -> str:

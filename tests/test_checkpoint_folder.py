@@ -263,3 +263,16 @@ def test_the_one_reader_of_sentence_transformers_files_agrees_with_sentence_tran
         assert declared["transformer_path"] == "" and declared["transformer_task"] in (None, "feature-extraction")
     assert declared["lengths"] == {"query_length": 12, "document_length": 40}
     assert sentence_transformers_settings(tmp_path) == {}  # no modules.json
+
+
+@pytest.mark.parametrize("damaged", ["modules.json", "sentence_bert_config.json"])
+def test_a_damaged_sentence_transformers_file_is_one_line_naming_it(condenser_folder, tmp_path, capsys, damaged):
+    from dense_encoders.cli import main
+
+    (condenser_folder / damaged).write_text("{not json")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"_id": "1", "text": "a passage"}) + "\n")
+    assert main(["encode", str(condenser_folder), str(corpus), "--output", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and f"{condenser_folder / damaged} is not a JSON file" in error[0]
+    assert "restore the file" in error[0] and not (tmp_path / "out").exists()

@@ -14,6 +14,7 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
 
 from dense_encoders import CoCondenserForPreTraining, CondenserConfig, CondenserForPreTraining, CondenserModel
+from dense_encoders.checkpoints.backbones import from_backbone
 from dense_encoders.models.condenser import modeling_condenser, span_contrastive_loss
 
 # ---------------------------------------------------------------------------- configuration
@@ -53,7 +54,7 @@ def test_condenser_model_equals_bert_on_real_minilm_weights(minilm_path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    condenser = CondenserForPreTraining.from_backbone(minilm_path).bert.eval()
+    condenser = from_backbone(CondenserForPreTraining, minilm_path).bert.eval()
     bert = BertModel.from_pretrained(minilm_path).eval()
     texts = ["dense retrieval", "a considerably longer sentence about passage retrieval with many more tokens"]
     batch = tokenizer(texts, padding=True, return_tensors="pt")
@@ -71,7 +72,7 @@ def test_condenser_model_equals_bert_on_real_minilm_weights(minilm_path):
 
 
 def test_from_backbone_copies_weights_exactly_and_heads_are_fresh(minilm_path):
-    model = CondenserForPreTraining.from_backbone(minilm_path, n_head_layers=2)
+    model = from_backbone(CondenserForPreTraining, minilm_path, n_head_layers=2)
     with safe_open(str(minilm_path / "model.safetensors"), "pt") as checkpoint:
         for name, tensor in model.bert.state_dict().items():
             assert torch.equal(tensor, checkpoint.get_tensor(name)), name
@@ -93,7 +94,7 @@ def test_from_backbone_with_mlm_head_copies_the_head(tmp_path):
         source.cls.predictions.transform.dense.weight.normal_()
         source.cls.predictions.bias.uniform_()
     source.save_pretrained(tmp_path / "bert-mlm")
-    model = CondenserForPreTraining.from_backbone(tmp_path / "bert-mlm", skip_from=1, n_head_layers=3)
+    model = from_backbone(CondenserForPreTraining, tmp_path / "bert-mlm", skip_from=1, n_head_layers=3)
     assert len(model.c_head) == 3 and model.config.skip_from == 1
     for name, tensor in source.cls.state_dict().items():
         assert torch.equal(model.cls.state_dict()[name], tensor), name
@@ -104,7 +105,7 @@ def test_from_backbone_with_mlm_head_copies_the_head(tmp_path):
 def test_from_backbone_rejects_non_bert_architectures(tmp_path):
     RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"'roberta' checkpoint.*BERT-architecture"):
-        CondenserForPreTraining.from_backbone(tmp_path)
+        from_backbone(CondenserForPreTraining, tmp_path)
 
 
 def test_empty_input_is_rejected():

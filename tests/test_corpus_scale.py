@@ -21,6 +21,7 @@ from dense_encoders.data.embedding_shards import (
     EmbeddingShards,
     iterate_texts,
     save_embedding_shards,
+    shard_folder_files,
     text_source,
 )
 from dense_encoders.data.format import DataFormatError
@@ -575,6 +576,64 @@ def test_faiss_flat_equals_exact_and_ivfpq_reaches_recall(tmp_path):
         build_faiss_index(shards, "NoSuchIndex", tmp_path / "bad.faiss")
     with pytest.raises(ValueError, match="--nprobe applies to IVF indexes"):
         search_faiss_index(flat, {**record, "factory": "Flat"}, queries, 10, nprobe=2)
+
+
+def test_the_index_record_names_the_backend_that_searches_it(tmp_path, capsys):
+    """``search`` asks the backend that an index's record (``<index>.json``, written by ``index``) names, whatever
+    the index file is called; a record written before records named it is a FAISS index's; a record naming a
+    backend this version does not know, or one that stores no indexes, is one line naming the index and the fix."""
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(0)
+    settings = {"fingerprint": "a-test-model", "similarity": "dot"}
+    documents = save_embedding_shards(tmp_path / "emb", rng.standard_normal((60, 8)).astype(np.float32),
+                                      [f"d{i}" for i in range(60)], shard_size=25, settings=settings)
+    queries = save_embedding_shards(tmp_path / "queries", rng.standard_normal((4, 8)).astype(np.float32),
+                                    [f"q{i}" for i in range(4)], settings={**settings, "side": "query"})
+    index = tmp_path / "flat.index"  # no .faiss suffix: the record decides
+    assert main(["index", str(documents.folder), "--faiss", "Flat", "--output", str(index)]) == 0
+    record_path = tmp_path / "flat.json"
+    record = json.loads(record_path.read_text())
+    assert record["backend"] == "faiss" and record["factory"] == "Flat"
+
+    def search(corpus, output) -> int:
+        return main(["search", str(corpus), str(queries.folder), "--k", "5", "--output", str(output),
+                     "--no-progress"])
+
+    # what reading the index reads, also under this name: its record and shards are inputs no --output may overwrite
+    assert shard_folder_files(index)[:2] == [index, record_path]
+    assert set(shard_folder_files(documents.folder)) <= set(shard_folder_files(index))
+    assert search(index, record_path) == 2 and json.loads(record_path.read_text()) == record
+    capsys.readouterr()
+    assert search(documents.folder, tmp_path / "exact.trec") == 0
+    assert search(index, tmp_path / "flat.trec") == 0
+    exact, flat = read_trec_run(tmp_path / "exact.trec"), read_trec_run(tmp_path / "flat.trec")
+    assert exact.keys() == flat.keys() == {f"q{i}" for i in range(4)}
+    for query, ranked in exact.items():
+        assert list(ranked) == list(flat[query])
+        assert list(ranked.values()) == pytest.approx(list(flat[query].values()), abs=1e-5)
+    # a record written before records named their backend: FAISS's, the only stored indexes then
+    del record["backend"]
+    record_path.write_text(json.dumps(record))
+    assert search(index, tmp_path / "unnamed.trec") == 0
+    assert read_trec_run(tmp_path / "unnamed.trec") == flat
+
+    capsys.readouterr()
+    record_path.write_text(json.dumps({**record, "backend": "annoy"}))
+    assert search(index, tmp_path / "unknown.trec") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == (
+        f"dense-encoders search: error: {index}: its record flat.json names the search backend 'annoy', which this "
+        "version does not know (it knows exact, faiss): search it with the dense-encoders version that built it, or "
+        "build the index again with `dense-encoders index`"), err
+    record_path.write_text(json.dumps({**record, "backend": "exact"}))
+    assert search(index, tmp_path / "exact-index.trec") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{index}: the exact backend stores no indexes" in err[0], err
+    record_path.unlink()
+    assert search(index, tmp_path / "no-record.trec") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{index} has no record flat.json beside it" in err[0], err
+    assert not any((tmp_path / name).exists() for name in ("unknown.trec", "exact-index.trec", "no-record.trec"))
 
 
 def test_encode_index_search_and_evaluate_from_the_command_line(model, tmp_path, capsys):

@@ -125,3 +125,42 @@ def test_infused_and_plain_student_cards(tmp_path, tok):
     np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-5)
     with pytest.raises(FileNotFoundError, match="no config.json"):
         model_card(tmp_path / "nothing")
+
+
+@pytest.mark.slow
+def test_a_new_backends_label_reaches_the_card_without_a_hub_edit(condenser_folder, monkeypatch, tmp_path):
+    """The search column of the card is the label the backend class carries: the evaluation records it in the
+    results JSON (``settings.search_backend_label``) and the card reads it there; hub knows no backend."""
+    from dense_encoders.data.retrieval import RetrievalDataset
+    from dense_encoders.evaluation import backends, evaluate_retrieval, save_results
+    from dense_encoders.evaluation.backends.exact import ExactSearch
+
+    class ScanSearch(ExactSearch):  # a new backend: a class with a name and a label, and its registration
+        name = "scan"
+        label = "a full scan (a test's backend)"
+
+    monkeypatch.setitem(backends.BACKENDS, ScanSearch.name, ScanSearch)
+    dataset = RetrievalDataset(name="toy", split="test", corpus={f"d{i}": {"title": "", "text": f"document {i}"}
+                                                                 for i in range(5)},
+                               queries={"q0": "document 1", "q1": "document 3"},
+                               qrels={"q0": {"d1": 1}, "q1": {"d3": 1}})
+    rows = {}
+    for backend in ("exact", "scan"):
+        results = evaluate_retrieval(str(condenser_folder), dataset, k=5, backend=backend, no_progress=True)
+        assert results.settings["search_backend"] == backend
+        assert results.settings["search_backend_label"] == backends.BACKENDS[backend].label
+        save_results(results, tmp_path / f"{backend}.json")
+        card = model_card(condenser_folder, results=[tmp_path / f"{backend}.json"]).text
+        header, _, row = [line for line in card.split("## Results", 1)[1].splitlines() if line.startswith("|")][:3]
+        rows[backend] = dict(zip(*([cell.strip() for cell in line.strip("|").split("|")]
+                                   for line in (header, row))))
+    assert rows["exact"]["search"] == "exact"
+    assert rows["scan"]["search"] == "a full scan (a test's backend)"
+    measured = [name for name in rows["exact"] if name not in ("search", "documents/s")]
+    assert [rows["scan"][name] for name in measured] == [rows["exact"][name] for name in measured]  # relabelled
+
+    # a results JSON written before labels were recorded names its backend
+    recorded = json.loads((tmp_path / "scan.json").read_text())
+    del recorded["settings"]["search_backend_label"]
+    (tmp_path / "unlabelled.json").write_text(json.dumps(recorded))
+    assert "| scan | " in model_card(condenser_folder, results=[tmp_path / "unlabelled.json"]).text

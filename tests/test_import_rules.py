@@ -19,6 +19,9 @@
   it; it imports nothing of the package.
 * ``hub`` and ``checkpoints`` import each other's modules without a cycle: each imports in a fresh
   interpreter, whichever comes first; ``hub``'s own modules import each other without a circle.
+* No import circle anywhere in the package (imports inside functions count), and no module imports another
+  module's private (``_``-prefixed) name: what two modules share has a public name in the lower one.
+* No function in ``src/`` is over 80 lines: each reads on one screen.
 * Run records have one home, ``data/run_records.py``: the record files' names are spelled there only, and no
   JSON file is written with ``write_text(json.dumps(...))`` (``data/files.py`` writes them whole).
 """
@@ -249,3 +252,123 @@ def test_hub_modules_import_each_other_without_a_cycle():
 
     circles = sorted(module for module in graph if reaches(module, module))
     assert not circles, f"import circles through {circles}"
+
+
+def test_cli_modules_import_each_other_without_a_circle():
+    """The command line's conventions (cli/arguments.py) own both parser classes (``DataclassParser`` is defined there
+    on first use); cli/dataclass_parser.py re-exports it and cli/__init__.py resolves a subcommand's name for
+    ``expand_config_file``: no import circle among cli's modules, the package's ``__init__`` included (imports inside
+    functions count)."""
+    cli = PACKAGE / "cli"
+    submodules = {path.stem for path in cli.glob("*.py")}
+    graph = {}
+    for path in cli.glob("*.py"):
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    targets.add(node.module.split(".")[0])
+                else:  # `from . import name`: a submodule, or a name of the package's __init__
+                    targets |= {alias.name if alias.name in submodules else "__init__" for alias in node.names}
+        graph[path.stem] = targets
+
+    def reaches(start, goal, seen=()):
+        return any(target == goal or (target not in seen and reaches(target, goal, (*seen, target)))
+                   for target in graph.get(start, ()))
+
+    assert "dataclass_parser" not in graph["arguments"] and "__init__" not in graph["arguments"]
+    circles = sorted(module for module in graph if reaches(module, module))
+    assert not circles, f"import circles through {circles}"
+
+
+def _package_modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in _sources()}
+
+
+def _imported_modules(path: Path, modules: dict[str, Path]) -> list[tuple[int, str, list[str]]]:
+    """``(line, module of the package, names taken from it)`` for every import of ``path`` that reaches one of
+    ``modules``: ``from package import submodule`` reaches the submodule, ``from module import name`` the module."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                if f"{target}.{alias.name}" in modules:
+                    found.append((node.lineno, f"{target}.{alias.name}", []))
+                elif target in modules:
+                    found.append((node.lineno, target, [alias.name]))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, []) for alias in node.names if alias.name in modules]
+    return found
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): every import circle."""
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(module):
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in graph.get(module, ()):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_circles_are_found():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_in_the_package():
+    modules = _package_modules()
+    graph = {name: {target for _, target, _ in _imported_modules(path, modules) if target != name}
+             for name, path in modules.items()}
+    circles = import_circles(graph)
+    assert not circles, "import circles (imports inside functions count):\n" + "\n".join(map(" <-> ".join, circles))
+
+
+def test_no_module_imports_a_private_name_of_another():
+    modules = _package_modules()
+    found = []
+    for name, path in modules.items():
+        for line, target, names in _imported_modules(path, modules):
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if target != name and private:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {', '.join(private)} from {target}")
+    assert not found, "\n".join(found)
+
+
+def test_no_function_is_over_80_lines():
+    long = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 80:
+                    long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, "\n".join(long)

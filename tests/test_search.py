@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,8 @@ from dense_encoders.evaluation.search import RunningTopK, exact_search, faiss_se
 search_module = importlib.import_module("dense_encoders.evaluation.search")
 # The exact backend scores every block through `score_block`, as its module imported it.
 exact_backend_module = importlib.import_module("dense_encoders.evaluation.backends.exact")
+# The search core every backend builds on: the running top-k, its faiss heaps, the score product.
+core_module = importlib.import_module("dense_encoders.evaluation.backends.core")
 
 
 def reference_topk(queries, documents, k, similarity):
@@ -286,6 +289,75 @@ def test_no_code_outside_the_backends_branches_on_a_backend_name():
     assert branches == []
 
 
+def test_search_is_the_entry_point_above_the_backends_and_their_core():
+    """search.py re-exports the core's public names (callers import them from there as before); the backends import
+    the core, never search.py; the core imports no backend."""
+    from dense_encoders.evaluation.backends import core
+
+    for name in ("NORMALIZE_EPS", "SEED_STRIDE", "RunningTopK", "score_block", "score_threads", "scores_are_bounded",
+                 "validate_k", "numpy_product"):
+        assert getattr(search_module, name) is getattr(core, name), name
+    assert search_module._numpy_product is core.numpy_product  # the name benchmarks/peers.py imports
+    assert RunningTopK is core.RunningTopK
+    imported = {name: {target for _, target, _ in _imports_in(path)} for name, path in _evaluation_modules().items()}
+    for backend in ("backends.exact", "backends.faiss", "backends.base", "backends", "backends.core"):
+        assert "dense_encoders.evaluation.search" not in imported[backend], backend
+    assert not {target for target in imported["backends.core"] if target.startswith("dense_encoders.evaluation")}
+
+
+def _evaluation_modules() -> dict:
+    import dense_encoders
+
+    root = Path(dense_encoders.__file__).parent / "evaluation"
+    return {".".join(path.relative_to(root).with_suffix("").parts).removesuffix("__init__").rstrip(".") or "__init__":
+            path for path in sorted(root.rglob("*.py"))}
+
+
+def _imports_in(path: Path) -> list[tuple[int, str, list[str]]]:
+    """``(line, absolute module, names)`` of every import in ``path`` (inside functions too)."""
+    import ast
+
+    import dense_encoders
+
+    # the package a relative import starts from: the folder of the module (of an __init__.py: its own package)
+    package = list(path.relative_to(Path(dense_encoders.__file__).parent.parent).parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            found.append((node.lineno, target, [alias.name for alias in node.names]))
+    return found
+
+
+def test_evaluation_imports_no_private_name_and_no_circle():
+    """No module of evaluation imports another module's private (leading underscore) name, and evaluation's
+    modules import each other without a circle (imports inside functions count)."""
+    modules = _evaluation_modules()
+    full = {("dense_encoders.evaluation." + name).removesuffix(".__init__"): name for name in modules}
+    private, graph = [], {}
+    for name, path in modules.items():
+        graph[name] = set()
+        for line, target, names in _imports_in(path):
+            if target.startswith("dense_encoders"):
+                private += [f"{name}:{line} imports {target}.{alias}" for alias in names
+                            if alias.startswith("_") and not alias.startswith("__")]
+            for module in (target, *(f"{target}.{alias}" for alias in names)):
+                if module in full and full[module] != name:
+                    graph[name].add(full[module])
+    assert not private, private
+
+    def reaches(start, goal, seen=()):
+        return any(target == goal or (target not in seen and reaches(target, goal, (*seen, target)))
+                   for target in graph.get(start, ()))
+
+    circles = sorted(module for module in graph if reaches(module, module))
+    assert not circles, f"import circles through {circles}"
+    assert "backends.core" in graph["backends.exact"] and "backends.exact" in graph["search"]  # the rule sees edges
+
+
 def test_topk_to_run_by_hand():
     scores = torch.tensor([[0.75, 0.5, 0.25], [1.0, -0.5, 0.0]])
     indices = torch.tensor([[2, 0, 3], [1, 2, -1]])  # -1 is faiss padding: skipped
@@ -348,8 +420,8 @@ def test_running_topk_keeps_the_order_of_a_full_sort_block_by_block(case, select
     heap_blocks = []
     if selection == "faiss heaps":
         pytest.importorskip("faiss")
-        add = search_module._HeapTopK.add
-        monkeypatch.setattr(search_module._HeapTopK, "add",
+        add = core_module._HeapTopK.add
+        monkeypatch.setattr(core_module._HeapTopK, "add",
                             lambda self, block, offset: (heap_blocks.append(offset), add(self, block, offset)))
     gen = torch.Generator().manual_seed(11)
     for trial in range(60):
@@ -407,7 +479,7 @@ def test_exact_search_selects_the_same_with_and_without_faiss_heaps(monkeypatch)
     for docs in (documents, with_nan):
         kwargs = dict(similarity="dot", query_chunk_size=16, document_chunk_size=64)
         heaps = exact_search(queries, docs, 50, **kwargs)
-        monkeypatch.setattr(search_module, "_faiss_heaps", lambda: None)
+        monkeypatch.setattr(core_module, "_faiss_heaps", lambda: None)
         tensors = exact_search(queries, docs, 50, **kwargs)
         monkeypatch.undo()
         scores = queries.double() @ docs.double().T
@@ -461,7 +533,7 @@ def score_product(request, monkeypatch):
     limits = None
     if request.param == "numpy":
         limits = pytest.importorskip("threadpoolctl").threadpool_limits
-    monkeypatch.setattr(search_module, "_numpy_product", lambda: limits)
+    monkeypatch.setattr(core_module, "numpy_product", lambda: limits)
     return request.param
 
 
@@ -498,16 +570,16 @@ def test_heaps_seeded_from_a_block_sample_keep_every_query_exact():
     # scores (too few at or above the estimate), keeps faiss's empty slots. Both end as a full sort ranks them.
     faiss = pytest.importorskip("faiss")
     gen = torch.Generator().manual_seed(2)
-    k, stride = 30, search_module.SEED_STRIDE
+    k, stride = 30, core_module.SEED_STRIDE
     scores = torch.randn(2, 400, generator=gen)
     scores[1, ::stride] += 10.0
-    heap = search_module._HeapTopK(faiss, 2, k)
+    heap = core_module._HeapTopK(faiss, 2, k)
     heap._seed(np.ascontiguousarray(scores.numpy()))
     floor = heap._values[:, 0].copy()
     assert (heap._values == floor[:, None]).all()
     assert floor[1] == np.finfo(np.float32).min  # not seeded
     assert int((scores[0] > float(floor[0])).sum()) >= k > 0 and floor[0] > float(scores[0].min())
-    heap = search_module._HeapTopK(faiss, 2, k)
+    heap = core_module._HeapTopK(faiss, 2, k)
     for start in range(0, 400, 150):
         heap.add(scores[:, start : start + 150], start)
     expected_scores, expected_indices = _naive_running_topk(scores, k)

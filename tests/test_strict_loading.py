@@ -20,8 +20,8 @@ from test_checkpoint_folder import tiny_infused_config
 from transformers import AutoModel, BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 
 from dense_encoders import CoCondenserForPreTraining, CondenserForPreTraining, CondenserModel
+from dense_encoders.checkpoints.backbones import condenser_from_backbone, tite_from_backbone
 from dense_encoders.checkpoints.loading import load_checked_model
-from dense_encoders.checkpoints.tite_backbone import tite_from_backbone
 from dense_encoders.checkpoints.weights import CheckpointWeightsError, check_checkpoint_weights
 from dense_encoders.cli import main
 from dense_encoders.evaluation import RetrievalEncoder
@@ -109,6 +109,29 @@ def test_a_deleted_layer_is_refused_and_allow_missing_weights_loads_it(family, l
         encoder = RetrievalEncoder(folder, show_progress_bar=False, allow_missing_weights=True)
     assert encoder.model is not None
     assert "allow_missing_weights" in caplog.text and dropped[0] in caplog.text
+
+
+@pytest.mark.parametrize("family, layer", [("condenser", "encoder.layer.1."), ("tite", "layers.1.")])
+@pytest.mark.parametrize("layout", ["sentence-transformers files", "native pipeline"])
+def test_allow_missing_weights_through_sentence_transformers_warns_once(family, layer, layout, request, tmp_path,
+                                                                        caplog):
+    """``dense-encoders encode FOLDER ... --allow-missing-weights`` checks the folder (which names the differences)
+    and then loads it with sentence-transformers, where the model class is allowed the same partial checkpoint: one
+    warning, not the check's and the model class's (``StrictLoadingMixin``) again."""
+    folder = request.getfixturevalue(f"{family}_folder")
+    if layout == "native pipeline":
+        (folder / "modules.json").unlink()
+    dropped = edit_weights(folder, drop=layer)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": text}) + "\n"
+                              for i, text in enumerate(["dense retrieval", "a teacher scores documents"])))
+    argv = ["encode", str(folder), str(corpus), "--output", str(tmp_path / "embeddings"), "--no-progress",
+            "--allow-missing-weights"]
+    with caplog.at_level(logging.WARNING):
+        assert main(argv) == 0
+    warnings = [record for record in caplog.records if dropped[0] in record.getMessage()]
+    assert len(warnings) == 1, [f"{record.name}: {record.getMessage()[:80]}" for record in warnings]
+    assert "allow_missing_weights" in warnings[0].getMessage() and warnings[0].levelno == logging.WARNING
 
 
 def test_an_extra_tensor_is_refused(condenser_folder):
@@ -246,7 +269,7 @@ def test_warm_starts_and_encoder_loads_print_no_load_report(tmp_path, tok, capfd
         tite_from_backbone(tmp_path / "bert")
         tite_pretraining = tite_from_backbone(tmp_path / "mlm", model_class=TiteForPreTraining)
         tite_pretraining.save_pretrained(tmp_path / "tite-pretraining")
-        CondenserForPreTraining.from_backbone(tmp_path / "mlm", skip_from=1).save_pretrained(tmp_path / "condenser")
+        condenser_from_backbone(tmp_path / "mlm", skip_from=1).save_pretrained(tmp_path / "condenser")
         AutoModel.from_pretrained(tmp_path / "tite-pretraining")  # what `pretrain tite` does at its end
         AutoModel.from_pretrained(tmp_path / "condenser")
         CondenserForPreTraining.from_pretrained(tmp_path / "condenser")

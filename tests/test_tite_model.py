@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from conftest import FLOAT64_TOLERANCE, float32_atol
 from transformers import BertConfig, BertModel
 
-from dense_encoders.checkpoints.tite_backbone import bert_to_tite_state_dict, tite_from_backbone
+from dense_encoders.checkpoints.backbones import bert_to_tite_state_dict, tite_from_backbone
 from dense_encoders.models.tite.modeling_tite import TiteForPreTraining, TiteModel
 from dense_encoders.models.tite.presets import TINY_PRESETS, tite_preset
 

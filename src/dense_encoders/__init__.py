@@ -79,10 +79,14 @@ def __getattr__(name: str):
     if name in _MODEL_CLASSES:  # only reached where help was all that was asked for
         _register_auto_classes()
         return globals()[name]
+    if name == "from_backbone":  # the warm start of every family (checkpoints/backbones.py), imported on first use
+        from .checkpoints.backbones import from_backbone
+
+        return from_backbone
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if not _prints_only_help(sys.argv, getattr(sys, "orig_argv", [])):
     _register_auto_classes()
 
-__all__ = ["__version__", *_MODEL_CLASSES]
+__all__ = ["__version__", "from_backbone", *_MODEL_CLASSES]

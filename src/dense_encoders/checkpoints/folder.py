@@ -13,7 +13,8 @@ the package asks this module, and the model classes themselves declare their pip
 * :func:`write_sentence_transformers_files` writes sentence-transformers' own files for any folder
   (our models write them in ``save_pretrained`` already; other students need them written);
 * :func:`sentence_transformers_settings` is the one reader of a folder's (or Hub id's) sentence-transformers files
-  (modules, the Transformer module's folder, task and lengths, pooling, normalisation, similarity, prompts);
+  (modules, the Transformer module's folder, task and lengths, pooling, normalisation, similarity, prompts, the
+  Dense modules' activations);
   :func:`read_pipeline` is its pooling, similarity and prompts;
 * :func:`has_tokenizer_files` / :func:`refuse_folder_without_tokenizer`: whether a folder holds a tokenizer,
   which every folder meant to load needs (models carry none: ``tokenizer.save_pretrained(folder)`` writes it);
@@ -106,7 +107,14 @@ def native_pooling(config) -> str:
 
 
 def _read_json(path: Path):
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    """The JSON of ``path`` (None where there is no such file); a file that is not JSON is one line naming it."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not a JSON file ({error}): this checkpoint folder is damaged; restore the file "
+                         "from where the model came from, or remove it.") from None
 
 
 def write_sentence_transformers_files(
@@ -183,14 +191,16 @@ def sentence_transformers_settings(name_or_path: str | Path) -> dict:
       ``Transformer`` module; ``transformer_path`` is ``None`` when no module is a transformers model;
     * ``lengths``: the ``query_length`` / ``document_length`` of that module's ``sentence_bert_config.json``;
     * ``pooling`` (the ``pooling_mode`` of its ``Pooling`` module, ``None`` without one), ``normalize`` (a
-      ``Normalize`` module), ``similarity`` (``similarity_fn_name``, ``None`` when unset) and ``prompts``."""
+      ``Normalize`` module), ``similarity`` (``similarity_fn_name``, ``None`` when unset) and ``prompts``;
+    * ``dense_activations``: each ``Dense`` module's folder -> the ``activation_function`` its ``config.json``
+      names (``None`` when it names none), which :mod:`.trust` checks."""
     modules_file = folder_file(name_or_path, "modules.json")
     if modules_file is None:
         return {}
     modules = _read_json(modules_file)
     modules = [module for module in modules if isinstance(module, dict)] if isinstance(modules, list) else []
     declared = {"modules": modules, "transformer_path": None, "transformer_task": None, "lengths": {},
-                "pooling": None, "normalize": False}
+                "pooling": None, "normalize": False, "dense_activations": {}}
     for module in modules:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         path = str(module.get("path", "") or "")
@@ -209,6 +219,10 @@ def sentence_transformers_settings(name_or_path: str | Path) -> dict:
                  for key, value in pooling.items() if key.startswith("pooling_mode_") and value is True), None)
         elif kind == "Normalize":
             declared["normalize"] = True
+        elif kind == "Dense":
+            config_file = folder_file(name_or_path, "config.json", path)
+            dense = (_read_json(config_file) if config_file is not None else None) or {}
+            declared["dense_activations"][path] = dense.get("activation_function") if isinstance(dense, dict) else None
     settings_file = folder_file(name_or_path, "config_sentence_transformers.json")
     settings = (_read_json(settings_file) if settings_file is not None else None) or {}
     declared["similarity"] = settings.get("similarity_fn_name")

@@ -28,8 +28,10 @@ families load without it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 
 import torch
@@ -40,7 +42,13 @@ from sentence_transformers.sentence_transformer.modules.pooling import Pooling
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
 from ..vectors import POOLING_MODES, refuse_mean_pooling_of_tite
-from .folder import has_sentence_transformers_files, is_ours, native_pipeline, refuse_folder_without_tokenizer
+from .folder import (
+    OUR_ENCODERS,
+    has_sentence_transformers_files,
+    is_ours,
+    native_pipeline,
+    refuse_folder_without_tokenizer,
+)
 from .trust import refuse_untrusted_code
 from .weights import (
     check_checkpoint_weights,
@@ -52,6 +60,35 @@ from .weights import (
 )
 
 CROSS_ENCODER_CLASS = "AutoModelForSequenceClassification"
+# where our model classes' StrictLoadingMixin logs (one module per family, ``logging.getLogger(__name__)``)
+_STRICT_LOADING_LOGGERS = tuple(dict.fromkeys(
+    base.__module__ for encoder in OUR_ENCODERS.values() for base in encoder.__mro__
+    if base.__name__ == "StrictLoadingMixin"))
+
+
+class _NamedByTheCheck(logging.Filter):
+    """Drops the warning of ``StrictLoadingMixin.from_pretrained`` (a partial checkpoint of ours loaded with
+    ``allow_missing_weights=True``): :func:`~.weights.check_checkpoint_weights` has logged the same differences."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.funcName != "from_pretrained"
+
+
+@contextlib.contextmanager
+def _differences_named_once():
+    """Meanwhile, a load that :func:`~.weights.check_checkpoint_weights` has checked (and, allowed, whose differences
+    it has logged) names them no second time: neither transformers' load report (:func:`~.weights.load_report_hidden`)
+    nor our classes' own warning, which ``from_pretrained_kwargs``' ``allow_missing_weights=True`` lets them log."""
+    loggers = [logging.getLogger(name) for name in _STRICT_LOADING_LOGGERS]
+    named = _NamedByTheCheck()
+    for logger in loggers:
+        logger.addFilter(named)
+    try:
+        with load_report_hidden():
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(named)
 
 
 def load_checked_model(
@@ -238,7 +275,8 @@ def load_sentence_transformer(
     * any other ``AutoModel`` checkpoint needs an explicit ``pooling="cls"`` or ``"mean"``.
 
     A folder or Hub id whose weights miss (or add) tensors of the model it declares is refused
-    (:func:`~.weights.check_checkpoint_weights`) unless ``allow_missing_weights``; one that would run code of its
+    (:func:`~.weights.check_checkpoint_weights`) unless ``allow_missing_weights`` (whose differences the check then
+    names in one warning: the load repeats none of it, :func:`_differences_named_once`); one that would run code of its
     own (``auto_map``, custom modules) unless ``trust_remote_code`` (:func:`~.trust.refuse_untrusted_code`); a
     folder without a tokenizer in one line (:func:`~.folder.refuse_folder_without_tokenizer`)."""
     if pooling is not None and pooling not in POOLING_MODES:
@@ -256,7 +294,7 @@ def load_sentence_transformer(
     )
     model_kwargs = {"trust_remote_code": trust_remote_code, **from_pretrained_kwargs(report, allow_missing_weights)}
     if pooling is None and has_sentence_transformers_files(name_or_path):
-        with load_report_hidden():
+        with _differences_named_once():
             return SentenceTransformer(
                 name_or_path, device=device, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs
             )
@@ -271,7 +309,7 @@ def load_sentence_transformer(
             )
         pooling = native_pooling
     remote = {"trust_remote_code": trust_remote_code}
-    with load_report_hidden():
+    with _differences_named_once():
         transformer = Transformer(name_or_path, model_kwargs=model_kwargs, config_kwargs=remote,
                                   processor_kwargs=remote)
     modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]

@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .folder import OUR_AUTO_CLASSES
-from .weights import _loading_file
+from .folder import OUR_AUTO_CLASSES, sentence_transformers_settings
+from .weights import loading_file
 
 TRUST_FIX = "pass --trust-remote-code (trust_remote_code=True) to run it"
 SENTENCE_TRANSFORMERS_PREFIX = "sentence_transformers."
@@ -47,7 +47,7 @@ class CheckpointCode:
 
 def _read_json(name_or_path: str, subfolder: str, filename: str):
     """A JSON file of the checkpoint, ``None`` when it has none (or an unreadable one: its reader says so)."""
-    path = _loading_file(name_or_path, subfolder, filename)
+    path = loading_file(name_or_path, subfolder, filename)
     if path is None:
         return None
     try:
@@ -69,7 +69,7 @@ def _code_location(name_or_path: str, subfolder: str, reference: str) -> str:
     module = dotted.rpartition(".")[0]
     if repository:
         return f"code in {module}.py of the Hub repository {repository}"
-    if _loading_file(name_or_path, subfolder, f"{module}.py") is not None:
+    if loading_file(name_or_path, subfolder, f"{module}.py") is not None:
         return f"code in {_shown(name_or_path, subfolder, module + '.py')}"
     return f"code of the module {module}, not in the checkpoint"
 
@@ -116,15 +116,15 @@ def _transformer_code(name_or_path: str, subfolder: str) -> list[CheckpointCode]
 
 def checkpoint_code(name_or_path: str | Path) -> list[CheckpointCode]:
     """Every piece of code that loading ``name_or_path`` (a folder or Hub id; files from the cache or the Hub)
-    with ``trust_remote_code=True`` would run beyond the installed packages' own classes (module doc)."""
+    with ``trust_remote_code=True`` would run beyond the installed packages' own classes (module doc). Its
+    sentence-transformers files (the modules, the ``Dense`` activations) are read by
+    :func:`~.folder.sentence_transformers_settings`."""
     name_or_path = str(name_or_path)
-    modules = _read_json(name_or_path, "", "modules.json")
-    if not isinstance(modules, list):
+    declared = sentence_transformers_settings(name_or_path)
+    if not declared:  # no modules.json
         return _transformer_code(name_or_path, "")
     found, transformer_seen = [], False
-    for module in modules:
-        if not isinstance(module, dict):
-            continue
+    for module in declared["modules"]:
         kind, subfolder = str(module.get("type") or ""), str(module.get("path") or "")
         if not kind.startswith(SENTENCE_TRANSFORMERS_PREFIX):
             found.append(CheckpointCode(_shown(name_or_path, "", "modules.json"), "the module class", kind,
@@ -133,10 +133,8 @@ def checkpoint_code(name_or_path: str | Path) -> list[CheckpointCode]:
             transformer_seen = True
             found += _transformer_code(name_or_path, subfolder)
         elif kind.endswith(".Dense"):
-            settings = _read_json(name_or_path, subfolder, "config.json")
-            if isinstance(settings, dict):
-                found += _activation(_shown(name_or_path, subfolder, "config.json"), "the Dense activation",
-                                     settings.get("activation_function"))
+            found += _activation(_shown(name_or_path, subfolder, "config.json"), "the Dense activation",
+                                 declared["dense_activations"].get(subfolder))
     if not transformer_seen:
         found += _transformer_code(name_or_path, "")
     return found

@@ -116,7 +116,7 @@ def pickled_weights_fix(path: str | Path) -> str:
     )
 
 
-def _loading_file(name_or_path: str, subfolder: str, filename: str) -> str | None:
+def loading_file(name_or_path: str, subfolder: str, filename: str) -> str | None:
     """Local path of ``filename`` in a folder or Hub repository (``None`` when it has none)."""
     found = folder_file(name_or_path, filename, subfolder)
     return str(found) if found is not None else None
@@ -132,7 +132,7 @@ def _check_module_weight_files(name_or_path: str, modules: list[dict]) -> None:
         if str(module.get("type", "")).endswith("Transformer"):  # checked with its model (check_checkpoint_weights)
             continue
         for filename in _LOADING_WEIGHT_FILES:
-            path = _loading_file(name_or_path, str(module["path"]), filename)
+            path = loading_file(name_or_path, str(module["path"]), filename)
             if path is not None:
                 _loading_file_keys(path)
                 break
@@ -198,10 +198,10 @@ def checkpoint_tensor_names(name_or_path: str | Path, subfolder: str = "") -> tu
     :class:`CheckpointWeightsError` naming the file."""
     name_or_path = str(name_or_path)
     for filename in _LOADING_WEIGHT_FILES:
-        single = _loading_file(name_or_path, subfolder, filename)
+        single = loading_file(name_or_path, subfolder, filename)
         if single is not None:
             return [single], _loading_file_keys(single)
-        index = _loading_file(name_or_path, subfolder, f"{filename}.index.json")
+        index = loading_file(name_or_path, subfolder, f"{filename}.index.json")
         if index is not None:
             try:
                 shards = sorted(set(json.loads(Path(index).read_text(encoding="utf-8"))["weight_map"].values()))
@@ -209,7 +209,7 @@ def checkpoint_tensor_names(name_or_path: str | Path, subfolder: str = "") -> tu
                 raise _loading_unreadable(index, error) from None
             files, keys = [], set()
             for shard in shards:
-                path = _loading_file(name_or_path, subfolder, shard)
+                path = loading_file(name_or_path, subfolder, shard)
                 if path is None:
                     raise CheckpointWeightsError(
                         f"{index} lists the shard {shard}, which is not there: copy or download the checkpoint again."
@@ -357,6 +357,7 @@ __all__ = [
     "load_report_hidden",
     "load_tensors_only",
     "loading_differences",
+    "loading_file",
     "pickled_weights_fix",
     "refuse_differences",
     "refuse_loaded_differences",

@@ -43,7 +43,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from .arguments import expand_config_file, parse
+from .arguments import CommandParser, parse
+from .arguments import expand_config_file as _expand_config_file_of_parser
 
 # command -> (module of this package, its function running the command, its function building the parser)
 _HOMES = {
@@ -92,6 +93,14 @@ MEMORY_FLAGS = {
     "quickstart": "--batch-size",
     "bench": "--doc-batch / --query-batch",
 }
+
+
+def expand_config_file(parser: CommandParser | str, argv: list[str], strict: bool = False) -> list[str]:
+    """:func:`.arguments.expand_config_file`, where ``parser`` may also be a subcommand's name (``"distill"``): the
+    name is looked up here, so that ``arguments`` never imports this package (which imports it)."""
+    if isinstance(parser, str):
+        parser = PARSERS[parser]()
+    return _expand_config_file_of_parser(parser, argv, strict)
 
 
 def _is_out_of_memory(error: BaseException) -> bool:

@@ -1,15 +1,17 @@
 """The conventions every subcommand shares: dashed flags with underscore aliases, and ``--config FILE``.
 
 Every subcommand's parser is a :class:`CommandParser` (built by :func:`make_parser`); a command whose settings are
-dataclasses (:mod:`dense_encoders.settings`) gets a :class:`~.dataclass_parser.DataclassParser`, transformers'
-``HfArgumentParser`` with the same conventions, which declares the flags from the fields, their types and metadata;
-the fields' values are checked in the dataclasses' ``__post_init__``. Each flag is declared once, dashed
+dataclasses (:mod:`dense_encoders.settings`) gets a :class:`DataclassParser`, transformers' ``HfArgumentParser`` with
+the same conventions, which declares the flags from the fields, their types and metadata; the fields' values are
+checked in the dataclasses' ``__post_init__``. Each flag is declared once, dashed
 (``--output-dir``); ``--output_dir`` is read as the same flag (:func:`normalize_flags`), so ``TrainingArguments``
 users keep their habits. Each flag's help ends with its default; a boolean field shows as a switch
 (``--no-progress``) although it also takes a value (``--bf16 False``); ``TrainingArguments``' own ``debug`` field
 is ``--trainer-debug``, since ``--debug`` (anywhere on the command line) means full tracebacks. All of this goes
 through the public API of argparse and ``HfArgumentParser``: ``add_argument``, the attributes of the actions it
-returns, ``parse_known_args``, ``format_help`` and ``error``. A command without dataclasses imports no transformers.
+returns, ``parse_known_args``, ``format_help`` and ``error``. A command without dataclasses imports no transformers:
+``DataclassParser`` is defined when first asked for (:func:`dataclass_parser_class`). Both parser classes live here;
+``dataclass_parser`` re-exports ``DataclassParser`` from this module and nothing here imports it back.
 
 :func:`parse` reads a subcommand's command line, in this order:
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 import textwrap
@@ -120,7 +123,7 @@ class CommandParser(argparse.ArgumentParser):
 
     def is_switch(self, keywords: Mapping) -> bool:
         """Whether ``add_argument(**keywords)`` declares a boolean that is shown as a switch although it takes an
-        optional value (``HfArgumentParser``'s boolean fields: :class:`~.dataclass_parser.DataclassParser`)."""
+        optional value (``HfArgumentParser``'s boolean fields: :class:`DataclassParser`)."""
         return False
 
     def _spelled(self, names: tuple[str, ...], keywords: dict) -> tuple[tuple[str, ...], dict]:
@@ -175,9 +178,39 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+@functools.cache
+def dataclass_parser_class() -> type[CommandParser]:
+    """The class ``DataclassParser`` (also ``arguments.DataclassParser`` and ``dataclass_parser.DataclassParser``),
+    defined on first call: it derives from transformers' ``HfArgumentParser``, whose import (transformers, not torch)
+    only a command whose settings are dataclasses pays."""
+    from transformers.hf_argparser import HfArgumentParser, string_to_bool
+
+    class DataclassParser(CommandParser, HfArgumentParser):
+        """``HfArgumentParser(dataclass_types, **settings)``: a flag per field of the dataclasses (help, metavar and
+        choices from the field's metadata), parsed into the dataclasses by ``parse_args_into_dataclasses`` (whose
+        ``__post_init__`` checks the values), declared and shown as :class:`CommandParser` declares flags. A boolean
+        field is a switch in ``--help`` (``--no-progress``) and still takes a value (``--bf16 False``)."""
+
+        def __init__(self, dataclass_types, **settings):
+            super().__init__(tuple(dataclass_types), **settings)
+
+        def is_switch(self, keywords: Mapping) -> bool:
+            return keywords.get("type") is string_to_bool and keywords.get("nargs") == "?"
+
+    DataclassParser.__qualname__ = "DataclassParser"  # as a module-level class: pickle and reprs find it here
+    return DataclassParser
+
+
+def __getattr__(name: str):
+    """``DataclassParser`` (:func:`dataclass_parser_class`), defined when first imported or read."""
+    if name == "DataclassParser":
+        return dataclass_parser_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def make_parser(prog: str, description: str, examples: str, dataclasses: tuple = (),
                 usage: str | None = None, **options) -> CommandParser:
-    """A subcommand's parser: a :class:`~.dataclass_parser.DataclassParser` over ``dataclasses`` when given, else a
+    """A subcommand's parser: a :class:`DataclassParser` over ``dataclasses`` when given, else a
     :class:`CommandParser`, with the ``--config`` and ``--debug`` conventions stated under the examples. ``usage``
     replaces argparse's usage line (which would list every flag); ``options`` go to :class:`CommandParser`
     (``hidden``, ``help_texts``, ``group_title``)."""
@@ -189,10 +222,8 @@ def make_parser(prog: str, description: str, examples: str, dataclasses: tuple =
     if "\n" not in description:  # argparse prints a raw description as it is: one line per paragraph
         description = textwrap.fill(description, width=100, break_on_hyphens=False)
     settings = dict(prog=prog, description=description, epilog=epilog, usage=usage, **options)
-    if dataclasses:
-        from .dataclass_parser import DataclassParser  # imports transformers (not torch): only where dataclasses are
-
-        return DataclassParser(dataclasses, **settings)
+    if dataclasses:  # imports transformers (not torch): only where dataclasses are
+        return dataclass_parser_class()(dataclasses, **settings)
     return CommandParser(**settings)
 
 
@@ -286,14 +317,11 @@ def config_flags(parser: CommandParser, settings: dict, source: str = "the confi
     return flags
 
 
-def expand_config_file(parser: CommandParser | str, argv: list[str], strict: bool = False) -> list[str]:
+def expand_config_file(parser: CommandParser, argv: list[str], strict: bool = False) -> list[str]:
     """``argv`` with ``--config FILE`` replaced by the file's flags, placed after the command line's leading
-    positionals and before its flags (so flags given on the command line win). ``parser`` may be a
-    subcommand's name; ``strict`` refuses keys that are no flags of it (:func:`config_flags`)."""
-    if isinstance(parser, str):
-        from . import PARSERS  # import cycle: cli/__init__ imports this module
-
-        parser = PARSERS[parser]()
+    positionals and before its flags (so flags given on the command line win). ``strict`` refuses keys that are no
+    flags of ``parser`` (:func:`config_flags`). By a subcommand's name instead of its parser:
+    ``dense_encoders.cli.expand_config_file``."""
     if len(argv) == 1 and argv[0].endswith(CONFIG_SUFFIXES) and not parser.positionals:
         argv = ["--config", argv[0]]  # `dense-encoders distill run.yaml`
     if "--config" not in argv:
@@ -370,9 +398,11 @@ def parse(parser: CommandParser, argv: list[str], command: str | None = None):
 parse.last = None
 
 
+# DataclassParser is left out of __all__: `import *` would define it, importing transformers
 __all__ = [
     "CommandParser",
     "config_flags",
+    "dataclass_parser_class",
     "expand_config_file",
     "expand_recipe",
     "help_with_default",

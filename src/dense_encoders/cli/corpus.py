@@ -152,22 +152,24 @@ def search(argv: list[str]) -> int:
     # slow to import (sentence_transformers via evaluation, torch): only when the command runs
     from ..data.embedding_shards import EmbeddingShards
     from ..data.runs import write_ranked_trec_run
-    from ..evaluation.shard_search import open_faiss_index, ranked_from_topk, search_faiss_index, search_shards
+    from ..evaluation.backends import stored_index_backend
+    from ..evaluation.shard_search import ranked_from_topk, search_shards
 
     options, positionals = parse(build_search_parser(), argv)
     check_device(options.device)
     check_outputs({"--output": options.output}, {},
                   shards={"CORPUS": positionals.corpus, "QUERIES": positionals.queries})
     corpus = Path(positionals.corpus)
-    faiss_index = record = None
-    if corpus.suffix == ".faiss":
-        faiss_index, record, documents = open_faiss_index(corpus)
+    # a stored index: its record names the backend that searches it; a folder: embedding shards, searched exactly
+    backend = stored_index_backend(corpus)
+    if backend is not None:
+        stored, record, documents = backend.open_index(corpus)
     else:
         documents = EmbeddingShards.open(corpus)
     query_ids, query_embeddings = _queries_for(documents, positionals.queries, options)
-    if faiss_index is not None:
-        scores, indices = search_faiss_index(faiss_index, record, query_embeddings, options.k, nprobe=options.nprobe,
-                                             ef_search=options.ef_search)
+    if backend is not None:
+        scores, indices = backend.search_index(stored, record, query_embeddings, options.k, nprobe=options.nprobe,
+                                               ef_search=options.ef_search)
     else:
         if options.nprobe or options.ef_search:
             raise ValueError("--nprobe / --ef-search apply to a FAISS index, not to exact search over shards")

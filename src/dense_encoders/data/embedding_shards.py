@@ -205,10 +205,18 @@ def shard_folder_files(path: str | Path) -> list[Path]:
     index with its ``.json`` record and the shards it records. What is not such a folder or index is itself
     (a text file or folder read whole)."""
     path = Path(path)
-    if path.suffix == ".faiss":
-        record = read_record(path.with_suffix(".json"))
+    record_path = path.with_suffix(".json")
+    record = None
+    if path.is_file() and record_path.is_file() and record_path != path:
+        try:
+            record = read_record(record_path)
+        except ValueError:  # a sibling that is no record: the path is not an index
+            record = None
+    # an index is known by the record `dense-encoders index` writes beside it (whatever its suffix)
+    if path.suffix == ".faiss" or (isinstance(record, dict) and "shards" in record):
+        record = record if record is not None else read_record(record_path)
         shards = shard_folder_files(record["shards"]) if isinstance(record, dict) and record.get("shards") else []
-        return [path, path.with_suffix(".json"), *shards]
+        return [path, record_path, *shards]
     if not (path / MANIFEST_FILE).is_file():
         return [path]
     return [path / MANIFEST_FILE, *sorted(path.glob("shard-*.safetensors")), *sorted(path.glob("shard-*.ids"))]

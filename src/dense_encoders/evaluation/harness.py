@@ -30,7 +30,7 @@ from ..settings.evaluation import (  # noqa: F401 (re-exported: --help reads the
     EvaluationArguments,
 )
 from ..vectors import SIMILARITIES
-from .backends import SearchBackend, get_backend
+from .backends import SearchBackend, backend_class, get_backend
 from .encoding import EncodedTexts, RetrievalEncoder
 from .metrics import compute_metrics, holm_bonferroni, paired_t_test
 from .rerank import rerank
@@ -51,11 +51,11 @@ class RetrievalResults:
       ``pair_threshold`` and ``pair_scale`` (its split names the threshold, ``pairs@0.5``); a Hub dataset adds
       ``hub``: ``repo_id``, ``revision`` (the commit read), ``layout`` and, for BEIR's layout, ``qrels`` (the
       companion repository and its commit); its ``source`` is ``hf://datasets/<id>@<commit>``.
-    * ``settings``: ``k``, ``similarity``, ``search_backend`` (``exact``, or ``faiss``: an ``IndexFlatIP``),
-      ``relevance_level``, ``pooling`` (given for a plain checkpoint; None: the model's own), the encoder's
-      settings (``batch_size``, ``prompts``, ``max_lengths``, ...), ``corpus_embeddings`` and
-      ``corpus_embeddings_dtype`` (the stored shards' dtype, float16 by default; None when the documents were
-      encoded in this run). The BM25 baseline
+    * ``settings``: ``k``, ``similarity``, ``search_backend`` (``exact``, or ``faiss``: an ``IndexFlatIP``) and
+      ``search_backend_label`` (the backend's ``label``: how a model card names the search), ``relevance_level``,
+      ``pooling`` (given for a plain checkpoint; None: the model's own), the encoder's settings (``batch_size``,
+      ``prompts``, ``max_lengths``, ...), ``corpus_embeddings`` and ``corpus_embeddings_dtype`` (the stored shards'
+      dtype, float16 by default; None when the documents were encoded in this run). The BM25 baseline
       (``model`` ``"bm25"``): similarity ``bm25``, search backend ``bm25s``, ``stopwords``; its ``timings`` hold only
       ``search_s`` (indexing included), its throughput ``None``.
     * ``metrics``: measure -> value (``ndcg@10``, ``mrr@10``, ``recall@100``, ``recall@1000``, ``hits@10``);
@@ -285,6 +285,7 @@ def _settings_record(args: EvaluationArguments, similarity: str, encoder: Retrie
     stored = EmbeddingShards.open(args.corpus_embeddings) if args.corpus_embeddings is not None else None
     return {
         "k": args.k, "similarity": similarity, "search_backend": args.backend,
+        "search_backend_label": backend_class(args.backend).label,
         "relevance_level": args.relevance_level, "pooling": args.pooling, **encoder.settings(),
         "corpus_embeddings": str(args.corpus_embeddings) if stored is not None else None,
         "corpus_embeddings_dtype": stored.settings.get("dtype") if stored is not None else None,

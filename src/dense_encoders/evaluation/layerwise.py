@@ -217,6 +217,16 @@ def layerwise_analysis(
                 )
                 rows.append({"dataset": label, "encoder": encoder_name, "layer": layer, **metrics})
 
+    results = {"rows": rows, "t_tests": _paired_t_tests_per_layer(rows), "copies": copies}
+    if output_dir is not None:
+        write_layerwise_outputs(results, output_dir)
+    return results
+
+
+def _paired_t_tests_per_layer(rows: list[dict]) -> list[dict]:
+    """For each layer both encoders have and each measure, the paired t-test across datasets of the cross-encoder's
+    against the dual encoder's value (``rows`` as :func:`layerwise_analysis` gives them): ``[{layer, measure, t, p,
+    datasets}]``; ``t`` and ``p`` are ``None`` with fewer than two datasets, 0 and 1 where the values are equal."""
     t_tests = []
     names = sorted({row["dataset"] for row in rows})
     common_layers = sorted(
@@ -236,10 +246,7 @@ def layerwise_analysis(
                 result = stats.ttest_rel(ce, de)
                 t, p = float(result.statistic), float(result.pvalue)
             t_tests.append({"layer": layer, "measure": measure, "t": t, "p": p, "datasets": len(names)})
-    results = {"rows": rows, "t_tests": t_tests, "copies": copies}
-    if output_dir is not None:
-        write_layerwise_outputs(results, output_dir)
-    return results
+    return t_tests
 
 
 def write_layerwise_outputs(results: dict, output_dir: str | Path) -> list[Path]:

@@ -55,9 +55,6 @@ DISTILLATION_BIBTEX = """@inproceedings{menon-2022-defense,
   year = {2022}
 }"""  # noqa: E501 (BibTeX as published)
 
-# how the results were searched, by the results JSON's settings.search_backend
-SEARCH_BACKENDS = {"exact": "exact", "faiss": "FAISS IndexFlatIP"}
-
 RESULT_METRICS = {"ndcg@10": ("ndcg_at_10", "nDCG@10"), "mrr@10": ("mrr_at_10", "MRR@10"),
                   "recall@100": ("recall_at_100", "Recall@100"), "recall@1000": ("recall_at_1000", "Recall@1000"),
                   "hits@10": ("accuracy_at_10", "Hits@10")}
@@ -385,8 +382,8 @@ def _search(result: dict) -> str:
     """How a result's documents were searched: exact or FAISS, over embeddings encoded in the run (float32) or
     stored shards (their dtype), and the runtime that encoded them when it was not torch."""
     settings = result.get("settings") or {}
-    backend = settings.get("search_backend", "exact")
-    text = SEARCH_BACKENDS.get(backend, backend)
+    # the label the backend gave the results JSON (evaluation's backend registry); a record without one: its name
+    text = settings.get("search_backend_label") or settings.get("search_backend", "exact")
     if settings.get("corpus_embeddings"):
         text += f", {settings.get('corpus_embeddings_dtype') or 'stored'} shards"
     runtime = settings.get("runtime") or {}
@@ -550,15 +547,9 @@ def condenser_model_card(folder: str | Path, repo_id: str | None = None, license
     return render_card(data)
 
 
-def render_card(data: DenseEncoderCardData) -> ModelCard:
-    """The card that ``data`` describes: metadata, architecture, training, results, usage."""
-    config, records, name = data.config, data.records, data.model_name
-    description, tags, citations = _describe(config, converted=records.conversion is not None)
-    facts, training_citations, recorded_base = _training(records)
-    stage_lines, stage_citations = _earlier_stages(records.earlier_stages)
-    pooling, similarity, normalised = data.pooling, data.similarity, data.normalized
-    evaluations = [result for _, result in records.evaluations]
-    report, report_row = _infusion_report(records)
+def _eval_results(evaluations: list[dict], report: dict | None, report_row: dict | None) -> list[EvalResult]:
+    """The card metadata's ``eval_results``: every reported metric of the results JSONs, and of this model's row of
+    the ``dense-encoders infuse`` report."""
     eval_results = []
     for result in evaluations:
         dataset, hub = result["dataset"], result["dataset"].get("hub") or {}
@@ -580,6 +571,61 @@ def render_card(data: DenseEncoderCardData) -> ModelCard:
                     dataset_name=report["dataset"], dataset_split=report["split"], metric_type=metric_type,
                     metric_value=round(float(value), 4), metric_name=metric_name,
                 ))
+    return eval_results
+
+
+def _results_lines(evaluations: list[dict]) -> list[str]:
+    """The card's results table: a row per results JSON (its metrics, how it was searched, encode speed)."""
+    if not evaluations:
+        return []
+    lines = ["## Results", "", "| dataset | split | " + " | ".join(RESULT_METRICS[k][1] for k in RESULT_METRICS)
+             + " | search | documents/s |", "|:--|:--|" + "--:|" * len(RESULT_METRICS) + ":--|--:|"]
+    levels = sorted({r.get("settings", {}).get("relevance_level", 1) for r in evaluations})
+    for result in evaluations:
+        cells = [f"{result['metrics'][k]:.4f}" if k in result["metrics"] else "-" for k in RESULT_METRICS]
+        speed = result.get("throughput", {}).get("documents_per_s")
+        device = result.get("environment", {}).get("device", "")
+        level = result.get("settings", {}).get("relevance_level", 1)
+        split = result["dataset"]["split"] + (f" (relevance level {level})" if len(levels) > 1 else "")
+        lines.append(f"| {_dataset_cell(result['dataset'])} | {split} | " + " | ".join(cells)
+                     + f" | {_search(result)} | {f'{speed:.1f} ({device})' if speed else '-'} |")
+    return lines + ["", "Measured with `dense-encoders evaluate` and ir-measures; the search column says how the "
+                    "documents were searched (exact: every document scored with float32 embeddings encoded in the "
+                    "run; FAISS IndexFlatIP: FAISS's exact inner-product index; shards: the stored document "
+                    "embeddings of `dense-encoders encode`, in the dtype named); relevance level "
+                    f"{', '.join(map(str, levels))}: MRR, Recall and Hits count a judgement of at least that grade "
+                    "as relevant, nDCG uses the graded judgements.", ""]
+
+
+def _limitation_lines(config: dict, records: RunRecords, evaluated: bool) -> list[str]:
+    """The card's limitations: a TITE's length, no results recorded (``evaluated`` False), pre-training only."""
+    limitations = []
+    if config.get("model_type") == "tite":
+        limitations.append(f"Texts longer than {config.get('max_position_embeddings')} tokens must be truncated: "
+                           "the pooling schedule reaches one vector only up to that length.")
+    if not evaluated:
+        limitations.append("No evaluation results were recorded with this checkpoint.")
+    if pretraining := records.pretraining:
+        limitations.append(f"Pre-trained with the {pretraining.get('architecture')} objective only: fine-tune it on "
+                           "relevance data before using it for retrieval.")
+    return ["## Limitations", "", *[f"- {item}" for item in limitations], ""] if limitations else []
+
+
+def _citation_lines(citations: list[str]) -> list[str]:
+    """The card's BibTeX section, each citation once, in order."""
+    unique = list(dict.fromkeys(citations))
+    return ["## Citation", "", "```bibtex", "\n\n".join(unique), "```", ""] if unique else []
+
+
+def render_card(data: DenseEncoderCardData) -> ModelCard:
+    """The card that ``data`` describes: metadata, architecture, training, results, usage."""
+    config, records, name = data.config, data.records, data.model_name
+    description, tags, citations = _describe(config, converted=records.conversion is not None)
+    facts, training_citations, recorded_base = _training(records)
+    stage_lines, stage_citations = _earlier_stages(records.earlier_stages)
+    pooling, similarity, normalised = data.pooling, data.similarity, data.normalized
+    evaluations = [result for _, result in records.evaluations]
+    report, report_row = _infusion_report(records)
     metadata = ModelCardData(  # no `datasets:`: that list names training data, and evaluation data are in eval_results
         model_name=name,
         library_name="sentence-transformers" if pooling is not None else "transformers",
@@ -587,7 +633,7 @@ def render_card(data: DenseEncoderCardData) -> ModelCard:
         tags=[*tags, "dense-encoders", "sentence-transformers", "dense-retrieval", "feature-extraction"],
         base_model=data.base_model or recorded_base,
         license=data.license,
-        eval_results=eval_results or None,
+        eval_results=_eval_results(evaluations, report, report_row) or None,
     )
     lines = [f"# {name}", "", description, "", *_conversion(records.conversion)]
     if similarity or pooling:
@@ -596,47 +642,15 @@ def render_card(data: DenseEncoderCardData) -> ModelCard:
     lines += stage_lines
     if facts:
         lines += ["## Training", "", *facts, ""]
-    if evaluations:
-        lines += ["## Results", "", "| dataset | split | " + " | ".join(RESULT_METRICS[k][1] for k in RESULT_METRICS)
-                  + " | search | documents/s |", "|:--|:--|" + "--:|" * len(RESULT_METRICS) + ":--|--:|"]
-        levels = sorted({r.get("settings", {}).get("relevance_level", 1) for r in evaluations})
-        for result in evaluations:
-            cells = [f"{result['metrics'][k]:.4f}" if k in result["metrics"] else "-" for k in RESULT_METRICS]
-            speed = result.get("throughput", {}).get("documents_per_s")
-            device = result.get("environment", {}).get("device", "")
-            level = result.get("settings", {}).get("relevance_level", 1)
-            split = result["dataset"]["split"] + (f" (relevance level {level})" if len(levels) > 1 else "")
-            lines.append(f"| {_dataset_cell(result['dataset'])} | {split} | " + " | ".join(cells)
-                         + f" | {_search(result)} | {f'{speed:.1f} ({device})' if speed else '-'} |")
-        lines += ["", "Measured with `dense-encoders evaluate` and ir-measures; the search column says how the "
-                  "documents were searched (exact: every document scored with float32 embeddings encoded in the run; "
-                  "FAISS IndexFlatIP: FAISS's exact inner-product index; shards: the stored document embeddings of "
-                  "`dense-encoders encode`, in the dtype named); relevance level "
-                  f"{', '.join(map(str, levels))}: MRR, Recall and Hits count a judgement of at least that grade "
-                  "as relevant, nDCG uses the graded judgements.", ""]
+    lines += _results_lines(evaluations)
     if report is not None:
         lines += _report_lines(report, report_row["model"])
     lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity, normalised,
                                      data.prompts, data.lengths, config.get("max_position_embeddings")), ""]
-    limitations = []
-    if config.get("model_type") == "tite":
-        limitations.append(f"Texts longer than {config.get('max_position_embeddings')} tokens must be truncated: "
-                           "the pooling schedule reaches one vector only up to that length.")
-    if not evaluations and report is None:
-        limitations.append("No evaluation results were recorded with this checkpoint.")
-    if pretraining := records.pretraining:
-        limitations.append(f"Pre-trained with the {pretraining.get('architecture')} objective only: fine-tune it on "
-                           "relevance data before using it for retrieval.")
-    if limitations:
-        lines += ["## Limitations", "", *[f"- {item}" for item in limitations], ""]
-    all_citations = []
-    for citation in citations + stage_citations + training_citations:
-        if citation not in all_citations:
-            all_citations.append(citation)
-    if all_citations:
-        lines += ["## Citation", "", "```bibtex", "\n\n".join(all_citations), "```", ""]
+    lines += _limitation_lines(config, records, evaluated=bool(evaluations) or report is not None)
+    lines += _citation_lines(citations + stage_citations + training_citations)
     return ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines))
 
 
-__all__ = ["CE_EMBEDDINGS_BIBTEX", "DISTILLATION_BIBTEX", "SEARCH_BACKENDS", "TITE_BIBTEX",
+__all__ = ["CE_EMBEDDINGS_BIBTEX", "DISTILLATION_BIBTEX", "TITE_BIBTEX",
            "DenseEncoderCardData", "condenser_model_card", "model_card", "render_card"]

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
+from ..checkpoints.backbones import from_backbone
 from ..checkpoints.folder import refuse_folder_without_tokenizer
 from ..checkpoints.loading import load_checked_model
-from ..checkpoints.tite_backbone import tite_from_backbone
 from ..checkpoints.weights import checkpoint_tensor_names
 from ..data import (
     CoCondenserCollator,
@@ -252,12 +252,11 @@ def build_model(setup: PreTrainingSetup, vocab_size: int):
         return load_checked_model(setup.init_from, auto_class=model_class)
     if setup.architecture == "tite":
         if setup.backbone:
-            return tite_from_backbone(setup.backbone, tite_preset(setup.preset) if setup.preset else None,
-                                      model_class=model_class)
+            return from_backbone(model_class, setup.backbone, tite_preset(setup.preset) if setup.preset else None)
         return model_class(tite_preset(setup.preset or DEFAULT_PRESETS["tite"], vocab_size=vocab_size))
     head = dict(n_head_layers=setup.n_head_layers, late_mlm=setup.late_mlm)
     if setup.backbone:
-        return model_class.from_backbone(setup.backbone, skip_from=setup.skip_from, **head)
+        return from_backbone(model_class, setup.backbone, skip_from=setup.skip_from, **head)
     overrides = dict(head, vocab_size=vocab_size, max_position_embeddings=max(setup.max_seq_length, 32))
     if setup.skip_from is not None:
         overrides["skip_from"] = setup.skip_from

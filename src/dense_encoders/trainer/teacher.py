@@ -278,17 +278,9 @@ def score_teacher(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: must be at least 1")
     teacher = cross_encoder  # as given (a path, an id or a model), before a path is loaded
-    bi_encoder = _is_bi_encoder(cross_encoder, trust_remote_code)
-    if pooling is not None and not bi_encoder:
-        raise ValueError(f"pooling={pooling!r} applies to a bi-encoder teacher; a cross-encoder scores pairs itself")
-    if isinstance(cross_encoder, (str, os.PathLike)):  # before anything is written
-        if bi_encoder:  # loading it is its check (weights, code, tokenizer, pooling)
-            cross_encoder = load_sentence_transformer(
-                str(cross_encoder), pooling=pooling, device=device, allow_missing_weights=allow_missing_weights,
-                trust_remote_code=trust_remote_code)
-        else:
-            check_cross_encoder(str(cross_encoder), allow_missing_weights=allow_missing_weights,
-                                trust_remote_code=trust_remote_code)
+    cross_encoder, bi_encoder = _checked_teacher(cross_encoder, pooling=pooling, device=device,
+                                                 allow_missing_weights=allow_missing_weights,
+                                                 trust_remote_code=trust_remote_code)
     candidates = _candidates(run, top_k, queries, corpus)
     output = Path(output)
     settings = teacher_settings(teacher, kind="bi-encoder" if bi_encoder else "cross-encoder", top_k=top_k,
@@ -319,6 +311,27 @@ def score_teacher(
     finally:
         progress.close()
     return stats
+
+
+def _checked_teacher(cross_encoder, *, pooling: str | None, device: str | None, allow_missing_weights: bool,
+                     trust_remote_code: bool) -> tuple:
+    """``(teacher, is_bi_encoder)``, checked before anything is written: a bi-encoder given as a path / Hub id is
+    loaded (:func:`~dense_encoders.checkpoints.loading.load_sentence_transformer`, whose loading is its check of
+    weights, code, tokenizer and ``pooling``), a cross-encoder's folder is checked without loading it
+    (:func:`~dense_encoders.checkpoints.loading.check_cross_encoder`) and stays a path; a model is returned as
+    given. ``pooling`` for a cross-encoder is refused."""
+    bi_encoder = _is_bi_encoder(cross_encoder, trust_remote_code)
+    if pooling is not None and not bi_encoder:
+        raise ValueError(f"pooling={pooling!r} applies to a bi-encoder teacher; a cross-encoder scores pairs itself")
+    if isinstance(cross_encoder, (str, os.PathLike)):
+        if bi_encoder:
+            cross_encoder = load_sentence_transformer(
+                str(cross_encoder), pooling=pooling, device=device, allow_missing_weights=allow_missing_weights,
+                trust_remote_code=trust_remote_code)
+        else:
+            check_cross_encoder(str(cross_encoder), allow_missing_weights=allow_missing_weights,
+                                trust_remote_code=trust_remote_code)
+    return cross_encoder, bi_encoder
 
 
 def _candidates(run: Run | str | Path, top_k: int, queries: Mapping[str, str], corpus: Mapping) -> dict[str, list[str]]:

@@ -1,7 +1,7 @@
 """The ``exact`` backend: every query scored against every document, block by block.
 
 Never more than one ``query_chunk_size x document_chunk_size`` block of scores exists at a time; a
-:class:`~dense_encoders.evaluation.search.RunningTopK` per query range keeps the best ``k`` so far. Over
+:class:`~dense_encoders.evaluation.backends.core.RunningTopK` per query range keeps the best ``k`` so far. Over
 embedding shards, one shard is in memory at a time, and the result is that of the concatenated matrix.
 """
 
@@ -15,34 +15,24 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ...data.embedding_shards import EmbeddingShards
-from ..search import (
+from .base import SearchBackend, shards_similarity
+from .core import (
     NORMALIZE_EPS,
     RunningTopK,
-    _empty_result,
-    _prepare,
+    ScoreScratch,
+    SearchResult,
+    empty_result,
+    prepare,
     score_block,
     score_threads,
     scores_are_bounded,
     validate_k,
 )
-from .base import SearchBackend, shards_similarity
-
-
-class _Scratch:
-    """One buffer for every score block of a search, handed out as each block's contiguous ``[rows, columns]``:
-    :func:`~dense_encoders.evaluation.search.score_block` writes into it instead of allocating a block per
-    product (:class:`~dense_encoders.evaluation.search.RunningTopK` keeps nothing of a block it was given)."""
-
-    def __init__(self, rows: int, columns: int, device: torch.device):
-        self._buffer = torch.empty(rows * columns, dtype=torch.float32, device=device)
-
-    def block(self, rows: int, columns: int) -> torch.Tensor:
-        return self._buffer[: rows * columns].view(rows, columns)
 
 
 class ExactSearch(SearchBackend):
     """Exact top-k search without building the full score matrix, block by block through
-    :func:`~dense_encoders.evaluation.search.score_block`.
+    :func:`~dense_encoders.evaluation.backends.core.score_block`.
 
     Args:
         query_chunk_size / document_chunk_size: block size; peak score memory is their product.
@@ -52,6 +42,7 @@ class ExactSearch(SearchBackend):
     """
 
     name = "exact"
+    label = "exact"
 
     def __init__(self, *, query_chunk_size: int = 1024, document_chunk_size: int = 16384,
                  device: str | torch.device = "cpu", show_progress_bar: bool = False):
@@ -67,13 +58,13 @@ class ExactSearch(SearchBackend):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
     def search(self, queries: Any, documents: Any, k: Any, *, similarity: str = "cosine"
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+               ) -> SearchResult:
         """Query range by query range, each over all document blocks in order. Empty queries give ``[0, 0]``
         tensors; computation (and the result) lives on the queries' device."""
-        q, d, k = _prepare(queries, documents, k, similarity)
+        q, d, k = prepare(queries, documents, k, similarity)
         self._check_block_sizes()
         if q.shape[0] == 0:
-            return _empty_result(q.device)
+            return empty_result(q.device)
         if similarity == "cosine":
             q = F.normalize(q, p=2.0, dim=1, eps=NORMALIZE_EPS)
             d = F.normalize(d, p=2.0, dim=1, eps=NORMALIZE_EPS)
@@ -85,7 +76,7 @@ class ExactSearch(SearchBackend):
             query_starts = tqdm(query_starts, desc="Exact search", unit="chunk")
 
         best = RunningTopK(k)
-        scratch = _Scratch(min(query_chunk_size, num_queries), min(document_chunk_size, num_documents), q.device)
+        scratch = ScoreScratch(min(query_chunk_size, num_queries), min(document_chunk_size, num_documents), q.device)
         with score_threads():
             for q_start in query_starts:
                 q_block = q[q_start : q_start + query_chunk_size]
@@ -96,7 +87,7 @@ class ExactSearch(SearchBackend):
         return best.result()
 
     def search_shards(self, queries: np.ndarray, documents: EmbeddingShards, k: Any, *,
-                      similarity: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      similarity: str | None = None) -> SearchResult:
         """Shard by shard, each block of a shard against every query range; float16 shards are read as the
         float32 rows they store."""
         k = min(validate_k(k), documents.count)
@@ -110,8 +101,8 @@ class ExactSearch(SearchBackend):
         if similarity == "cosine":
             queries = F.normalize(queries, p=2.0, dim=1, eps=NORMALIZE_EPS)
         best = RunningTopK(k)
-        scratch = _Scratch(min(query_chunk_size, len(queries)), min(document_chunk_size, documents.count),
-                           queries.device)
+        scratch = ScoreScratch(min(query_chunk_size, len(queries)), min(document_chunk_size, documents.count),
+                               queries.device)
         bar = tqdm(total=documents.count, unit="doc", desc="Exact search", disable=not self.show_progress_bar)
         with score_threads():
             for offset, embeddings, _ in documents.shards():

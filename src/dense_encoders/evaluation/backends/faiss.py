@@ -18,8 +18,8 @@ import torch
 
 from ...data.embedding_shards import EmbeddingShards, file_sha256, read_record
 from ...data.files import write_json
-from ..search import _empty_result, _prepare, _stable_sort_rows, validate_k
 from .base import SearchBackend, shards_similarity
+from .core import SearchResult, empty_result, prepare, stable_sort_rows, validate_k
 
 logger = logging.getLogger(__name__)
 
@@ -40,16 +40,17 @@ class FaissSearch(SearchBackend):
     the k-th place is kept is faiss's choice."""
 
     name = "faiss"
+    label = "FAISS IndexFlatIP"
     shards_refusal = ("corpus embeddings are searched exactly, shard by shard; for a FAISS index use "
                       "`dense-encoders index` and `dense-encoders search`")
 
     def search(self, queries: Any, documents: Any, k: Any, *, similarity: str = "cosine"
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+               ) -> SearchResult:
         faiss = _faiss("faiss_search needs faiss; install it with: pip install 'dense-encoders[faiss]' "
                        "(or use backend='exact')")
-        q, d, k = _prepare(queries, documents, k, similarity)
+        q, d, k = prepare(queries, documents, k, similarity)
         if q.shape[0] == 0:
-            return _empty_result(torch.device("cpu"))
+            return empty_result(torch.device("cpu"))
         q_np = np.array(q.cpu().numpy(), dtype=np.float32, order="C", copy=True)
         d_np = np.array(d.cpu().numpy(), dtype=np.float32, order="C", copy=True)
         if similarity == "cosine":
@@ -60,7 +61,16 @@ class FaissSearch(SearchBackend):
         scores_np, indices_np = index.search(q_np, k)
         scores = torch.from_numpy(np.ascontiguousarray(scores_np, dtype=np.float32))
         indices = torch.from_numpy(np.ascontiguousarray(indices_np, dtype=np.int64))
-        return _stable_sort_rows(scores, indices)
+        return stable_sort_rows(scores, indices)
+
+    def open_index(self, path: str | Path) -> tuple[object, dict, EmbeddingShards]:
+        """A FAISS index of :func:`build_faiss_index` (:func:`open_faiss_index`)."""
+        return open_faiss_index(path)
+
+    def search_index(self, index, record: dict, queries: np.ndarray, k: int, *, nprobe: int | None = None,
+                     ef_search: int | None = None, use_gpu: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`search_faiss_index`: ``nprobe`` for IVF indexes, ``ef_search`` for HNSW ones."""
+        return search_faiss_index(index, record, queries, k, nprobe=nprobe, ef_search=ef_search, use_gpu=use_gpu)
 
 
 # ------------------------------------------------------------------------------------------------ stored indexes
@@ -102,7 +112,8 @@ def build_faiss_index(
 ) -> Path:
     """A FAISS index of the shards (``faiss.index_factory(dim, factory, inner product)``), trained on a sample
     of ``train_size`` rows when the index type needs training, filled shard by shard, written to ``output``
-    (``.faiss``) with ``output.json`` recording the shards it indexes. On a GPU build when faiss has one."""
+    (``.faiss``) with ``output.json`` recording the shards it indexes and the backend that searches it
+    (``backend``: ``faiss``, which ``dense-encoders search`` reads). On a GPU build when faiss has one."""
     faiss = _faiss()
     similarity = shards_similarity(documents, similarity)
     try:
@@ -123,8 +134,9 @@ def build_faiss_index(
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     faiss.write_index(index, str(output))
-    record = {"factory": factory, "similarity": similarity, "shards": str(documents.folder.resolve()),
-              "count": documents.count, "manifest_sha256": file_sha256(documents.folder / "manifest.json"),
+    record = {"backend": FaissSearch.name, "factory": factory, "similarity": similarity,
+              "shards": str(documents.folder.resolve()), "count": documents.count,
+              "manifest_sha256": file_sha256(documents.folder / "manifest.json"),
               "train_size": min(train_size, documents.count), "seed": seed}
     write_json(output.with_suffix(".json"), record, sort_keys=False)
     return output

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, BertConfig, BertForMaskedLM
+from transformers import BertConfig, BertForMaskedLM
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.models.bert.modeling_bert import BertLayer, BertModel, BertOnlyMLMHead, BertPreTrainedModel
@@ -492,7 +492,8 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
                 f"{cls.__name__} is FRESHLY INITIALISED. Continuing pre-training from a headless checkpoint "
                 "(such as the Hub copies of the reference models) first trains a random head, whose gradients "
                 "can corrupt the backbone; start from a checkpoint saved by CondenserForPreTraining.save_pretrained "
-                "to keep the head, or use CondenserForPreTraining.from_backbone for a deliberate warm start."
+                "to keep the head, or warm-start deliberately with "
+                "dense_encoders.from_backbone(CondenserForPreTraining, BERT_CHECKPOINT)."
             )
         elif no_mlm_head:
             logger.warning(
@@ -507,62 +508,6 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
                 f"initialised {other[:5]}; {len(unexpected)} checkpoint tensors were not used {unexpected[:5]}."
             )
         return (model, info) if want_info else model
-
-    @classmethod
-    def from_backbone(
-        cls,
-        name_or_path: str | os.PathLike,
-        *,
-        n_head_layers: int = 2,
-        skip_from: int | None = None,
-        late_mlm: bool = True,
-        **config_overrides,
-    ):
-        """Warm-start from any BERT-architecture checkpoint (paper: "initialised from BERT").
-
-        Embeddings and encoder layers are copied exactly; the MLM head too when the checkpoint
-        has one (``BertForMaskedLM`` / ``BertForPreTraining`` layouts), otherwise it is freshly
-        initialised (logged). The Condenser head is always fresh (BERT init). ``skip_from``
-        defaults to half the depth (6 for BERT-base, as in the paper).
-        """
-        source_config = AutoConfig.from_pretrained(name_or_path)
-        if source_config.model_type not in BERT_LIKE_MODEL_TYPES:
-            raise ValueError(
-                f"{name_or_path} is a {source_config.model_type!r} checkpoint; Condenser warm-starts from "
-                f"BERT-architecture checkpoints (model_type in {BERT_LIKE_MODEL_TYPES}), whose parameter "
-                "layout it copies. Pick a BERT-family checkpoint (e.g. bert-base-uncased, all-MiniLM-L6-v2) "
-                "or build CondenserForPreTraining(CondenserConfig(...)) to train from scratch."
-            )
-        config_dict = {k: v for k, v in source_config.to_dict().items() if k not in CONDENSER_ONLY_KEYS}
-        config_dict.pop("transformers_version", None)
-        num_layers = config_dict.get("num_hidden_layers", 12)
-        config = CondenserConfig(
-            **{
-                **config_dict,
-                "n_head_layers": n_head_layers,
-                "skip_from": skip_from if skip_from is not None else max(1, num_layers // 2),
-                "late_mlm": late_mlm,
-                **config_overrides,
-            }
-        )
-        verbosity = logging.get_verbosity()
-        logging.set_verbosity_error()  # its generic "newly initialized" report; we log our own below
-        try:
-            source, info = BertForMaskedLM.from_pretrained(name_or_path, output_loading_info=True)
-        finally:
-            logging.set_verbosity(verbosity)
-        model = cls(config)
-        model.bert.load_state_dict(source.bert.state_dict())
-        if any(key.startswith("cls.predictions.transform.") for key in info.get("missing_keys", ())):
-            logger.warning(
-                f"{name_or_path} has no MLM prediction head: the shared MLM head of the Condenser was freshly "
-                "initialised (decoder tied to the copied word embeddings)."
-            )
-        else:
-            model.cls.load_state_dict(source.cls.state_dict())
-        model.tie_weights()
-        model.config.name_or_path = str(name_or_path)
-        return model
 
 
 class CoCondenserForPreTraining(CondenserForPreTraining):

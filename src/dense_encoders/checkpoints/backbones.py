@@ -1,22 +1,102 @@
-"""TITE warm-started from a BERT-family checkpoint (``pretrain --architecture tite --backbone``, the quickstart's
-TITE student): BERT's embeddings and layer i copied exactly into TITE layer i, under TITE's names.
+"""Warm starts from a BERT-family checkpoint, one way for every family: :func:`from_backbone`.
 
-Only the package warm-starts, so this lives here rather than in the TITE model folder (whose files are shipped
-as remote code next to every checkpoint).
+* Condenser (Gao & Callan, "Condenser: a Pre-training Architecture for Dense Retrieval": "initialised from BERT"):
+  embeddings and encoder layers copied exactly, the MLM head too when the checkpoint has one; the Condenser head
+  fresh (:func:`condenser_from_backbone`).
+* TITE (beyond the paper, which trains from scratch; ``pretrain --architecture tite --backbone``, the quickstart's
+  TITE student): BERT's embeddings and layer i copied exactly into TITE layer i, under TITE's names
+  (:func:`tite_from_backbone`).
+
+Only the package warm-starts, so this lives here rather than in the model folders (whose files are shipped as
+remote code next to every checkpoint).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, BertModel, PreTrainedModel
+from transformers import AutoConfig, BertForMaskedLM, BertModel, PreTrainedModel
+from transformers.utils import logging as transformers_logging
 
+from ..models.condenser.configuration_condenser import CondenserConfig
+from ..models.condenser.modeling_condenser import (
+    BERT_LIKE_MODEL_TYPES,
+    CONDENSER_ONLY_KEYS,
+    CondenserForPreTraining,
+)
 from ..models.tite.configuration_tite import TiteConfig
 from ..models.tite.modeling_tite import TiteModel
 
 logger = logging.getLogger(__name__)
+
+
+def from_backbone(model_class: type[PreTrainedModel], name_or_path: str | os.PathLike, *args,
+                  **options) -> PreTrainedModel:
+    """``model_class`` (a Condenser or TITE class: ``CondenserForPreTraining``, ``CoCondenserForPreTraining``,
+    ``TiteModel``, ``TiteForPreTraining``) warm-started from the BERT-family checkpoint ``name_or_path``: the one
+    way for every family. ``args`` / ``options`` are the family's own (:func:`condenser_from_backbone`:
+    ``n_head_layers``, ``skip_from``, ``late_mlm``, config overrides; :func:`tite_from_backbone`: a ``config`` or
+    config overrides)."""
+    family = getattr(getattr(model_class, "config_class", None), "model_type", None)
+    if family == CondenserConfig.model_type:
+        return condenser_from_backbone(name_or_path, *args, model_class=model_class, **options)
+    if family == TiteConfig.model_type:
+        return tite_from_backbone(name_or_path, *args, model_class=model_class, **options)
+    raise ValueError(f"{getattr(model_class, '__name__', model_class)} has no warm start from a backbone: give a "
+                     "Condenser or TITE class (CondenserForPreTraining, CoCondenserForPreTraining, TiteModel, "
+                     "TiteForPreTraining).")
+
+
+def condenser_from_backbone(name_or_path: str | os.PathLike, *,
+                            model_class: type[CondenserForPreTraining] = CondenserForPreTraining,
+                            n_head_layers: int = 2, skip_from: int | None = None, late_mlm: bool = True,
+                            **config_overrides) -> CondenserForPreTraining:
+    """A Condenser (``model_class``: :class:`CondenserForPreTraining` or its coCondenser subclass) warm-started
+    from any BERT-architecture checkpoint (the paper: "initialised from BERT").
+
+    Embeddings and encoder layers are copied exactly; the MLM head too when the checkpoint has one
+    (``BertForMaskedLM`` / ``BertForPreTraining`` layouts), otherwise it is freshly initialised (logged). The
+    Condenser head is always fresh (BERT init). ``skip_from`` defaults to half the depth (6 for BERT-base, as in
+    the paper)."""
+    source_config = AutoConfig.from_pretrained(name_or_path)
+    if source_config.model_type not in BERT_LIKE_MODEL_TYPES:
+        raise ValueError(
+            f"{name_or_path} is a {source_config.model_type!r} checkpoint; Condenser warm-starts from "
+            f"BERT-architecture checkpoints (model_type in {BERT_LIKE_MODEL_TYPES}), whose parameter "
+            "layout it copies. Pick a BERT-family checkpoint (e.g. bert-base-uncased, all-MiniLM-L6-v2) "
+            "or build CondenserForPreTraining(CondenserConfig(...)) to train from scratch."
+        )
+    config_dict = {k: v for k, v in source_config.to_dict().items() if k not in CONDENSER_ONLY_KEYS}
+    config_dict.pop("transformers_version", None)
+    num_layers = config_dict.get("num_hidden_layers", 12)
+    config = CondenserConfig(**{
+        **config_dict,
+        "n_head_layers": n_head_layers,
+        "skip_from": skip_from if skip_from is not None else max(1, num_layers // 2),
+        "late_mlm": late_mlm,
+        **config_overrides,
+    })
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # its generic "newly initialized" report; we log our own below
+    try:
+        source, info = BertForMaskedLM.from_pretrained(name_or_path, output_loading_info=True)
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    model = model_class(config)
+    model.bert.load_state_dict(source.bert.state_dict())
+    if any(key.startswith("cls.predictions.transform.") for key in info.get("missing_keys", ())):
+        logger.warning(
+            f"{name_or_path} has no MLM prediction head: the shared MLM head of the Condenser was freshly "
+            "initialised (decoder tied to the copied word embeddings)."
+        )
+    else:
+        model.cls.load_state_dict(source.cls.state_dict())
+    model.tie_weights()
+    model.config.name_or_path = str(name_or_path)
+    return model
 
 
 def tite_from_backbone(name_or_path: str | Path, config: TiteConfig | None = None, *,
@@ -144,4 +224,6 @@ def backbone_config(source_config, name_or_path, config: TiteConfig | None = Non
     return config
 
 
-__all__ = ["backbone_config", "bert_to_tite_state_dict", "tite_from_backbone"]
+__all__ = [
+    "backbone_config", "bert_to_tite_state_dict", "condenser_from_backbone", "from_backbone", "tite_from_backbone",
+]
