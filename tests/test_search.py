@@ -297,7 +297,6 @@ def test_search_is_the_entry_point_above_the_backends_and_their_core():
     for name in ("NORMALIZE_EPS", "SEED_STRIDE", "RunningTopK", "score_block", "score_threads", "scores_are_bounded",
                  "validate_k", "numpy_product"):
         assert getattr(search_module, name) is getattr(core, name), name
-    assert search_module._numpy_product is core.numpy_product  # the name benchmarks/peers.py imports
     assert RunningTopK is core.RunningTopK
     imported = {name: {target for _, target, _ in _imports_in(path)} for name, path in _evaluation_modules().items()}
     for backend in ("backends.exact", "backends.faiss", "backends.base", "backends", "backends.core"):
