@@ -45,21 +45,28 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _package_of(path: Path) -> str:
+    name = _module_name(path)
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` statement in ``package`` names."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports_of(path: Path) -> list[tuple[int, str, int]]:
     """``(line, absolute module, relative level)`` for every import in ``path``."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = _package_of(path)
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name, 0) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            found.append((node.lineno, target, node.level))
+            found.append((node.lineno, _from_target(node, package), node.level))
     return found
 
 
@@ -288,16 +295,11 @@ def _package_modules() -> dict[str, Path]:
 def _imported_modules(path: Path, modules: dict[str, Path]) -> list[tuple[int, str, list[str]]]:
     """``(line, module of the package, names taken from it)`` for every import of ``path`` that reaches one of
     ``modules``: ``from package import submodule`` reaches the submodule, ``from module import name`` the module."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = _package_of(path)
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             for alias in node.names:
                 if f"{target}.{alias.name}" in modules:
                     found.append((node.lineno, f"{target}.{alias.name}", []))

@@ -96,8 +96,6 @@ def end_to_end_report(*, device: torch.device, weights_dtype: str, presets: Sequ
                       say: Callable[[str], None] = print) -> dict:
     """The end-to-end rates (module docstring) of BERT and every preset of ``presets`` on ``num_texts`` texts of
     ``texts``, in batches of ``batch_size``, truncated at ``max_length`` tokens, weights in ``weights_dtype``."""
-    from ..evaluation.batch_pipeline import encode_batches
-    from ..evaluation.corpus_encoding import encode_corpus, token_counts
     from ..tokenization import load_tokenizer
 
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[weights_dtype]
@@ -127,7 +125,7 @@ def end_to_end_report(*, device: torch.device, weights_dtype: str, presets: Sequ
             folder = _model_folder(build(), tokenizer, scratch / f"model-{index}")
             model = _sentence_transformer(folder, device, dtype, max_length)
             rows[name] = _measure(model, corpus, source_file, scratch / f"shards-{index}", batch_size, max_length,
-                                  device, encode_batches, encode_corpus, token_counts)
+                                  device)
     baseline = next(iter(rows.values()))
     for row in rows.values():
         for column in ("forward", "encode", "st_encode"):
@@ -138,7 +136,11 @@ def end_to_end_report(*, device: torch.device, weights_dtype: str, presets: Sequ
 
 
 def _measure(model, corpus: list[str], source_file: Path, shards: Path, batch_size: int, max_length: int,
-             device: torch.device, encode_batches, encode_corpus, token_counts) -> dict:
+             device: torch.device) -> dict:
+    # the encoding stack (sentence-transformers' pipeline, shards): imported when the table is measured
+    from ..evaluation.batch_pipeline import encode_batches
+    from ..evaluation.corpus_encoding import encode_corpus, token_counts
+
     order = np.argsort(-token_counts(model, corpus, None, max_length), kind="stable")
     batches = [[corpus[position] for position in order[start : start + batch_size]]
                for start in range(0, len(order), batch_size)]
