@@ -249,3 +249,19 @@ def write_tite_tokenizer(folder: Path, added: list[str], settings: dict):
                "mask_token": "[MASK]", "model_max_length": 32, "do_lower_case": True}
     (folder / "tokenizer_config.json").write_text(json.dumps({**special, **settings}, sort_keys=True))
     return tokenizer
+
+
+def batches_of_persistent_worker(collator, examples, batch_size: int, context: str, epochs: int = 3) -> list:
+    """The one batch of each of ``epochs`` epochs that a ``DataLoader`` with one persistent worker process
+    (started by ``context``: fork or spawn) gives, the Trainer's ``collator.set_epoch`` called before each; the
+    worker keeps the copy of ``collator`` it got at the first epoch."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(examples, batch_size=batch_size, collate_fn=collator, num_workers=1, persistent_workers=True,
+                        multiprocessing_context=context)
+    batches = []
+    for epoch in range(epochs):
+        collator.set_epoch(epoch)
+        (batch,) = list(loader)
+        batches.append(batch)
+    return batches

@@ -179,6 +179,21 @@ def test_collator_layout_lengths_and_padding(tok):
     assert not torch.equal(first, random([dataset[i] for i in range(3)])["teacher_scores"])
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_persistent_data_loader_workers_sample_with_the_epoch_set_last(tok, context):
+    """A persistent worker keeps the collator it got at the first epoch: each later epoch must still get that
+    epoch's documents (the in-process collator's), not the first epoch's again."""
+    from conftest import batches_of_persistent_worker
+
+    dataset = training_records_to_dataset(make_records(num_queries=3, num_documents=20))
+    collator = DistillationCollator(tok, documents_per_query=4, seed=7)
+    by_epoch = [batch["teacher_scores"] for batch in batches_of_persistent_worker(collator, dataset, 3, context)]
+    for epoch, scores in enumerate(by_epoch):
+        collator.set_epoch(epoch)
+        assert torch.equal(scores, collator([dataset[i] for i in range(3)])["teacher_scores"]), epoch
+    assert not torch.equal(by_epoch[0], by_epoch[1]) and not torch.equal(by_epoch[1], by_epoch[2])
+
+
 def test_collator_rejects_bad_lists(tok):
     records = make_records(num_queries=1)
     collator = DistillationCollator(tok, documents_per_query=2, min_documents=2)
@@ -553,6 +568,34 @@ def test_distill_resumed_mid_run_logs_and_ends_as_the_uninterrupted_run(tmp_path
     assert main(resumable_argv(float64_student_folder, train_file, full)) == 0
     resumed = resume_copy(full, "checkpoint-2", tmp_path / "resumed")
     assert main(resumable_argv(float64_student_folder, train_file, resumed, "--resume_from_checkpoint", "latest")) == 0
+    assert_same_run(full, resumed, "checkpoint-2", parts=("margin_mse_loss", "kl_loss", "infonce_loss"))
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_distill_with_persistent_workers_samples_each_epoch_afresh_and_resumes_exactly(tmp_path,
+                                                                                     float64_student_folder):
+    """--dataloader_persistent_workers: the workers keep the collator of the first epoch, yet the second epoch
+    (step 6 of 5-step epochs) samples its own documents ('random' sampling), as a run without workers does, and
+    a run resumed from checkpoint-2 (whose workers start afresh) ends with the uninterrupted run's weights."""
+    from safetensors.torch import load_file
+
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records(num_queries=10, num_documents=12))
+
+    def argv(output_dir, *extra):
+        command = resumable_argv(float64_student_folder, train_file, output_dir, *extra)
+        command[command.index("--sampling") + 1] = "random"
+        return command
+
+    workers = ("--dataloader_num_workers", "1", "--dataloader_persistent_workers")
+    in_process, full = tmp_path / "in-process", tmp_path / "full"
+    assert main(argv(in_process)) == 0
+    assert main(argv(full, *workers)) == 0
+    expected, got = load_file(in_process / "model.safetensors"), load_file(full / "model.safetensors")
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, **FLOAT64_TOLERANCE, msg=name)
+    resumed = resume_copy(full, "checkpoint-2", tmp_path / "resumed")
+    assert main(argv(resumed, *workers, "--resume_from_checkpoint", "latest")) == 0
     assert_same_run(full, resumed, "checkpoint-2", parts=("margin_mse_loss", "kl_loss", "infonce_loss"))
 
 

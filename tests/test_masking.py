@@ -345,6 +345,25 @@ def test_seeded_masks_depend_only_on_seed_epoch_and_example(tok):
     assert torch.equal(collator(examples)["labels"], whole["labels"])
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_persistent_data_loader_workers_mask_with_the_epoch_set_last(tok, context):
+    """A persistent worker keeps the collator it got at the first epoch: the epoch set afterwards must still reach
+    it, so each epoch's masks are the in-process collator's for that epoch (not the first epoch's again)."""
+    from conftest import batches_of_persistent_worker
+
+    from dense_encoders.data import WholeWordMaskingCollator
+
+    ids = tok("the unbelievable cathedral stood beside a quiet river in the old town " * 3,
+              add_special_tokens=False)["input_ids"]
+    examples = [{"input_ids": ids, "example_index": i} for i in range(4)]
+    collator = WholeWordMaskingCollator(tok, max_length=24, seed=11)
+    by_epoch = [batch["labels"] for batch in batches_of_persistent_worker(collator, examples, 4, context)]
+    for epoch, labels in enumerate(by_epoch):
+        collator.set_epoch(epoch)
+        assert torch.equal(labels, collator(examples)["labels"]), epoch
+    assert not torch.equal(by_epoch[0], by_epoch[1]) and not torch.equal(by_epoch[1], by_epoch[2])
+
+
 def test_without_example_index_the_global_rng_is_used(tok):
     from dense_encoders.data import WholeWordMaskingCollator
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from .format import DataFormatError, document_text, is_json_number, json_lines
-from .masking import EXAMPLE_INDEX, example_generator
+from .masking import EXAMPLE_INDEX, SharedEpoch, example_generator
 from .retrieval import check_relevance_level, read_qrels
 from .runs import Run, read_trec_run, top_documents
 
@@ -338,7 +338,8 @@ class DistillationCollator:
     Queries and documents have their own max lengths (32 / 512 by default, TITE's fine-tuning
     setup). Queries with fewer documents than asked get padded slots: a one-token placeholder with
     ``document_mask`` False, which every loss ignores. Sampling is seeded by (seed, epoch, example
-    index) when examples carry ``example_index``, so a resumed run sees the same documents.
+    index) when examples carry ``example_index``, so a resumed run sees the same documents, and data-loader
+    workers (persistent ones too) sample with the epoch the Trainer set last.
 
     Batch: ``query_input_ids`` / ``query_attention_mask`` [Q, Lq], ``document_input_ids`` /
     ``document_attention_mask`` [Q*K, Ld], ``teacher_scores`` and ``document_mask`` [Q, K].
@@ -385,11 +386,28 @@ class DistillationCollator:
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.seed = seed
-        self.epoch = 0
+        self._epoch = SharedEpoch(0)  # shared with data-loader workers, persistent ones too
         self.generator = torch.Generator().manual_seed(seed if seed is not None else 0)
 
+    def __getstate__(self) -> dict:
+        """Picklable for spawned data-loader workers (macOS's default): a ``torch.Generator`` is not (torch
+        cannot pass its state tensor to another process), so its state travels as bytes."""
+        state = dict(self.__dict__)
+        state["generator"] = bytes(self.generator.get_state().numpy())
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        generator = torch.Generator()
+        generator.set_state(torch.frombuffer(bytearray(state["generator"]), dtype=torch.uint8))
+        self.__dict__.update(state, generator=generator)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the documents are sampled for (:class:`~dense_encoders.data.masking.SharedEpoch`)."""
+        return int(self._epoch)
+
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
+        self._epoch.set(epoch)
 
     def _generator_for(self, example: Mapping[str, Any]) -> torch.Generator:
         if self.seed is not None and EXAMPLE_INDEX in example:

@@ -13,7 +13,9 @@ do), each example's crop and mask come from a generator seeded by ``(seed, epoch
 Masks are then a pure function of the example and the epoch: a run resumed from a checkpoint, a
 different number of processes or data-loader workers, or the Trainer's one-batch prefetch cannot
 change them (the Trainer restores its RNG only *after* prefetching the next batch, so global-RNG
-masks would differ after a resume). Otherwise torch's global RNG (or ``generator``) is used.
+masks would differ after a resume). Otherwise torch's global RNG (or ``generator``) is used. The
+epoch lives in shared memory (:class:`SharedEpoch`), so persistent data-loader workers, which keep
+the copy of the collator they got at the first epoch, draw with the epoch the Trainer set last.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 
 from ..tokenization.wordpiece import word_ids
 
-__all__ = ["WholeWordMaskingCollator", "example_generator", "EXAMPLE_INDEX"]
+__all__ = ["WholeWordMaskingCollator", "SharedEpoch", "example_generator", "EXAMPLE_INDEX"]
 
 IGNORE_INDEX = -100
 EXAMPLE_INDEX = "example_index"
@@ -41,6 +43,31 @@ def example_generator(seed: int, *keys: int) -> torch.Generator:
     generator = torch.Generator()
     generator.manual_seed(value)
     return generator
+
+
+class SharedEpoch:
+    """The epoch that a collator's per-epoch draws are seeded with (:func:`example_generator`), held in shared
+    memory.
+
+    A ``DataLoader`` with workers hands each worker process a copy of its collator when an epoch's iterator
+    starts; with ``persistent_workers`` that copy is made once, at the first epoch, and kept. An epoch held as a
+    plain attribute would then stay 0 in the workers whatever the Trainer sets: every epoch would draw the first
+    epoch's documents or masks, and a run resumed in a later epoch (whose workers start afresh) would draw others
+    than the uninterrupted run. A shared-memory tensor is the same memory in the main process and in every worker,
+    forked or spawned, so the workers read the epoch set last."""
+
+    def __init__(self, epoch: int = 0):
+        self._value = torch.zeros((), dtype=torch.int64).share_memory_()
+        self.set(epoch)
+
+    def set(self, epoch: int) -> None:
+        self._value.fill_(int(epoch))
+
+    def __int__(self) -> int:
+        return int(self._value)
+
+    def __repr__(self) -> str:
+        return f"SharedEpoch({int(self)})"
 
 
 def _check_probability(name: str, value: Any) -> float:
@@ -70,11 +97,12 @@ class WholeWordMaskingCollator:
     pad_to_multiple_of: Optional[int] = None
     generator: Optional[torch.Generator] = None
     seed: Optional[int] = None
-    epoch: int = 0
+    _epoch: SharedEpoch = field(init=False, repr=False)
     _random_token_ids: torch.Tensor = field(init=False, repr=False)
     _never_mask_ids: frozenset = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self._epoch = SharedEpoch(0)
         max_length = self.max_length
         if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 3:
             raise ValueError(
@@ -112,9 +140,14 @@ class WholeWordMaskingCollator:
         self._never_mask_ids = frozenset(special - {self.tokenizer.unk_token_id})
 
     # ------------------------------------------------------------------ helpers
+    @property
+    def epoch(self) -> int:
+        """The epoch the masks are drawn for (:class:`SharedEpoch`: the same in every data-loader worker)."""
+        return int(self._epoch)
+
     def set_epoch(self, epoch: int) -> None:
         """Give each epoch fresh masks (called by the pre-training Trainer at every epoch start)."""
-        self.epoch = int(epoch)
+        self._epoch.set(epoch)
 
     def generator_for(self, example: Mapping[str, Any]) -> Optional[torch.Generator]:
         """The example's own generator (``seed`` + ``example_index``), else ``self.generator``."""
