@@ -254,7 +254,18 @@ def write_tite_tokenizer(folder: Path, added: list[str], settings: dict):
 def batches_of_persistent_worker(collator, examples, batch_size: int, context: str, epochs: int = 3) -> list:
     """The one batch of each of ``epochs`` epochs that a ``DataLoader`` with one persistent worker process
     (started by ``context``: fork or spawn) gives, the Trainer's ``collator.set_epoch`` called before each; the
-    worker keeps the copy of ``collator`` it got at the first epoch."""
+    worker keeps the copy of ``collator`` it got at the first epoch. The loader runs in a child process of its
+    own, so that no data-loader worker, nor torch's SIGCHLD handler for them, outlives the test in this one."""
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        batches = pool.submit(_persistent_worker_batches, collator, list(examples), batch_size, context,
+                              epochs).result(timeout=300)
+    return [{key: torch.tensor(value) for key, value in batch.items()} for batch in batches]
+
+
+def _persistent_worker_batches(collator, examples, batch_size: int, context: str, epochs: int) -> list[dict]:
     from torch.utils.data import DataLoader
 
     loader = DataLoader(examples, batch_size=batch_size, collate_fn=collator, num_workers=1, persistent_workers=True,
@@ -263,5 +274,5 @@ def batches_of_persistent_worker(collator, examples, batch_size: int, context: s
     for epoch in range(epochs):
         collator.set_epoch(epoch)
         (batch,) = list(loader)
-        batches.append(batch)
+        batches.append({key: value.tolist() for key, value in batch.items()})
     return batches
