@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from .format import DataFormatError, document_text, is_json_number, json_lines
-from .masking import EXAMPLE_INDEX, SharedEpoch, example_generator
+from .masking import EXAMPLE_INDEX, PerEpochDraws, SharedEpoch, example_generator
 from .retrieval import check_relevance_level, read_qrels
 from .runs import Run, read_trec_run, top_documents
 
@@ -332,7 +332,7 @@ def sample_documents(
     return sorted(chosen, key=rank.__getitem__)
 
 
-class DistillationCollator:
+class DistillationCollator(PerEpochDraws):
     """Sample ``documents_per_query`` documents per query and tokenize queries and documents.
 
     Queries and documents have their own max lengths (32 / 512 by default, TITE's fine-tuning
@@ -388,26 +388,6 @@ class DistillationCollator:
         self.seed = seed
         self._epoch = SharedEpoch(0)  # shared with data-loader workers, persistent ones too
         self.generator = torch.Generator().manual_seed(seed if seed is not None else 0)
-
-    def __getstate__(self) -> dict:
-        """Picklable for spawned data-loader workers (macOS's default): a ``torch.Generator`` is not (torch
-        cannot pass its state tensor to another process), so its state travels as bytes."""
-        state = dict(self.__dict__)
-        state["generator"] = bytes(self.generator.get_state().numpy())
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        generator = torch.Generator()
-        generator.set_state(torch.frombuffer(bytearray(state["generator"]), dtype=torch.uint8))
-        self.__dict__.update(state, generator=generator)
-
-    @property
-    def epoch(self) -> int:
-        """The epoch the documents are sampled for (:class:`~dense_encoders.data.masking.SharedEpoch`)."""
-        return int(self._epoch)
-
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch.set(epoch)
 
     def _generator_for(self, example: Mapping[str, Any]) -> torch.Generator:
         if self.seed is not None and EXAMPLE_INDEX in example:

@@ -29,7 +29,7 @@ import torch
 
 from ..tokenization.wordpiece import word_ids
 
-__all__ = ["WholeWordMaskingCollator", "SharedEpoch", "example_generator", "EXAMPLE_INDEX"]
+__all__ = ["WholeWordMaskingCollator", "PerEpochDraws", "SharedEpoch", "example_generator", "EXAMPLE_INDEX"]
 
 IGNORE_INDEX = -100
 EXAMPLE_INDEX = "example_index"
@@ -70,6 +70,39 @@ class SharedEpoch:
         return f"SharedEpoch({int(self)})"
 
 
+class _GeneratorState(bytes):
+    """A ``torch.Generator``'s state, as it is pickled (:meth:`PerEpochDraws.__getstate__`)."""
+
+
+class PerEpochDraws:
+    """Base of the collators whose draws are seeded per epoch (whole-word masks, distillation samples): the epoch
+    the Trainer sets (:class:`SharedEpoch`, in ``self._epoch``, which the collator creates), and pickling for
+    spawned data-loader workers (macOS's default start method): torch cannot pass a ``torch.Generator``'s state
+    tensor to another process, so a generator attribute travels as its state's bytes."""
+
+    _epoch: SharedEpoch
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the draws are made for: the same in every data-loader worker."""
+        return int(self._epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Give each epoch fresh draws (called by the Trainers at every epoch start)."""
+        self._epoch.set(epoch)
+
+    def __getstate__(self) -> dict:
+        return {name: _GeneratorState(bytes(value.get_state().numpy())) if isinstance(value, torch.Generator)
+                else value for name, value in self.__dict__.items()}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            if isinstance(value, _GeneratorState):
+                state[name] = torch.Generator()
+                state[name].set_state(torch.frombuffer(bytearray(value), dtype=torch.uint8))
+        self.__dict__.update(state)
+
+
 def _check_probability(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
@@ -77,7 +110,7 @@ def _check_probability(name: str, value: Any) -> float:
 
 
 @dataclass(eq=False)
-class WholeWordMaskingCollator:
+class WholeWordMaskingCollator(PerEpochDraws):
     """Crop, whole-word mask (80/10/10) and pad examples of ``input_ids`` without special tokens.
 
     Each example is a mapping with ``input_ids`` (list of ints or 1-D tensor, no ``[CLS]``/``[SEP]``).
@@ -140,15 +173,6 @@ class WholeWordMaskingCollator:
         self._never_mask_ids = frozenset(special - {self.tokenizer.unk_token_id})
 
     # ------------------------------------------------------------------ helpers
-    @property
-    def epoch(self) -> int:
-        """The epoch the masks are drawn for (:class:`SharedEpoch`: the same in every data-loader worker)."""
-        return int(self._epoch)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Give each epoch fresh masks (called by the pre-training Trainer at every epoch start)."""
-        self._epoch.set(epoch)
-
     def generator_for(self, example: Mapping[str, Any]) -> Optional[torch.Generator]:
         """The example's own generator (``seed`` + ``example_index``), else ``self.generator``."""
         if self.seed is not None and isinstance(example, Mapping) and EXAMPLE_INDEX in example:
