@@ -747,6 +747,22 @@ def test_two_process_distill_resumes_exactly_after_rank_1_is_killed(tmp_path, tw
 # ---- flags and lines that would train nothing, or something else than asked ------------------------------
 
 
+def test_distill_refuses_length_grouped_sampling_in_one_line(tmp_path, bert_student_folder, capsys):
+    """transformers' length-grouped samplers read token lengths from the dataset's input_ids; distill's examples
+    are queries with their documents, tokenized by the collator. Before, the answer was transformers' own line
+    ("Can only automatically infer lengths ... 'input_ids' key"), after the output folder had been made."""
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records())
+    for strategy in ("group_by_length", "batch_rebalance"):
+        output = tmp_path / strategy
+        assert main(distill_argv(bert_student_folder, train_file, output, "--train_sampling_strategy", strategy)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert (f"--train_sampling_strategy {strategy}: distill has no token lengths to sort by (an example is a "
+                "query with its documents, tokenized by the collator); use 'random' (the default) or "
+                "'sequential'") in err
+        assert not output.exists()
+
+
 def test_distill_refuses_a_zero_loss_weight_and_zero_steps(tmp_path, bert_student_folder, capsys):
     train_file = write_training_file(tmp_path / "train.jsonl", make_records())
     output = tmp_path / "distilled"

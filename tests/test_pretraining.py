@@ -242,6 +242,78 @@ def test_a_run_resumed_at_max_steps_takes_no_further_step(tmp_path, corpus_file,
         assert torch.equal(resumed_final[name], value), name  # nothing trained after the checkpoint
 
 
+def test_length_grouped_order_is_drawn_from_the_seed_and_the_epoch():
+    """--train_sampling_strategy group_by_length: each epoch's order is a permutation of the dataset fixed by the
+    data seed and the epoch (not by the global RNG, which a resumed run restores only after the epoch's iterator
+    started), another one in the next epoch, and grouped by length as transformers groups it: each megabatch of 50
+    batches sorted longest first."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from dense_encoders.trainer.resume import LengthGroupedEpochSampler
+
+    lengths = [random.Random(index).randint(5, 500) for index in range(1000)]
+    sampler = LengthGroupedEpochSampler(2, lengths, seed=7)
+    assert isinstance(sampler, LengthGroupedSampler)
+    torch.manual_seed(0)
+    first = list(sampler)
+    torch.manual_seed(1)  # the global RNG plays no part
+    assert list(sampler) == first and sorted(first) == list(range(1000))
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert sorted(second) == list(range(1000)) and second != first
+    assert list(LengthGroupedEpochSampler(2, lengths, seed=7)) == first  # a fresh sampler (resumed run): epoch 0
+    for order in (first, second):
+        assert lengths[order[0]] == max(lengths)  # the longest text first (an out-of-memory error shows at once)
+        for start in range(0, 1000, 100):  # megabatches of 50 batches of 2, each sorted longest first; only
+            tail = [lengths[index] for index in order[start + 1:start + 100]]  # the heads of two may be swapped
+            assert tail == sorted(tail, reverse=True), start
+
+
+@pytest.mark.slow
+@pytest.mark.numerics
+def test_a_length_grouped_run_resumed_in_its_second_epoch_ends_as_the_uninterrupted_one(tmp_path,
+                                                                                     float64_pretraining):
+    """`pretrain --train_sampling_strategy group_by_length`, resumed from checkpoint-9 (the second epoch: the
+    corpus makes 8 batches of 4 blocks), trains on the uninterrupted run's batches: the same losses at steps
+    10-12 and the same final weights. Before, the resumed run drew the second epoch's order from the global RNG
+    before the Trainer restored it, and ended 8.9e-5 away."""
+    from safetensors.torch import load_file
+
+    from dense_encoders.cli import main
+
+    rng = random.Random(0)
+    corpus = tmp_path / "corpus.jsonl"
+    with corpus.open("w") as handle:
+        for index in range(10):  # 30-230 words: 32 blocks of up to 64 tokens, of many lengths
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(30, 230)))
+            handle.write(json.dumps({"id": str(index), "title": "t", "text": text}) + "\n")
+
+    def argv(output_dir, *extra):
+        return ["pretrain", "condenser", "--preset", "tiny", "--corpus", str(corpus), "--output_dir", str(output_dir),
+                "--max_steps", "12", "--save_strategy", "steps", "--save_steps", "3", "--per_device_train_batch_size",
+                "4", "--max_seq_length", "64", "--min_span_tokens", "20", "--max_span_tokens", "60",
+                "--train_sampling_strategy", "group_by_length", "--logging_steps", "1", "--seed", "7", "--use_cpu",
+                "--report_to", "none", *extra]
+
+    full = tmp_path / "full"
+    assert main(argv(full)) == 0
+    assert json.loads((full / "checkpoint-9" / "trainer_state.json").read_text())["epoch"] == 1.125
+    resumed = tmp_path / "resumed"
+    shutil.copytree(full / "checkpoint-9", resumed / "checkpoint-9")
+    assert main(argv(resumed, "--resume_from_checkpoint", "latest")) == 0
+
+    uninterrupted, again = logged(full, "loss"), logged(resumed, "loss")
+    assert sorted(again) == list(range(1, 13))
+    for step in (10, 11, 12):  # float32 sums of float64 losses: float32's precision
+        assert again[step] == pytest.approx(uninterrupted[step], rel=1e-6), step
+    final, resumed_final = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    at_resume = load_file(full / "checkpoint-9" / "model.safetensors")
+    assert max((final[k] - at_resume[k]).abs().max().item() for k in final) > 1e-5  # steps 10-12 trained
+    assert final.keys() == resumed_final.keys() and all(v.dtype == torch.float64 for v in final.values())
+    for name, value in final.items():
+        torch.testing.assert_close(resumed_final[name], value, **FLOAT64_TOLERANCE, msg=name)
+
+
 def test_gradient_accumulation_and_partial_batches_train(tmp_path, corpus_file):
     """7 documents with batch 2 and accumulation 2: steps see 4, 4, ... then a partial 3-document batch."""
     lines = corpus_file.read_text().splitlines()[:7]

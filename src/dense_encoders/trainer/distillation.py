@@ -69,9 +69,8 @@ from ..settings.distillation import (  # noqa: F401 (re-exported: --help reads t
 from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
 from .losses import DistillationObjective, positive_set_loss_names
 from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
-from .pretraining import CollatorEpochCallback
 from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
-from .resume import StopAtMaxStepsMixin
+from .resume import SetEpochCallback, StopAtMaxStepsMixin
 from .teacher import META_FORMAT as TEACHER_META_FORMAT
 from .teacher import meta_path
 
@@ -195,7 +194,7 @@ class DistillationTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
         if not isinstance(self.accelerator.unwrap_model(self.model), DualEncoder):
             raise TypeError("DistillationTrainer trains a DualEncoder(encoder, pooling, similarity)")
         if hasattr(self.data_collator, "set_epoch"):
-            self.add_callback(CollatorEpochCallback(self.data_collator))
+            self.add_callback(SetEpochCallback(self.data_collator))
         self.loss_parts = LossPartsWindow()
         self.add_callback(self.loss_parts)
 
@@ -280,6 +279,12 @@ class DistillationArguments(DistillationTrainerFields, TrainingArguments):
             self.save_strategy = "steps" if self.save_steps is not None else "no"
         if self.save_steps is None:
             self.save_steps = 500  # TrainingArguments' default
+        if self.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
+            raise ValueError(
+                f"--train_sampling_strategy {self.train_sampling_strategy}: distill has no token lengths to sort by "
+                "(an example is a query with its documents, tokenized by the collator); use 'random' (the default) "
+                "or 'sequential'"
+            )
         super().__post_init__()
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers import Trainer, TrainingArguments, set_seed
 
 from ..checkpoints.backbones import from_backbone
 from ..checkpoints.folder import refuse_folder_without_tokenizer
@@ -55,7 +55,7 @@ from ..settings.pretraining import (  # noqa: F401 (re-exported: --help reads th
 from ..tokenization import load_tokenizer
 from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
 from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
-from .resume import StopAtMaxStepsMixin
+from .resume import EpochSeededSamplingMixin, SetEpochCallback, StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
 ARCHITECTURES = dict(zip(ARCHITECTURE_NAMES, (CondenserForPreTraining, CoCondenserForPreTraining, TiteForPreTraining)))
@@ -99,17 +99,7 @@ def split_batch(inputs: dict[str, torch.Tensor], chunk_size: int) -> list[dict[s
     return [{k: v[start : start + chunk_size] for k, v in inputs.items()} for start in range(0, size, chunk_size)]
 
 
-class CollatorEpochCallback(TrainerCallback):
-    """Tell a collator with ``set_epoch`` which epoch starts, so each epoch gets fresh masks."""
-
-    def __init__(self, collator):
-        self.collator = collator
-
-    def on_epoch_begin(self, args, state, control, **kwargs):
-        self.collator.set_epoch(int(state.epoch or 0))
-
-
-class PreTrainingTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
+class PreTrainingTrainer(StopAtMaxStepsMixin, EpochSeededSamplingMixin, HubPushMixin, Trainer):
     """The Trainer of every pre-training objective: Condenser, coCondenser and TITE (MAE + BOW).
 
     Logs ``head_mlm_loss``, ``late_mlm_loss``, ``contrastive_loss`` (means over the logging
@@ -120,7 +110,7 @@ class PreTrainingTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if hasattr(self.data_collator, "set_epoch"):
-            self.add_callback(CollatorEpochCallback(self.data_collator))
+            self.add_callback(SetEpochCallback(self.data_collator))  # fresh masks each epoch
         self._component_sums: dict[str, float] = {}
         self._component_counts: dict[str, int] = {}
 

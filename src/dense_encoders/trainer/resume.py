@@ -8,13 +8,77 @@ trains the next batch: a step past ``max_steps``. A streamed corpus (no length: 
 ``max_steps`` steps) starts a new epoch and does the same. :class:`StopAtMaxStepsMixin` draws no
 batch once the steps are spent, so the resumed run trains nothing and ends with the checkpoint's
 weights and state, which are the uninterrupted run's.
+
+What an epoch draws must not depend on where the run started either. A collator or sampler with
+``set_epoch`` hears each epoch's number from :class:`SetEpochCallback`, also in the epoch a run resumes
+in. ``--train_sampling_strategy group_by_length`` makes the Trainer's ``LengthGroupedSampler``, which
+draws each epoch's order from the global RNG when the epoch's iterator starts: a run resumed in its
+second epoch starts that iterator before the Trainer restores the checkpoint's RNG state, so it trains
+on another order than the uninterrupted run. :class:`EpochSeededSamplingMixin` draws that order from
+the data seed and the epoch instead (:class:`LengthGroupedEpochSampler`).
 """
 
 from __future__ import annotations
 
 import logging
 
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
 logger = logging.getLogger(__name__)
+
+
+class SetEpochCallback(TrainerCallback):
+    """Calls ``target.set_epoch(epoch)`` as each epoch begins: the epoch the run is in, also the one a run
+    resumes in (``state.epoch`` then holds the checkpoint's fraction of it). ``target``, a collator or a
+    sampler, may be given later (the Trainer builds its sampler only when training starts)."""
+
+    def __init__(self, target=None):
+        self.target = target
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        if self.target is not None:
+            self.target.set_epoch(int(state.epoch or 0))
+
+
+class LengthGroupedEpochSampler(LengthGroupedSampler):
+    """The Trainer's ``group_by_length`` order (transformers' ``get_length_grouped_indices``: a random
+    permutation cut into megabatches of 50 batches, each sorted by length, the longest batch first), with
+    each epoch's permutation drawn from ``seed + epoch`` rather than from the global RNG: the same in an
+    uninterrupted run and in one resumed in that epoch, and on every process of a torchrun."""
+
+    def __init__(self, batch_size: int, lengths: list[int], seed: int):
+        super().__init__(batch_size, lengths=lengths)
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
+
+class EpochSeededSamplingMixin:
+    """Trainer mixin: ``--train_sampling_strategy group_by_length`` samples with :class:`LengthGroupedEpochSampler`
+    (seeded by ``data_seed``, else ``seed``), told each epoch by a :class:`SetEpochCallback`, so that a resumed run
+    trains on the uninterrupted run's batches. The other strategies are the Trainer's own: 'random' (accelerate's
+    sampler seeded per epoch), 'sequential', and 'batch_rebalance' (seeded per epoch)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sampler_epoch = SetEpochCallback()
+        self.add_callback(self.sampler_epoch)
+
+    def _get_train_sampler(self, train_dataset=None):
+        sampler = super()._get_train_sampler(train_dataset)
+        if type(sampler) is LengthGroupedSampler and sampler.generator is None:
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            sampler = LengthGroupedEpochSampler(sampler.batch_size, sampler.lengths, seed)
+            self.sampler_epoch.target = sampler
+        return sampler
 
 
 class StopAtMaxStepsMixin:
@@ -31,4 +95,4 @@ class StopAtMaxStepsMixin:
         return super().get_batch_samples(epoch_iterator, num_batches, device)
 
 
-__all__ = ["StopAtMaxStepsMixin"]
+__all__ = ["EpochSeededSamplingMixin", "LengthGroupedEpochSampler", "SetEpochCallback", "StopAtMaxStepsMixin"]
