@@ -26,11 +26,15 @@ WORDS = (
 @pytest.fixture
 def corpus_file(tmp_path) -> Path:
     """40 documents of 170-230 words: two or more 40-60-token spans each."""
+    return write_corpus(tmp_path / "corpus.jsonl", 40, min_words=170, max_words=230)
+
+
+def write_corpus(path: Path, num_documents: int, min_words: int, max_words: int) -> Path:
+    """A JSONL corpus of ``num_documents`` documents of random WORDS, ``min_words``-``max_words`` each (seeded)."""
     rng = random.Random(0)
-    path = tmp_path / "corpus.jsonl"
     with path.open("w") as handle:
-        for index in range(40):
-            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(170, 230)))
+        for index in range(num_documents):
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(min_words, max_words)))
             handle.write(json.dumps({"id": str(index), "title": f"document {index}", "text": text}) + "\n")
     return path
 
@@ -281,12 +285,8 @@ def test_a_length_grouped_run_resumed_in_its_second_epoch_ends_as_the_uninterrup
 
     from dense_encoders.cli import main
 
-    rng = random.Random(0)
-    corpus = tmp_path / "corpus.jsonl"
-    with corpus.open("w") as handle:
-        for index in range(10):  # 30-230 words: 32 blocks of up to 64 tokens, of many lengths
-            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(30, 230)))
-            handle.write(json.dumps({"id": str(index), "title": "t", "text": text}) + "\n")
+    # 10 documents of 30-230 words: blocks of up to 64 tokens, of many lengths
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 10, min_words=30, max_words=230)
 
     def argv(output_dir, *extra):
         return ["pretrain", "condenser", "--preset", "tiny", "--corpus", str(corpus), "--output_dir", str(output_dir),

@@ -70,7 +70,7 @@ from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
 from .losses import DistillationObjective, positive_set_loss_names
 from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
 from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
-from .resume import SetEpochCallback, StopAtMaxStepsMixin
+from .resume import EpochSeededSamplingMixin, StopAtMaxStepsMixin
 from .teacher import META_FORMAT as TEACHER_META_FORMAT
 from .teacher import meta_path
 
@@ -176,7 +176,7 @@ def _gradient_scaled(value: torch.Tensor, factor: float) -> torch.Tensor:
     return value if factor == 1 else value * factor - value.detach() * (factor - 1)
 
 
-class DistillationTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
+class DistillationTrainer(StopAtMaxStepsMixin, EpochSeededSamplingMixin, HubPushMixin, Trainer):
     """``transformers.Trainer`` for score distillation into a :class:`DualEncoder`.
 
     ``objective`` is a :class:`~dense_encoders.trainer.losses.DistillationObjective` (or a spec such
@@ -193,8 +193,6 @@ class DistillationTrainer(StopAtMaxStepsMixin, HubPushMixin, Trainer):
         self.objective = DistillationObjective(objective) if isinstance(objective, str) else objective
         if not isinstance(self.accelerator.unwrap_model(self.model), DualEncoder):
             raise TypeError("DistillationTrainer trains a DualEncoder(encoder, pooling, similarity)")
-        if hasattr(self.data_collator, "set_epoch"):
-            self.add_callback(SetEpochCallback(self.data_collator))
         self.loss_parts = LossPartsWindow()
         self.add_callback(self.loss_parts)
 

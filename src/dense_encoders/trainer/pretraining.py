@@ -55,7 +55,7 @@ from ..settings.pretraining import (  # noqa: F401 (re-exported: --help reads th
 from ..tokenization import load_tokenizer
 from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
 from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
-from .resume import EpochSeededSamplingMixin, SetEpochCallback, StopAtMaxStepsMixin
+from .resume import EpochSeededSamplingMixin, StopAtMaxStepsMixin
 
 logger = logging.getLogger(__name__)
 ARCHITECTURES = dict(zip(ARCHITECTURE_NAMES, (CondenserForPreTraining, CoCondenserForPreTraining, TiteForPreTraining)))
@@ -109,8 +109,6 @@ class PreTrainingTrainer(StopAtMaxStepsMixin, EpochSeededSamplingMixin, HubPushM
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if hasattr(self.data_collator, "set_epoch"):
-            self.add_callback(SetEpochCallback(self.data_collator))  # fresh masks each epoch
         self._component_sums: dict[str, float] = {}
         self._component_counts: dict[str, int] = {}
 

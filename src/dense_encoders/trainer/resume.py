@@ -30,16 +30,18 @@ logger = logging.getLogger(__name__)
 
 
 class SetEpochCallback(TrainerCallback):
-    """Calls ``target.set_epoch(epoch)`` as each epoch begins: the epoch the run is in, also the one a run
-    resumes in (``state.epoch`` then holds the checkpoint's fraction of it). ``target``, a collator or a
-    sampler, may be given later (the Trainer builds its sampler only when training starts)."""
+    """Calls ``set_epoch(epoch)`` of the collator and the sampler as each epoch begins: the epoch the run is in,
+    also the one a run resumes in (``state.epoch`` then holds the checkpoint's fraction of it). Either may be
+    None; the sampler is given when the Trainer builds it, as training starts."""
 
-    def __init__(self, target=None):
-        self.target = target
+    def __init__(self, collator=None, sampler=None):
+        self.collator = collator
+        self.sampler = sampler
 
     def on_epoch_begin(self, args, state, control, **kwargs):
-        if self.target is not None:
-            self.target.set_epoch(int(state.epoch or 0))
+        for target in (self.collator, self.sampler):
+            if target is not None:
+                target.set_epoch(int(state.epoch or 0))
 
 
 class LengthGroupedEpochSampler(LengthGroupedSampler):
@@ -62,22 +64,24 @@ class LengthGroupedEpochSampler(LengthGroupedSampler):
 
 
 class EpochSeededSamplingMixin:
-    """Trainer mixin: ``--train_sampling_strategy group_by_length`` samples with :class:`LengthGroupedEpochSampler`
-    (seeded by ``data_seed``, else ``seed``), told each epoch by a :class:`SetEpochCallback`, so that a resumed run
-    trains on the uninterrupted run's batches. The other strategies are the Trainer's own: 'random' (accelerate's
-    sampler seeded per epoch), 'sequential', and 'batch_rebalance' (seeded per epoch)."""
+    """Trainer mixin: every epoch draws what the uninterrupted run draws in it. A collator with ``set_epoch``
+    (fresh masks or document samples each epoch) is told each epoch by a :class:`SetEpochCallback`, and so is
+    the sampler of ``--train_sampling_strategy group_by_length``, :class:`LengthGroupedEpochSampler` (seeded by
+    ``data_seed``, else ``seed``). The other strategies are the Trainer's own: 'random' (accelerate's sampler
+    seeded per epoch), 'sequential', and 'batch_rebalance' (seeded per epoch)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.sampler_epoch = SetEpochCallback()
-        self.add_callback(self.sampler_epoch)
+        collator = self.data_collator if hasattr(self.data_collator, "set_epoch") else None
+        self.epoch_callback = SetEpochCallback(collator)
+        self.add_callback(self.epoch_callback)
 
     def _get_train_sampler(self, train_dataset=None):
         sampler = super()._get_train_sampler(train_dataset)
-        if type(sampler) is LengthGroupedSampler and sampler.generator is None:
+        if type(sampler) is LengthGroupedSampler:
             seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
             sampler = LengthGroupedEpochSampler(sampler.batch_size, sampler.lengths, seed)
-            self.sampler_epoch.target = sampler
+            self.epoch_callback.sampler = sampler
         return sampler
 
 
