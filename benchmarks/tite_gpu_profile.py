@@ -14,8 +14,11 @@ For each batch size (``--batches``, default 256 and 1024 passages of real MS MAR
     bert sorted                 BertModel (sdpa) on the same texts sorted by length and re-batched (the baseline)
 
 Per variant: ms per batch (wall, the GPU drained at the end of the pass), the GPU's busy ms per batch (the sum of
-the kernels' device time in a profiled pass) and the host's plan ms per batch. For ``--profile`` variants, the
-top-10 operators of a profiled pass by self device time and by self host time (torch.profiler's key_averages).
+the kernels' device time in a profiled pass) and the host's plan ms per batch. Then each batch alone, as
+``dense-encoders bench`` times it (the GPU drained before and after every batch): ms per batch, GPU busy ms, and the
+GPU's idle ms before the batch's first kernel and after it (:func:`drained`), for the eager forward (mask on the GPU
+and on the host), CUDA graphs and sorted BERT. For ``--profile`` variants, the top-10 operators of a profiled pass
+by self device time and by self host time (torch.profiler's key_averages).
 
 Usage (repository root, a CUDA machine)::
 
@@ -96,6 +99,16 @@ def timed(function, batches, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _busy(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of ``(start, end)`` intervals."""
+    busy, end = 0.0, float("-inf")
+    for first, last in sorted(intervals):
+        if last > end:
+            busy += last - max(first, end)
+            end = last
+    return busy
+
+
 def profiled(function, batches) -> tuple[float, str, str]:
     """(GPU busy ms per batch, top-10 by device time, top-10 by host time) of one profiled pass."""
     from torch.profiler import ProfilerActivity, profile
@@ -104,16 +117,50 @@ def profiled(function, batches) -> tuple[float, str, str]:
         _pass(function, batches)
     averages = prof.key_averages()
     # the union of the device's activity intervals (kernels, copies, memsets): the time the GPU was busy
-    intervals = sorted((event.time_range.start, event.time_range.end) for event in prof.events()
-                       if event.device_type == torch.autograd.DeviceType.CUDA)
-    busy, end = 0.0, float("-inf")
-    for first, last in intervals:
-        if last > end:
-            busy += last - max(first, end)
-            end = last
+    busy = _busy([(event.time_range.start, event.time_range.end) for event in prof.events()
+                  if event.device_type == torch.autograd.DeviceType.CUDA])
     by_device = averages.table(sort_by="self_device_time_total", row_limit=10, max_name_column_width=60)
     by_host = averages.table(sort_by="self_cpu_time_total", row_limit=10, max_name_column_width=60)
     return busy / 1e3 / len(batches), by_device, by_host
+
+
+def drained(function, batches) -> dict:
+    """The bench's view (``dense-encoders bench`` drains the GPU before and after every batch, so no batch's host
+    work hides behind another's): the mean wall ms per batch, and from one profiled drained pass the mean GPU busy ms
+    and the GPU's idle ms before the batch's first kernel or copy and after it (the profiler adds host time). Means,
+    not medians: sorted BERT's batches differ in length."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    _pass(function, batches)
+    walls = []
+    for batch in batches:
+        _sync()
+        start = time.perf_counter()
+        function(batch)
+        _sync()
+        walls.append((time.perf_counter() - start) * 1e3)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for index, batch in enumerate(batches):
+            _sync()
+            with record_function(f"drained batch {index}"):
+                function(batch)
+                _sync()
+    events = prof.events()
+    spans = sorted((event.time_range.start, event.time_range.end) for event in events
+                   if event.name.startswith("drained batch") and event.device_type != torch.autograd.DeviceType.CUDA)
+    kernels = [(event.time_range.start, event.time_range.end) for event in events
+               if event.device_type == torch.autograd.DeviceType.CUDA]
+    busy, lead, gaps = [], [], []
+    for first, last in spans:
+        inside = [(a, b) for a, b in kernels if first <= a <= last]
+        if not inside:
+            continue
+        busy.append(_busy(inside) / 1e3)
+        lead.append((min(a for a, _ in inside) - first) / 1e3)
+        gaps.append((last - first) / 1e3 - busy[-1] - lead[-1])
+    mean = statistics.fmean
+    return {"wall_ms": mean(walls), "busy_ms": mean(busy) if busy else 0.0,
+            "idle_before_ms": mean(lead) if lead else 0.0, "idle_after_ms": mean(gaps) if gaps else 0.0}
 
 
 def main(argv=None) -> int:
@@ -201,11 +248,22 @@ def main(argv=None) -> int:
                           f"{100 * row['gpu_busy_ms_per_batch'] / row['ms_per_batch']:.0f} % | "
                           f"{row['texts_per_s']:,.0f} | {row['texts_per_s'] / bert_rate:.2f}x |")
         report.append("")
+        report += [f"### Each batch alone, as `dense-encoders bench` times it ({size} passages)", "",
+                   "| variant | ms / batch | GPU busy ms | GPU idle before the first kernel | GPU idle after the first "
+                   "kernel | vs BERT sorted |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        alone = {}
+        with torch.inference_mode():
+            for name in ("tite eager, cuda mask", "tite eager, host mask", "tite cuda graphs", "bert sorted"):
+                alone[name] = drained(*variants[name])
+        for name, row in alone.items():
+            report.append(f"| {name} | {row['wall_ms']:.2f} | {row['busy_ms']:.2f} | {row['idle_before_ms']:.2f} | "
+                          f"{row['idle_after_ms']:.2f} | {alone['bert sorted']['wall_ms'] / row['wall_ms']:.2f}x |")
+        report.append("")
         for name, row in rows.items():
             if "top10_device" in row:
                 report += [f"### {name}, {size}: top 10 by self device time", "```", row["top10_device"], "```",
                            f"### {name}, {size}: top 10 by self host time", "```", row["top10_host"], "```", ""]
-        results[size] = {"plan_ms": statistics.median(plan_ms), "rows": rows}
+        results[size] = {"plan_ms": statistics.median(plan_ms), "rows": rows, "alone": alone}
     text = "\n".join(report)
     print(text)
     if args.out:

@@ -459,7 +459,7 @@ def test_tite_loads_as_remote_code_without_the_package(saved_tite, tmp_path):
 
     folder, texts, expected = saved_tite
     shipped = {"modeling_tite.py", "configuration_tite.py", "plan_tite.py", "pooling_tite.py", "rotary_tite.py",
-               "cuda_graphs_tite.py", "sentence_transformers_tite.py", "modules.json", "1_Pooling"}
+               "fused_tite.py", "cuda_graphs_tite.py", "sentence_transformers_tite.py", "modules.json", "1_Pooling"}
     assert shipped <= {p.name for p in folder.iterdir()}
     code = f"""
 import torch

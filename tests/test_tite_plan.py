@@ -12,6 +12,7 @@ import functools
 import math
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -176,6 +177,28 @@ def test_left_padded_and_holed_masks_are_packed_like_right_padded_ones():
         torch.testing.assert_close(model(**left).pooler_output, model(**reversed_right).pooler_output,
                                    atol=1e-5, rtol=0)
     assert expected.shape == (3, model.config.hidden_size)
+
+
+def test_the_gather_of_right_padded_texts_is_the_flat_index_of_their_tokens():
+    lengths = np.array([3, 1, 7, 7, 2])
+    mask = np.arange(7)[None] < lengths[:, None]
+    assert np.array_equal(PL.right_padded_gather(lengths, 7), np.flatnonzero(mask))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("order", ["right", "left", "holes", "full"])
+def test_a_device_mask_is_read_as_its_host_copy(order):
+    """A CUDA mask is read as its lengths and whether it is right-padded; any other mask as a whole: the plan's
+    lengths and gather equal those of the same mask on the host."""
+    mask = (torch.arange(8)[None] < torch.tensor([5, 8, 1, 3])[:, None]).long()
+    mask = {"right": mask, "left": mask.flip(-1), "full": torch.ones_like(mask),
+            "holes": mask * torch.tensor([1, 0, 1, 1, 1, 1, 1, 1])}[order]
+    mask[2, 0] = 1  # no empty text
+    lengths, gather = PL._lengths_from_mask(mask.cuda(), tuple(mask.shape))
+    expected_lengths, expected_gather = PL._lengths_from_mask(mask, tuple(mask.shape))
+    assert np.array_equal(lengths, expected_lengths)
+    assert (gather is None) == (expected_gather is None) == (order == "full")
+    assert gather is None or np.array_equal(gather, expected_gather)
 
 
 # ---------------------------------------------------------------------------- op counts

@@ -10,7 +10,8 @@ max lengths, pooling windows, rotary rows, padding indices) is computed once per
 host from the attention mask and moved to the device in one transfer (``plan_tite.TitePlan``), so
 the layers never wait for the device. Attention runs on the packed rows directly (PyTorch's varlen
 flash attention on CUDA in fp16/bf16, or FlashAttention-2 varlen) or regroups them per sequence
-inside the call (padded eager / sdpa: CPU, fp32). With ``config.cuda_graphs``, inference on CUDA
+inside the call (padded eager / sdpa: CPU, fp32). Inference on CUDA runs each residual + LayerNorm as one
+kernel and a bf16 feed-forward's GELU in its product's epilogue (``fused_tite``); with ``config.cuda_graphs`` it
 replays the layers as CUDA graphs (``cuda_graphs_tite``).
 
 Shipped as remote code next to every checkpoint: imports ``torch`` and ``transformers``
@@ -34,6 +35,7 @@ from transformers.utils import ModelOutput, logging
 
 from .configuration_tite import TiteConfig
 from .cuda_graphs_tite import CudaGraphs
+from .fused_tite import linear_gelu, residual_layer_norm
 from .padded_tite import exporting, padded_forward
 from .plan_tite import LayerPlan, TitePlan
 from .pooling_tite import pool_planned
@@ -236,10 +238,12 @@ class TiteAttention(nn.Module):
             )
             if output_attentions:
                 attended, probabilities = attended
-        hidden = self.dropout(self.dense(attended.reshape(-1, self.width))) + residual
+        projected = self.dropout(self.dense(attended.reshape(-1, self.width)))
         if plan.location == "post":  # after the residual connection, before the normalisation
-            hidden = pool_planned(hidden, plan.pool, self.config.pooling_implementation)
-        return (self.LayerNorm(hidden), probabilities) if output_attentions else self.LayerNorm(hidden)
+            hidden = self.LayerNorm(pool_planned(projected + residual, plan.pool, self.config.pooling_implementation))
+        else:
+            hidden = residual_layer_norm(projected, residual, self.LayerNorm)
+        return (hidden, probabilities) if output_attentions else hidden
 
     def _attend(self, query, key, value, plan: LayerPlan, output_attentions: bool = False):
         """RoPE on the projected ``(rows, heads, head_dim)`` queries and keys (integer key positions,
@@ -297,6 +301,7 @@ class TiteLayer(GradientCheckpointingLayer):
         self.attention = TiteAttention(config, layer_index)
         self.intermediate = nn.Linear(width, config.intermediate_sizes[layer_index])
         self.activation = ACT2FN[config.hidden_act]
+        self.hidden_act = config.hidden_act
         self.output = nn.Linear(config.intermediate_sizes[layer_index], width)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
@@ -307,7 +312,8 @@ class TiteLayer(GradientCheckpointingLayer):
             attended, probabilities = self.attention(states, plan, output_attentions=True)
         else:
             attended = self.attention(states, plan)
-        hidden = self.LayerNorm(self.dropout(self.output(self.activation(self.intermediate(attended)))) + attended)
+        activated = linear_gelu(attended, self.intermediate, self.activation, self.hidden_act)
+        hidden = residual_layer_norm(self.dropout(self.output(activated)), attended, self.LayerNorm)
         return (hidden, probabilities) if output_attentions else hidden
 
 

@@ -287,9 +287,24 @@ def _lengths_from_mask(attention_mask, shape) -> tuple[np.ndarray, np.ndarray | 
     batch, length = shape
     if attention_mask is None:
         return np.full(batch, length, dtype=np.int64), None
+    if attention_mask.device.type != "cpu" and attention_mask.dim() == 2 and batch:
+        # a device mask: read each text's token count and whether every row is its tokens then padding (the
+        # tokenizers' right padding), batch + 1 numbers instead of the whole mask; the gather follows from them
+        on_device = attention_mask.detach() != 0
+        lengths = on_device.sum(1)
+        leading = on_device == (torch.arange(length, device=on_device.device) < lengths[:, None])
+        counts = torch.cat((lengths, leading.all()[None].to(lengths.dtype))).to("cpu").numpy()
+        if counts[-1]:
+            lengths = counts[:-1].astype(np.int64)
+            return lengths, None if int(lengths.min()) == length else right_padded_gather(lengths, length)
     mask = attention_mask.detach().to("cpu").numpy() != 0
     lengths = mask.sum(1).astype(np.int64)
     return lengths, None if bool(mask.all()) else np.flatnonzero(mask)
+
+
+def right_padded_gather(lengths: np.ndarray, length: int) -> np.ndarray:
+    """The flat index in ``input_ids.view(-1)`` of every real token of texts padded on the right to ``length``."""
+    return np.repeat(np.arange(lengths.size, dtype=np.int64) * length, lengths) + segment_positions(lengths)
 
 
 def _empty_texts_message(rows: list[int]) -> str:
