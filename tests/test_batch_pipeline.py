@@ -3,7 +3,9 @@ the tokenizer working ahead in a thread; its errors reach the caller; a pooling 
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -105,6 +107,37 @@ def test_a_consumer_that_stops_early_ends_the_worker(minilm_path):
     assert first.shape[0] == 2
     stream.close()
     assert not [thread for thread in threading.enumerate() if thread.name == "dense-encoders-tokenizer"]
+
+
+def test_an_interrupted_consumer_ends_even_when_the_worker_has_tokenized_everything(tite_folder):
+    """Ctrl-C while the worker, done with every batch, waits for room in the full queue to say so: the consumer's
+    close (what an interrupt runs) ends within a second (before: the worker's last put had no timeout, and the
+    consumer's join waited for it for good)."""
+    from dense_encoders.evaluation.batch_pipeline import TOKENIZED_AHEAD
+
+    model = SentenceTransformer(str(tite_folder), device="cpu", trust_remote_code=True)
+    stream = encode_batches(model, _batches(TEXTS[:1] * (TOKENIZED_AHEAD + 1), 1))
+    next(stream)  # the worker then fills the queue with the other batches and waits to put its end marker
+    deadline = time.monotonic() + 10
+    while not _waiting_to_put_the_end(deadline):
+        time.sleep(0.01)
+    closing = threading.Thread(target=stream.close)
+    closing.start()
+    closing.join(timeout=1)
+    assert not closing.is_alive()
+    assert not [thread for thread in threading.enumerate() if thread.name == "dense-encoders-tokenizer"]
+
+
+def _waiting_to_put_the_end(deadline: float) -> bool:
+    """Whether the tokenizer thread is inside the queue's ``put`` of its end marker (read from its stack)."""
+    assert time.monotonic() < deadline, "the tokenizer thread never reached its end marker"
+    worker = next(thread for thread in threading.enumerate() if thread.name == "dense-encoders-tokenizer")
+    frame = sys._current_frames().get(worker.ident)
+    while frame is not None:
+        if frame.f_code.co_name == "put" and type(frame.f_locals.get("item")).__name__ == "_Stop":
+            return True
+        frame = frame.f_back
+    return False
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

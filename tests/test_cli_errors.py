@@ -228,3 +228,101 @@ def test_debug_brings_the_traceback_back(tmp_path, beir, capsys, monkeypatch, no
     loud = subprocess.run([*command, "--debug"], capture_output=True, text=True, env=env, timeout=120)
     assert quiet.returncode == 2 and "Traceback" not in quiet.stderr and "no such folder" in quiet.stderr
     assert loud.returncode == 1 and "Traceback" in loud.stderr and "no such folder" in loud.stderr
+
+
+@pytest.mark.slow
+def test_a_single_process_command_under_torchrun_is_refused_by_every_process(tmp_path, beir):
+    """evaluate, score-teacher, infuse, ... run in one process: started by torchrun, each process would do the whole
+    work and write the same files (before: both evaluated and wrote one results file). A real 2-process torchrun:
+    every process refuses in one line, and nothing is written."""
+    output = tmp_path / "results.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+               "dense_encoders.cli", "evaluate", "bm25", str(beir), "--split", "test", "--output", str(output)]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env=cpu_only_env(PYTHONPATH=str(REPO_ROOT / "src"), HF_HUB_OFFLINE="1"))
+    assert result.returncode != 0
+    refusal = ("dense-encoders evaluate: error: evaluate runs in one process, but 2 were launched (WORLD_SIZE=2), "
+               "each of which would do the whole work and write the same files; run it without torchrun or "
+               "accelerate launch (only pretrain, distill, encode run across processes)")
+    assert result.stderr.count(refusal) == 2, result.stderr[-3000:]
+    assert "dense_encoders/" not in result.stderr  # no traceback of ours (torchrun prints its own on failure)
+    assert not output.exists()
+
+
+def tiny_bert_folder(folder, tok, nan: bool = False):
+    """A tiny BERT saved with the bundled tokenizer; ``nan``: its last LayerNorm gives NaN (a diverged or damaged
+    checkpoint), so every vector is NaN."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=32, max_position_embeddings=64), add_pooling_layer=False)
+    if nan:
+        with torch.no_grad():
+            model.encoder.layer[-1].output.LayerNorm.weight[3] = float("nan")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def nan_model(tmp_path, tok):
+    return tiny_bert_folder(tmp_path / "nan-model", tok, nan=True)
+
+
+def test_no_command_writes_a_nan_vector(nan_model, beir, tmp_path, capsys):
+    """Before: encode wrote shards of NaN vectors and evaluate a results file, both with exit 0."""
+    capsys.readouterr()
+    shards = tmp_path / "shards"
+    code = run_main(["encode", str(nan_model), str(beir), "--output", str(shards), "--pooling", "cls",
+                     "--no-progress"])
+    assert_one_message(capsys, code, 2, "dense-encoders encode: error: shard 0: the vector of text 'd1' holds NaN or "
+                       "infinite values, so nothing was written")
+    assert not list(shards.glob("shard-*.safetensors"))
+    results = tmp_path / "results.json"
+    code = run_main(["evaluate", str(nan_model), str(beir), "--pooling", "cls", "--output", str(results),
+                     "--no-progress"])
+    assert_one_message(capsys, code, 2, "the vector of query 0 ('a query') holds NaN or infinite values")
+    assert not results.exists()
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"_id": "d2", "title": "", "text": "half a pair \\ud800 here"}', "field 'text' holds a lone surrogate"),
+    ('{"_id": "d\\udc00", "title": "", "text": "a fine text"}', "field '_id' holds a lone surrogate"),
+    ('{"_id": "d2", "title": "\\u200b", "text": "\\u200c\\u200d\\ufeff \\u0007"}', "blank document 'd2'"),
+])
+def test_texts_that_are_no_characters_or_none_a_tokenizer_keeps_are_one_line(line, problem, beir, tmp_path,
+                                                                              capsys, tok):
+    """A lone surrogate (before: TypeError "TextEncodeInput must be ..." from the tokenizer, or for an id a message
+    naming neither file nor line) and a text of zero-width and control characters only (before: encoded as the
+    empty text, which a blank text is refused for): one line naming the file and line, before any shard is written."""
+    model = tiny_bert_folder(tmp_path / "model", tok)
+    corpus = beir / "corpus.jsonl"
+    corpus.write_text(corpus.read_text() + line + "\n")
+    capsys.readouterr()
+    code = run_main(["encode", str(model), str(beir), "--output", str(tmp_path / "emb"), "--pooling", "cls",
+                     "--no-progress"])
+    assert_one_message(capsys, code, 2, f"{corpus}:2", problem)
+    assert not list((tmp_path / "emb").glob("shard-*"))
+
+
+def test_a_tokenizer_that_names_its_own_code_is_refused_without_consent(beir, tmp_path, tok, capsys):
+    """bench --tokenizer (and every tokenizer load) of a folder whose tokenizer_config.json maps AutoTokenizer to code
+    of its own (before: transformers loaded the stock BertTokenizer in its place, silently)."""
+    from dense_encoders.tokenization import load_tokenizer
+
+    folder = tmp_path / "custom-tokenizer"
+    tok.save_pretrained(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["auto_map"] = {"AutoTokenizer": ["tokenization_custom.CustomTokenizer", None]}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "tokenization_custom.py").write_text(
+        "from transformers import BertTokenizer\n\n\nclass CustomTokenizer(BertTokenizer):\n    pass\n")
+    lengths = tmp_path / "lengths.json"
+    capsys.readouterr()
+    code = run_main(["bench", "--quick", "--lengths-from", str(beir), "--tokenizer", str(folder), "--save-lengths",
+                     str(lengths), "--no-plot"])
+    assert_one_message(capsys, code, 2, f"{folder / 'tokenizer_config.json'} maps AutoTokenizer to "
+                       "tokenization_custom.CustomTokenizer", "pass --trust-remote-code")
+    assert not lengths.exists()
+    assert type(load_tokenizer(folder, trust_remote_code=True)).__name__ == "CustomTokenizer"

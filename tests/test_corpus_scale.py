@@ -625,6 +625,11 @@ def test_the_index_record_names_the_backend_that_searches_it(tmp_path, capsys):
         f"dense-encoders search: error: {index}: its record flat.json names the search backend 'annoy', which this "
         "version does not know (it knows exact, faiss): search it with the dense-encoders version that built it, or "
         "build the index again with `dense-encoders index`"), err
+    for damaged in (["faiss"], {"name": "faiss"}):  # before: TypeError: unhashable type
+        record_path.write_text(json.dumps({**record, "backend": damaged}))
+        assert search(index, tmp_path / "unknown.trec") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"its record flat.json names the search backend {damaged!r}, which this" in err[0]
     record_path.write_text(json.dumps({**record, "backend": "exact"}))
     assert search(index, tmp_path / "exact-index.trec") == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -1053,3 +1058,126 @@ def test_the_loading_weights_bar_shows_only_with_debug(model, clean, tmp_path, c
     assert "Loading weights" not in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "b.trec"), "--debug"]) == 0
     assert "Loading weights" in capsys.readouterr().err
+
+
+SLOW_FORWARD_ENCODE = """
+import atexit, sys, time
+from dense_encoders import cli
+atexit.register(time.sleep, 0.5)  # the interpreter's exit takes a while (as torch's and the tokenizers' cleanups can)
+from dense_encoders.evaluation import batch_pipeline
+forward = batch_pipeline._forward
+def slow_forward(*args, **kwargs):
+    time.sleep(0.2)  # a model slower than its tokenizer: the tokenizer thread runs ahead and fills its queue
+    return forward(*args, **kwargs)
+batch_pipeline._forward = slow_forward
+sys.argv = ["dense-encoders", *sys.argv[1:]]
+sys.exit(cli.main())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["shard", "manifest"])
+def test_ctrl_c_ends_encode_at_once_and_leaves_it_resumable(model, corpus, tmp_path, moment):
+    """A real SIGINT, through the console entry point, 0.1 s after the first shard is written (with a forward slower
+    than the tokenizer, the tokenizer thread has then tokenized the second shard and waits for room to say so) or 0.1 s
+    after the manifest is written (the run is complete and the interpreter exits). Before: the first hung for good
+    (the thread's last put had no timeout, and the interrupted command waited for it); the second printed "Exception
+    ignored in atexit callback ... KeyboardInterrupt" and a traceback. Now the command ends within seconds with the
+    one "interrupted" line, or nothing, and the same command finishes the run."""
+    import signal
+    import time
+
+    output = tmp_path / "emb"
+    argv = ["encode", str(model), str(corpus), "--output", str(output), "--batch-size", "1", "--no-progress",
+            "--shard-size", "5" if moment == "shard" else "1000"]
+    process = subprocess.Popen([sys.executable, "-c", SLOW_FORWARD_ENCODE if moment == "shard" else
+                                SLOW_FORWARD_ENCODE.replace("time.sleep(0.2)", "pass"), *argv], cwd=tmp_path,
+                               text=True, env=cpu_only_env(PYTHONPATH=str(Path(REPO_ROOT) / "src")),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    awaited = output / ("shard-00000.safetensors" if moment == "shard" else "manifest.json")
+    try:
+        deadline = time.monotonic() + 120
+        while not awaited.exists():
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+            time.sleep(0.002)
+        time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode in (0, 130), err[-3000:]
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert process.returncode == (130 if moment == "shard" else 0)
+    if process.returncode == 130:
+        assert err.strip().splitlines() == [
+            "dense-encoders encode: interrupted; finished shards are kept: continue with "
+            f"`dense-encoders {' '.join(argv)}`"]
+    assert main(argv) == 0
+    assert EmbeddingShards.open(output).count == 230
+
+
+@pytest.mark.slow
+def test_two_encode_runs_into_one_folder_are_one_run_and_a_refusal(model, corpus, tok, tmp_path):
+    """Two real processes started together into one --output (before: both found the folder new, both exited 0
+    printing success, and the shards were a mix or the last one's). The first holds the folder's lock for its whole
+    run; the second is refused in one line naming it, and the folder holds the first one's run."""
+    import time
+
+    other = tiny_model(tmp_path / "other", tok, seed=1)
+    output = tmp_path / "emb"
+    env = cpu_only_env(PYTHONPATH=str(Path(REPO_ROOT) / "src"))
+    argv = ["--output", str(output), "--batch-size", "1", "--shard-size", "5", "--no-progress"]
+    first = subprocess.Popen([sys.executable, "-c", SLOW_FORWARD_ENCODE, "encode", str(model), str(corpus), *argv],
+                             cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / ".emb.lock").exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
+            time.sleep(0.01)
+        second = subprocess.run([sys.executable, "-m", "dense_encoders.cli", "encode", str(other), str(corpus),
+                                 *argv], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=120)
+        assert first.poll() is None  # the refusal came while the first run was still encoding
+    finally:
+        first.kill()
+        first.wait()
+    assert second.returncode == 2
+    assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr, second.stderr
+    assert f"dense-encoders encode: error: {output} is in use by another run (PID {first.pid} on " in second.stderr
+    assert "wait for it to end, or choose another --output." in second.stderr
+    assert main(["encode", str(model), str(corpus), *argv]) == 0  # the first run, continued, ends as its own
+    assert EmbeddingShards.open(output).settings["model"] == str(model.resolve())
+
+
+def test_a_full_disk_during_encode_is_one_line_and_the_run_goes_on(model, corpus, tmp_path, capsys, monkeypatch):
+    """The disk fills while shard 1 is written (safetensors' own error, as a full disk gives it; before: a
+    SafetensorError traceback): one line naming the folder and the room needed, shard 0 kept, and the same command
+    finishes the run once there is room."""
+    from safetensors import SafetensorError
+
+    from dense_encoders.data import embedding_shards
+
+    save_file, calls = embedding_shards.save_file, []
+
+    def full_disk(tensors, path, metadata=None):
+        calls.append(path)
+        if len(calls) == 2:
+            raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No '
+                                  'space left on device" })')
+        return save_file(tensors, path, metadata=metadata)
+
+    monkeypatch.setattr(embedding_shards, "save_file", full_disk)
+    output = tmp_path / "emb"
+    argv = ["encode", str(model), str(corpus), "--output", str(output), "--shard-size", "100", "--dtype", "float32",
+            "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"dense-encoders encode: error: the disk of {output} is full (" in err
+    assert " KB more): free space on it, or move the folder elsewhere, and run the same command again" in err
+    assert sorted(p.name for p in output.glob("shard-*.safetensors")) == ["shard-00000.safetensors"]
+    assert not list(output.glob(".shard-*"))  # no scratch file of the failed write
+    monkeypatch.setattr(embedding_shards, "save_file", save_file)
+    assert main(argv) == 0
+    assert EmbeddingShards.open(output).count == 230

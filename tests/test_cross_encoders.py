@@ -266,6 +266,30 @@ def test_layerwise_analysis_and_cli(cross_encoder_folder, tok, tmp_path):
                  "--data", str(datasets[0][0]), "--output-dir", str(tmp_path / "x"), "--no-progress"]) == 2
 
 
+def test_layerwise_cuts_texts_at_the_models_positions_as_evaluate_does(cross_encoder_folder, tok, tmp_path, caplog):
+    """128-position models, the tokenizer's 512 by default, a document of about 300 tokens (before: RuntimeError
+    "The size of tensor a (355) must match ... (128)"): cut at 128 with a line saying so, the same rows as an
+    explicit --max-length 128."""
+    from dense_encoders.cli import main
+
+    torch.manual_seed(1)
+    de_folder = tmp_path / "de"
+    BertModel(tiny_config(tok), add_pooling_layer=False).save_pretrained(de_folder)
+    tok.save_pretrained(de_folder)
+    corpus = {"d0": "alpha beta " * 150, "d1": "gamma delta", "d2": "epsilon"}
+    data = write_beir(tmp_path / "long", corpus, {"q0": "alpha", "q1": "delta"}, {"q0": "d0", "q1": "d1"})
+    argv = ["layerwise", "--cross-encoder", str(cross_encoder_folder), "--dual-encoder", str(de_folder), "--data",
+            str(data), "--layers", "1", "--no-progress"]
+    with caplog.at_level("WARNING", logger="dense_encoders.checkpoints.folder"):
+        assert main([*argv, "--output-dir", str(tmp_path / "default")]) == 0
+    assert ("the tokenizer's model_max_length 512 exceeds the cross-encoder's 128 positions (max_position_embeddings): "
+            "using 128") in caplog.text
+    assert "the tokenizer's model_max_length 512 exceeds the dual encoder's 128 positions" in caplog.text
+    assert main([*argv, "--max-length", "128", "--output-dir", str(tmp_path / "explicit")]) == 0
+    rows = [json.loads((tmp_path / name / "layerwise.json").read_text())["rows"] for name in ("default", "explicit")]
+    assert rows[0] == rows[1]
+
+
 def test_layerwise_refuses_a_non_empty_output_dir(cross_encoder_folder, tok, tmp_path, capsys, monkeypatch):
     """`layerwise` writes into a new or empty folder, its default `layerwise` included: a second run is refused
     before anything is loaded, naming the folder and --overwrite-output-dir, and the earlier files stay; with

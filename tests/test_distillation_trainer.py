@@ -348,13 +348,15 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path, tok, floa
     one = tmp_path / "one"
     assert main(distill_argv(student, train_file, one, "--per_device_train_batch_size", "4")) == 0
     two = tmp_path / "two"
+    argv = distill_argv(student, train_file, two, "--per_device_train_batch_size", "2", "--ddp_backend", "gloo")
+    argv.remove("--use_cpu")  # a machine without a GPU trains with DDP on the CPU all the same (before: 2 replicas)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "dense_encoders.cli", *distill_argv(student, train_file, two,
-                                                         "--per_device_train_batch_size", "2", "--ddp_backend", "gloo")]
+               "-m", "dense_encoders.cli", *argv]
     # CPU and gloo, also on a GPU machine (else rank 1 asks for cuda:1 on a one-GPU machine)
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
                             env=cpu_only_env(PYTHONPATH=str(REPO_ROOT / "src")))
     assert result.returncode == 0, result.stderr[-6000:]
+    assert "2 processes on a machine without a GPU: training one model on the CPU with DDP (--use_cpu)" in result.stderr
     log_one = json.loads((one / "trainer_state.json").read_text())["log_history"][0]
     log_two = json.loads((two / "trainer_state.json").read_text())["log_history"][0]
     # the Trainer sums the logged loss in a float32 tensor: float32's precision, not the model's
@@ -624,9 +626,11 @@ def assert_same_run(full: Path, resumed: Path, checkpoint: str, parts: tuple[str
 
 
 def torchrun_distill(student: Path, train_file: Path, output_dir: Path, *extra: str) -> list[str]:
-    """The command of a 2-process ``torchrun`` of :func:`resumable_argv` (gloo, 'random' document sampling)."""
+    """The command of a 2-process ``torchrun`` of :func:`resumable_argv` (gloo, 'random' document sampling), without
+    ``--use_cpu``, as a user starts it on a machine without a GPU (one model, DDP on the CPU)."""
     argv = resumable_argv(student, train_file, output_dir, "--ddp_backend", "gloo", *extra)
     argv[argv.index("--sampling") + 1] = "random"
+    argv.remove("--use_cpu")
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
             "-m", "dense_encoders.cli", *argv]
 
@@ -830,3 +834,39 @@ def test_qrels_judging_a_pair_twice_with_two_grades_are_refused_by_file_line(tmp
     # the same grade twice says nothing new: read once, as trec_eval-style tools do
     beir.write_text("query-id\tcorpus-id\tscore\nq0\tq0d1\t1\nq0\tq0d1\t1\n")
     assert read_qrels(beir) == {"q0": {"q0d1": 1}}
+
+
+def test_a_full_disk_while_saving_a_checkpoint_is_one_line_and_the_run_resumes(tmp_path, bert_student_folder, capsys,
+                                                                                monkeypatch):
+    """The disk fills while checkpoint-2 is saved (torch.save's own error for a failed write, with little room left
+    on the disk; before: RuntimeError "[enforce fail at inline_container.cc:672]" and a traceback): one line naming
+    the folder and the room a checkpoint needs; checkpoint-1 stays, and the run resumes from it."""
+    import collections
+    import shutil as shutil_module
+
+    import dense_encoders.data.files as files
+
+    train_file = write_training_file(tmp_path / "train.jsonl", make_records())
+    output = tmp_path / "distilled"
+    save = torch.save
+
+    def full_disk(value, target, *args, **kwargs):
+        if "checkpoint-2" in str(target):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4352 vs 4240")
+        return save(value, target, *args, **kwargs)
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(torch, "save", full_disk)
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
+    argv = distill_argv(bert_student_folder, train_file, output, "--max_steps", "2", "--save_steps", "1",
+                        "--per_device_train_batch_size", "2")
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"dense-encoders distill: error: the disk of {output} is full (1.0 KB free; writing there needs about " in err
+    assert (output / "checkpoint-1" / "trainer_state.json").is_file()
+    monkeypatch.setattr(torch, "save", save)
+    monkeypatch.setattr(files.shutil, "disk_usage", shutil_module.disk_usage)
+    assert main([*argv, "--resume_from_checkpoint", "latest"]) == 0
+    assert (output / "model.safetensors").is_file()

@@ -21,7 +21,7 @@ from conftest import REPO_ROOT, cpu_only_env, float32_atol
 from safetensors.torch import load_file
 from transformers import BertConfig, BertModel
 
-import dense_encoders.trainer.output_dir as output_dir_module
+import dense_encoders.data.run_lock as run_lock_module
 from dense_encoders.cli import main
 from dense_encoders.trainer.output_dir import (
     DASHED_FLAGS,
@@ -344,7 +344,7 @@ def test_the_lock_is_per_open_folder_and_falls_back_to_this_machine(tmp_path, mo
     assert lock_file(folder) == local_lock_file(folder)
     monkeypatch.undo()
     # a filesystem that cannot lock (flock: ENOLCK): the same, with a warning
-    real_flock, refused = output_dir_module.fcntl.flock, []
+    real_flock, refused = run_lock_module.fcntl.flock, []
 
     def flock(fd, operation):
         if not refused:
@@ -352,7 +352,7 @@ def test_the_lock_is_per_open_folder_and_falls_back_to_this_machine(tmp_path, mo
             raise OSError(errno.ENOLCK, "No locks available")
         return real_flock(fd, operation)
 
-    monkeypatch.setattr(output_dir_module.fcntl, "flock", flock)
+    monkeypatch.setattr(run_lock_module.fcntl, "flock", flock)
     lock = OutputDirLock(folder).acquire()
     assert lock.path == local_lock_file(folder) and json.loads(lock.path.read_text())["pid"] == os.getpid()
     lock.release()
@@ -414,8 +414,8 @@ def test_the_lock_never_writes_into_a_file_it_did_not_make(tmp_path):
 
 
 def test_the_local_lock_folder_must_be_this_users_own(tmp_path, monkeypatch):
-    monkeypatch.setattr(output_dir_module.tempfile, "gettempdir", lambda: str(tmp_path))
-    monkeypatch.setattr(output_dir_module, "lock_file", output_dir_module.local_lock_file)
+    monkeypatch.setattr(run_lock_module.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(run_lock_module, "lock_file", run_lock_module.local_lock_file)
     folder = tmp_path / "work" / "run"
     shared = local_lock_file(folder).parent
     elsewhere = tmp_path / "elsewhere"

@@ -36,7 +36,7 @@ def workspace(tmp_path, condenser_folder):
     save_embedding_shards(shards, np.eye(4, dtype=np.float32), ["a", "b", "c", "d"],
                           settings={"side": "document", "similarity": "dot"})
     return {"model": condenser_folder, "data": data, "run": run, "corpus": corpus, "shards": shards,
-            "manifest": shards / "manifest.json", "root": tmp_path}
+            "manifest": shards / "manifest.json", "encoding": shards / "encoding.json", "root": tmp_path}
 
 
 # (argv, the flag the message names, the relation and the input it names): each a way a user can lose an input
@@ -59,6 +59,12 @@ CASES = {
     "index --output whose record would replace the manifest": (
         lambda w: ["index", w["shards"], "--faiss", "Flat", "--output", w["shards"] / "manifest.faiss"],
         "--output's record", "is SHARDS", "manifest"),
+    "index --output whose record would replace the shards folder's own record (issue 53)": (
+        lambda w: ["index", w["shards"], "--faiss", "Flat", "--output", w["shards"] / "encoding.faiss"],
+        "--output's record", "is SHARDS", "encoding"),
+    "search --output over the shards folder's own record (issue 53)": (
+        lambda w: ["search", w["shards"], w["data"], "--output", w["shards"] / "encoding.json"],
+        "--output", "is CORPUS", "encoding"),
     "score-teacher --output over its --run": (
         lambda w: ["score-teacher", w["model"], "--run", w["run"], "--data", w["data"], "--output", w["run"]],
         "--output", "is --run", "run"),

@@ -417,6 +417,48 @@ def test_presets_are_checked_per_architecture(tmp_path):
 
 
 @pytest.mark.slow
+def test_torchrun_without_use_cpu_trains_one_tite_whose_short_texts_skip_q_and_k(tmp_path):
+    """On a machine without a GPU, ``torchrun`` without ``--use_cpu`` trains one model with DDP (before: each process
+    a replica of its own, with transformers' warning only). Texts of at most 4 tokens reach one key per query from
+    TITE's third layer on, where Q and K are skipped: under DDP with gradient checkpointing (no unused-parameter
+    detection) the run trains (before: "Expected to have finished reduction in the prior iteration" at step 2)."""
+    corpus = write_corpus(tmp_path / "short.jsonl", 12, min_words=1, max_words=3)
+    output_dir = tmp_path / "tite-ddp"
+    result = torchrun(
+        "-m", "dense_encoders.cli", "pretrain", "tite", "--preset", "tiny-tite-2-late", "--corpus", str(corpus),
+        "--output_dir", str(output_dir), "--max_steps", "3", "--per_device_train_batch_size", "2",
+        "--logging_steps", "1", "--save_strategy", "no", "--max_seq_length", "4", "--gradient_checkpointing",
+        "--ddp_backend", "gloo", "--report_to", "none",
+        cwd=tmp_path,
+    )
+    assert "2 processes on a machine without a GPU: training one model on the CPU with DDP (--use_cpu)" in result.stderr
+    assert set(logged(output_dir, "mae_loss")) == {1, 2, 3}
+    environment = json.loads((output_dir / "training_environment.json").read_text())
+    assert environment["processes"] == 2 and "CPU" in environment["device"]
+
+
+def test_a_launch_transformers_would_leave_unsynchronised_is_refused(tmp_path):
+    """The safety net: where transformers sets up no DDP for several processes (here: a GPU the machine is said to
+    have, so --use_cpu is not implied, and none to train on), the arguments refuse in one line on every process."""
+    script = tmp_path / "unsynchronised.py"
+    script.write_text(
+        "import sys\n"
+        "from dense_encoders.trainer import processes\n"
+        "processes.accelerator_available = lambda: True\n"
+        "from dense_encoders.trainer import DistillationArguments\n"
+        "try:\n"
+        "    DistillationArguments(output_dir='out', ddp_backend='gloo', report_to='none')\n"
+        "except ValueError as error:\n"
+        "    print('refused:', error)\n"
+        "    sys.exit(0)\n"
+        "sys.exit(1)\n")
+    result = torchrun(str(script), cwd=tmp_path, timeout=120)
+    assert result.stdout.count("refused: 2 processes were launched, but transformers set up no distributed training "
+                               "for them on cpu: each would train a model of its own") == 2, result.stdout
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
 def test_torchrun_cli_trains_tite(tmp_path, corpus_file):
     output_dir = tmp_path / "tite-ddp"
     torchrun(

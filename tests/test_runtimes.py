@@ -6,6 +6,7 @@ package, a GPU or a multi-device pool is one line (dense_encoders.evaluation.run
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from conftest import tiny_condenser_config
 import dense_encoders
 from dense_encoders import CondenserModel, TiteModel
 from dense_encoders.cli import main as cli_main
+from dense_encoders.data.embedding_shards import EmbeddingShards
 from dense_encoders.evaluation import runtimes
 from dense_encoders.evaluation.corpus_encoding import encode_corpus
 from dense_encoders.evaluation.encoding import RetrievalEncoder
@@ -111,6 +113,73 @@ def test_the_export_is_made_once_and_a_damaged_one_again(runtime, family_folders
         handle.write(b"\0")
     np.testing.assert_allclose(_vectors(folder, runtime), expected, rtol=0, atol=ATOL)
     assert exports == [1]
+
+
+def _dead_pid() -> int:
+    """The PID of a process that has ended (its number is not reused this soon)."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_damaged_export_is_verified_and_made_again(runtime, family_folders, tmp_path, caplog):
+    """Real damage to the cached export, each healed with one line and torch's vectors. Before: weights overwritten
+    in place (the same size) gave NaN vectors in shards with exit 0; a listed file replaced by a link out of the
+    folder failed in ONNX Runtime ("External data path escapes model directory") on every later run; the folder
+    replaced by a link gave "[Errno 20] Not a directory"; a killed export's scratch folder stayed for good."""
+    import socket
+
+    folder = family_folders["infused-cls"]
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    expected = _vectors(folder, "torch", device="cpu")
+    encoder = RetrievalEncoder(folder, runtime=runtime, show_progress_bar=False)  # exported (or already there)
+    graph = runtimes.exported_graph(encoder.model, runtimes.transformer_module(encoder.model), encoder.fingerprint,
+                                    runtime)
+    export = graph.path.parent
+    stale = export.parent / f".export-{_dead_pid()}@{socket.gethostname()}-abcdefgh"
+    stale.mkdir()
+    largest = max((path for path in export.iterdir() if path.name != "export.json"), key=lambda p: p.stat().st_size)
+    size = largest.stat().st_size
+    with open(largest, "r+b") as handle:  # weights overwritten in place: the same size, NaN bit patterns
+        handle.seek(size // 2)
+        handle.write(b"\xff" * 256)
+    assert largest.stat().st_size == size
+    output = tmp_path / "shards"
+    with caplog.at_level("WARNING", logger="dense_encoders.evaluation.runtimes"):
+        assert cli_main(["encode", str(folder), str(texts), "--output", str(output), "--runtime", runtime,
+                         "--batch-size", "2", "--dtype", "float32", "--no-progress"]) == 0
+    assert [record.getMessage() for record in caplog.records] == [
+        f"the cached {runtime} export in {export} is damaged ({largest.name} is not the file that was written (its "
+        "SHA-256 differs)): exporting it again"]
+    stored = next(EmbeddingShards.open(output).shards())[1]
+    np.testing.assert_allclose(stored, expected, rtol=0, atol=ATOL)
+    assert not stale.exists()  # left by a killed export: removed by the next one
+    caplog.clear()
+
+    outside = tmp_path / f"outside-{largest.name}"  # a listed file replaced by a link out of the folder
+    outside.write_bytes(largest.read_bytes())
+    largest.unlink()
+    largest.symlink_to(outside)
+    with caplog.at_level("WARNING", logger="dense_encoders.evaluation.runtimes"):
+        np.testing.assert_allclose(_vectors(folder, runtime), expected, rtol=0, atol=ATOL)
+    assert f"({largest.name} is missing, a link, or outside the folder)" in caplog.text
+    assert not largest.is_symlink() and outside.read_bytes() == largest.read_bytes()
+    caplog.clear()
+
+    shutil.rmtree(export)  # the folder replaced by a link to a file
+    (tmp_path / "a-file").write_text("not an export")
+    export.symlink_to(tmp_path / "a-file")
+    with caplog.at_level("WARNING", logger="dense_encoders.evaluation.runtimes"):
+        np.testing.assert_allclose(_vectors(folder, runtime), expected, rtol=0, atol=ATOL)
+    assert f"({export.name} is a link or a file, not a folder of exported files)" in caplog.text
+    assert export.is_dir() and not export.is_symlink() and (tmp_path / "a-file").read_text() == "not an export"
+    assert runtimes.export_problem(export, json.loads((export / "export.json").read_text())["key"]) is None
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

@@ -340,6 +340,22 @@ def test_output_flags_on_a_batch_with_empty_texts_are_refused_in_one_line():
     assert "\n" not in str(error.value)
 
 
+def test_short_texts_give_the_skipped_q_and_k_their_exact_gradient_zero():
+    """Where a layer's queries each see one key, attention is the value projection and Q / K are skipped; in training
+    they still get a gradient, exactly zero, so that every parameter is in every backward (DDP without unused-
+    parameter detection waits for each one on every process)."""
+    model = tiny_model("tiny-tite-2-late").train()
+    batch = batch_of(random_texts(5, 4, seed=3))
+    skipped = [index for index, layer in enumerate(model.plan(**batch).layers) if layer.key.max_length == 1]
+    assert skipped == [3, 4]  # 4 tokens -> 4, 2, 1 before layers 1-3 (kernel 2 from layer 1 on)
+    model(**batch).pooler_output.square().sum().backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, name
+        projection = name.split(".")[3] if name.startswith("layers.") and ".attention." in name else None
+        zero = projection in ("query", "key") and int(name.split(".")[1]) in skipped
+        assert bool((parameter.grad == 0).all()) == zero, name
+
+
 # ---------------------------------------------------------------------------- pre-training model
 
 

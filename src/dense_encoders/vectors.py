@@ -1,6 +1,7 @@
 """What every layer (trainer, evaluation, command line) accepts of how texts become vectors and two vectors a
-score: the similarity names, the search backends' names, the runtimes and the pooling a TITE encoder refuses. Imports
-nothing, so the command line reads it without loading torch.
+score: the similarity names, the search backends' names, the runtimes, the pooling a TITE encoder refuses, and that
+no vector holding NaN or an infinity is ever written. Imports nothing, so the command line reads it without loading
+torch.
 
 Mean pooling itself lives in the infused dual encoder's remote code,
 :func:`dense_encoders.models.infused.modeling_infused.mean_pool`: a model folder can import nothing of the
@@ -22,6 +23,22 @@ RUNTIMES = ("torch", "openvino", "onnxruntime")
 
 # how token states become one vector: the first token's state or the mean over the real tokens
 POOLING_MODES = ("cls", "mean")
+
+
+def refuse_non_finite_vectors(vectors, name_of_row, where: str) -> None:
+    """A one-line ``ValueError`` where a row of ``vectors`` (``(texts, dimension)``, NumPy) holds NaN or an infinity,
+    naming the first such text (``name_of_row(row)``) and how many there are: no command writes such a vector to a
+    shard, a cache, a results file or a run, where it would be read as a number. ``where``: what was being made."""
+    import numpy as np  # here, not at the top: the command line reads this module without NumPy's import time
+
+    finite = np.isfinite(vectors).all(axis=-1)
+    if bool(finite.all()):
+        return
+    bad = np.flatnonzero(~finite)
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    raise ValueError(f"{where}: the vector of {name_of_row(int(bad[0]))}{more} holds NaN or infinite values, so "
+                     "nothing was written; the model gives no number for it: check its weights (a damaged checkpoint "
+                     "or export, a diverged training) or that text")
 
 
 def refuse_mean_pooling_of_tite(model_type: str | None, pooling: str | None, instead: str) -> None:

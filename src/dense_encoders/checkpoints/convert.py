@@ -30,6 +30,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from huggingface_hub import snapshot_download
 
+from ..data.files import process_is_gone
 from ..data.run_records import CONVERSION, read_record, write_record
 from .condenser_reference import CONDENSER_REFERENCE
 from .folder import source_reference
@@ -154,19 +155,6 @@ def _staging_pattern(name: str) -> re.Pattern:
     return re.compile(rf"^\.{re.escape(name)}\.converting-(\d+)-[^/]+$")
 
 
-def _process_is_gone(pid: int) -> bool:
-    """Whether no process ``pid`` exists (POSIX; elsewhere every process counts as alive)."""
-    if os.name != "posix" or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # PermissionError: another user's live process
-        return False
-    return False
-
-
 def remove_stale_staging(output: Path) -> list[Path]:
     """Remove the staging folders of conversions into ``output`` whose run is gone (killed, e.g. by SIGKILL,
     before it could clean up); returns them. A live run holds the lock file in its staging folder (the OS
@@ -186,7 +174,7 @@ def remove_stale_staging(output: Path) -> list[Path]:
             except Timeout:
                 continue  # a live conversion
             lock.release()
-        elif not _process_is_gone(int(match.group(1))):
+        elif not process_is_gone(int(match.group(1))):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)

@@ -49,7 +49,7 @@ from .folder import (
     native_pipeline,
     refuse_folder_without_tokenizer,
 )
-from .trust import refuse_untrusted_code
+from .trust import TRUST_FIX, UntrustedCodeError, refuse_untrusted_code, tokenizer_code
 from .weights import (
     check_checkpoint_weights,
     checked_load_kwargs,
@@ -135,7 +135,14 @@ def load_config(name_or_path: str | os.PathLike, *, trust_remote_code: bool = Fa
 
 
 def load_tokenizer(name_or_path: str | os.PathLike, *, trust_remote_code: bool = False):
-    """``AutoTokenizer.from_pretrained(name_or_path)``: the tokenizer of a folder or Hub id."""
+    """``AutoTokenizer.from_pretrained(name_or_path)``: the tokenizer of a folder or Hub id. One that names code of
+    its own (:func:`~.trust.tokenizer_code`) is refused without ``trust_remote_code``: transformers would load a
+    stock class in its place, silently."""
+    if trust_remote_code is not True and (code := tokenizer_code(name_or_path)):
+        raise UntrustedCodeError(
+            f"{code[0].describe()}: without your consent transformers would load a stock tokenizer in its place, "
+            f"not the one {name_or_path} names. Read that code, then {TRUST_FIX}, or use a tokenizer without code "
+            "of its own")
     return AutoTokenizer.from_pretrained(str(name_or_path), trust_remote_code=trust_remote_code)
 
 

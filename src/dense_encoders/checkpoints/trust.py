@@ -114,6 +114,17 @@ def _transformer_code(name_or_path: str, subfolder: str) -> list[CheckpointCode]
     return found
 
 
+def tokenizer_code(name_or_path: str | Path) -> list[CheckpointCode]:
+    """The code a tokenizer folder (or Hub id) names for ``AutoTokenizer`` in its ``tokenizer_config.json``. Without
+    ``trust_remote_code`` transformers loads the stock class its ``tokenizer_class`` names instead, silently: a
+    tokenizer other than the one the folder describes."""
+    name_or_path = str(name_or_path)
+    config = _read_json(name_or_path, "", "config.json")
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    return [code for code in _auto_map_code(name_or_path, "", "tokenizer_config.json", model_type)
+            if code.role == "AutoTokenizer"]
+
+
 def checkpoint_code(name_or_path: str | Path) -> list[CheckpointCode]:
     """Every piece of code that loading ``name_or_path`` (a folder or Hub id; files from the cache or the Hub)
     with ``trust_remote_code=True`` would run beyond the installed packages' own classes (module doc). Its
@@ -155,4 +166,5 @@ def refuse_untrusted_code(name_or_path: str | Path, trust_remote_code: bool) -> 
     )
 
 
-__all__ = ["CheckpointCode", "UntrustedCodeError", "checkpoint_code", "refuse_untrusted_code"]
+__all__ = ["TRUST_FIX", "CheckpointCode", "UntrustedCodeError", "checkpoint_code", "refuse_untrusted_code",
+           "tokenizer_code"]

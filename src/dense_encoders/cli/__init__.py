@@ -40,6 +40,7 @@ import importlib
 import os
 import re
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -93,6 +94,20 @@ MEMORY_FLAGS = {
     "quickstart": "--batch-size",
     "bench": "--doc-batch / --query-batch",
 }
+
+# the commands that work together when a launcher (torchrun, accelerate launch) starts several processes: training
+# is one model across them (DDP), encode gives each process its own shards; every other command runs in one process
+MULTI_PROCESS_COMMANDS = ("pretrain", "distill", "encode")
+
+
+def _single_process_refusal(command: str) -> str | None:
+    """Why ``command`` may not run as it was launched (several processes, ``WORLD_SIZE`` > 1), or None."""
+    processes = os.environ.get("WORLD_SIZE", "1")
+    if command in MULTI_PROCESS_COMMANDS or processes in ("", "0", "1"):
+        return None
+    return (f"{command} runs in one process, but {processes} were launched (WORLD_SIZE={processes}), each of "
+            "which would do the whole work and write the same files; run it without torchrun or accelerate launch "
+            f"(only {', '.join(MULTI_PROCESS_COMMANDS)} run across processes)")
 
 
 def expand_config_file(parser: CommandParser | str, argv: list[str], strict: bool = False) -> list[str]:
@@ -184,7 +199,21 @@ def _model_loading_bars(shown: bool):
 
 
 def main(argv: list[str] | None = None) -> int:
-    debug, argv = _debug(list(sys.argv[1:] if argv is None else argv))
+    """The ``dense-encoders`` command; ``argv`` None: the process's own arguments (the console script), whose exit
+    then ignores a late Ctrl-C (:func:`_run`)."""
+    if argv is not None:
+        return _run(list(argv))
+    try:
+        return _run(sys.argv[1:])
+    finally:
+        # the command is over: a Ctrl-C now could only break the interpreter's exit (atexit callbacks, with
+        # "Exception ignored ... KeyboardInterrupt" and a traceback) and change nothing
+        with contextlib.suppress(ValueError):  # signals are set from the main thread only
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run(argv: list[str]) -> int:
+    debug, argv = _debug(argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(__doc__)
         if argv and argv[0] not in ("-h", "--help"):
@@ -196,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         print(help_text(command, argv[1:]), end="")
         return 0
     parse.last = None
+    if (refusal := _single_process_refusal(command)) is not None:
+        print(f"dense-encoders {command}: error: {refusal}", file=sys.stderr)
+        return 2
     try:
         with _model_loading_bars(shown=debug):
             return COMMANDS[command](argv[1:])
@@ -217,4 +249,5 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
-__all__ = ["COMMANDS", "MEMORY_FLAGS", "PARSERS", "expand_config_file", "help_parser", "help_text", "main"]
+__all__ = ["COMMANDS", "MEMORY_FLAGS", "MULTI_PROCESS_COMMANDS", "PARSERS", "expand_config_file", "help_parser",
+           "help_text", "main"]

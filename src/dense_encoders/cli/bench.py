@@ -111,7 +111,7 @@ def bench(argv: list[str]) -> int:
     dtype = "bf16" if options.autocast else options.dtype
     lengths = None
     if options.lengths_from:
-        lengths = load_lengths(options.lengths_from, options.tokenizer)
+        lengths = load_lengths(options.lengths_from, options.tokenizer, trust_remote_code=options.trust_remote_code)
         if options.save_lengths:
             print(f"wrote {save_lengths(lengths, options.save_lengths)} ({len(lengths['documents'])} documents, "
                   f"{len(lengths['queries'])} queries)", file=sys.stderr)

@@ -14,7 +14,15 @@ import os
 import pathlib
 from typing import Any, Optional, Union
 
-from .format import DOCUMENT_TEXT_FIELDS, data_suffix, document_record, document_text, records, text_lines
+from .format import (
+    DOCUMENT_TEXT_FIELDS,
+    data_suffix,
+    document_record,
+    document_text,
+    is_blank,
+    records,
+    text_lines,
+)
 from .hub_datasets import DatasetFiles, resolve_dataset
 from .masking import EXAMPLE_INDEX
 
@@ -63,7 +71,7 @@ def corpus_files(source: Union[str, os.PathLike], *, revision: Optional[str] = N
 def _txt_texts(path):
     """The documents of a text corpus: its non-blank lines, stripped (:func:`~dense_encoders.data.format.text_lines`:
     UTF-8, gzip-compressed when the name ends in ``.gz``; errors name ``file:line``)."""
-    return (line.strip() for _, line in text_lines(path) if line.strip())
+    return (line.strip() for _, line in text_lines(path) if not is_blank(line))
 
 
 def _read_txt(path) -> list[str]:

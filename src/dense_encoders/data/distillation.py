@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from .format import DataFormatError, document_text, is_json_number, json_lines
+from .format import DataFormatError, document_text, is_blank, is_json_number, json_lines
 from .masking import EXAMPLE_INDEX, PerEpochDraws, SharedEpoch, example_generator
 from .retrieval import check_relevance_level, read_qrels
 from .runs import Run, read_trec_run, top_documents
@@ -120,7 +120,7 @@ def _query_of(path: Path, line_number: int, record: dict, query_id: str | None, 
         raise DataFormatError(path, line_number, f"query_id {query_id!r} is not in the queries")
     else:
         query = queries[query_id]
-    if not query.strip():  # it would be encoded as the empty string
+    if is_blank(query):  # it would be encoded as the empty string
         named = f"query {query_id!r}" if query_id is not None else "the query"
         raise DataFormatError(path, line_number, f"{named} has an empty or blank text; fill it in or remove the line")
     return query

@@ -35,13 +35,15 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from .files import atomic_write, read_json, write_json
+from ..vectors import refuse_non_finite_vectors
+from .files import atomic_write, disk_full_as_one_line, read_json, write_json
 from .format import (
     DataFormatError,
     UniqueIds,
     data_suffix,
     document_text,
     has_whitespace,
+    is_blank,
     parquet_shards,
     records,
     text_lines,
@@ -162,7 +164,7 @@ def _raw_texts(source: TextSource) -> Iterator[tuple[int, str, str]]:
 
 
 def _checked(source: TextSource, number: int, identifier: str, text: str, allow_empty: bool) -> tuple[str, str]:
-    if not text.strip() and not allow_empty:
+    if is_blank(text) and not allow_empty:
         what = "document" if source.side == "document" else "query"
         raise DataFormatError(source.path, number, f"blank {what} {identifier!r}: remove it, or pass "
                               "--allow-empty-documents to encode it as the empty text")
@@ -201,9 +203,10 @@ def written_shards(folder: Path) -> list[Path]:
 
 
 def shard_folder_files(path: str | Path) -> list[Path]:
-    """The files a reader of embedding shards reads: a shards folder's manifest, shards and ids files, or a FAISS
-    index with its ``.json`` record and the shards it records. What is not such a folder or index is itself
-    (a text file or folder read whole)."""
+    """What a command that reads embedding shards must not write over: every file of a shards folder (its manifest,
+    shards and ids, its own record ``encoding.json``, the indexes and records kept beside them), or a FAISS index with
+    its ``.json`` record and the shards folder it records. What is not such a folder or index is itself (a text file
+    or folder read whole). New files may still go into a shards folder (an index, a run)."""
     path = Path(path)
     record_path = path.with_suffix(".json")
     record = None
@@ -219,7 +222,7 @@ def shard_folder_files(path: str | Path) -> list[Path]:
         return [path, record_path, *shards]
     if not (path / MANIFEST_FILE).is_file():
         return [path]
-    return [path / MANIFEST_FILE, *sorted(path.glob("shard-*.safetensors")), *sorted(path.glob("shard-*.ids"))]
+    return sorted(entry for entry in path.iterdir() if entry.is_file() or entry.is_symlink())
 
 
 def shard_count(count: int, shard_size: int) -> int:
@@ -256,7 +259,14 @@ def write_shard(folder: Path, index: int, embeddings: np.ndarray, ids: list[str]
         raise ValueError(f"shard {index}: {len(ids)} ids for {len(embeddings)} embeddings")
     if any(has_whitespace(identifier) or not identifier for identifier in ids):
         raise ValueError(f"shard {index}: an id is empty or contains whitespace")
+    refuse_non_finite_vectors(embeddings, lambda row: f"text {ids[row]!r}", f"shard {index}")
     folder = Path(folder)
+    needed = embeddings.nbytes + sum(len(identifier.encode("utf-8")) + 1 for identifier in ids)
+    with disk_full_as_one_line(folder, needed):
+        _write_shard_files(folder, index, embeddings, ids, dtype)
+
+
+def _write_shard_files(folder: Path, index: int, embeddings: np.ndarray, ids: list[str], dtype: str) -> None:
     atomic_write(ids_file(folder, index), lambda scratch: Path(scratch).write_text(
         "".join(identifier + "\n" for identifier in ids), encoding="utf-8"))
     if dtype == "float16":

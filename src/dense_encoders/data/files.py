@@ -13,12 +13,14 @@ outputs is, lies inside or holds one of its inputs.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,72 @@ class Flags:
 
 TRAINER_FLAGS = Flags()
 DASHED_FLAGS = Flags("--output-dir", "--overwrite-output-dir", None)
+
+
+# ------------------------------------------------------------------------------------------------ a full disk
+
+# what the writers say when the disk is full: the OS's message and errno (safetensors' Rust writer: "os error 28")
+_DISK_FULL_WORDS = ("no space left on device", "os error 28", "storagefull", "disk quota exceeded", "os error 122")
+# what torch.save says when a write failed, whatever the reason: a full disk only when the folder has little room left
+_FAILED_WRITE_WORDS = ("inline_container.cc", "pytorchstreamwriter failed", "file write failed")
+
+
+class DiskFullError(OSError):
+    """A write failed because the disk of a command's output is full: one line naming the folder, the room left and
+    the room the write needed (the CLI prints it; what was already written is kept, and the same command goes on)."""
+
+
+def _size(size: float) -> str:
+    unit = next((unit for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)) if size >= scale), "B")
+    return f"{size / {'GB': 1e9, 'MB': 1e6, 'KB': 1e3, 'B': 1}[unit]:,.1f} {unit}"
+
+
+def disk_full(error: BaseException, folder: str | Path, needed: int) -> DiskFullError | None:
+    """The :class:`DiskFullError` that ``error`` (a failed write into ``folder`` of about ``needed`` bytes, its causes
+    included) amounts to, or None when the disk is not what failed."""
+    free = None
+    with contextlib.suppress(OSError):
+        free = shutil.disk_usage(next(p for p in (Path(folder), *Path(folder).parents) if p.exists())).free
+    seen, full = error, False
+    while seen is not None and not full:
+        message = str(seen).lower()
+        full = (getattr(seen, "errno", None) in (errno.ENOSPC, getattr(errno, "EDQUOT", -1))
+                or any(words in message for words in _DISK_FULL_WORDS)
+                or (any(words in message for words in _FAILED_WRITE_WORDS) and free is not None and free < needed))
+        seen = seen.__cause__ or seen.__context__
+    if not full:
+        return None
+    room = f"{_size(free)} free" if free is not None else "its free space unknown"
+    return DiskFullError(f"the disk of {folder} is full ({room}; writing there needs about {_size(needed)} "
+                         "more): free space on it, or move the folder elsewhere, and run the same command again, "
+                         "which keeps what was written")
+
+
+@contextlib.contextmanager
+def disk_full_as_one_line(folder: str | Path, needed: int) -> Iterator[None]:
+    """Raise :class:`DiskFullError` (one line) for a failure inside the block that a full disk caused
+    (:func:`disk_full`); every other failure as it is."""
+    try:
+        yield
+    except Exception as error:
+        full = disk_full(error, folder, needed)
+        if full is None:
+            raise
+        raise full from None
+
+
+def process_is_gone(pid: int) -> bool:
+    """Whether no process ``pid`` exists on this machine (POSIX; elsewhere every process counts as alive): the test
+    that a scratch folder named after its process's PID was left behind by a run that was killed."""
+    if os.name != "posix" or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: another user's live process
+        return False
+    return False
 
 
 def folder_entries(folder: str | Path) -> list[str]:
@@ -206,14 +274,18 @@ def _clash(output: Path, source: Path) -> str | None:
 __all__ = [
     "DASHED_FLAGS",
     "TRAINER_FLAGS",
+    "DiskFullError",
     "Flags",
     "OutputDirError",
     "atomic_write",
     "atomic_write_bytes",
     "clear_output_dir",
+    "disk_full",
+    "disk_full_as_one_line",
     "folder_entries",
     "is_inside",
     "listing",
+    "process_is_gone",
     "prepare_new_output_dir",
     "read_json",
     "refuse_outputs_over_inputs",

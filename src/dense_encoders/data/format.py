@@ -18,6 +18,7 @@ import gzip
 import io
 import json
 import re
+import unicodedata
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -33,6 +34,31 @@ class DataFormatError(ValueError):
         super().__init__(f"{path}:{line_number}: {problem}")
         self.path = str(path)
         self.line_number = line_number
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` holds nothing a tokenizer keeps: whitespace, control and format characters only (zero-width
+    spaces and joiners, byte order marks), which BERT's tokenizer drops, so the text would be encoded as the empty
+    text. Every reader refuses such a text where it refuses a blank one."""
+    return all(character.isspace() or unicodedata.category(character) in ("Cc", "Cf") for character in text)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate_field(record: Mapping) -> str | None:
+    """The first field of a JSON object whose strings (nested ones too) hold a lone surrogate: a ``\\ud800``-
+    ``\\udfff`` escape that is half of a UTF-16 pair, no character, which no tokenizer and no UTF-8 file takes."""
+    def holds(value) -> bool:
+        if isinstance(value, str):
+            return _LONE_SURROGATE.search(value) is not None
+        if isinstance(value, Mapping):
+            return any(holds(key) or holds(item) for key, item in value.items())
+        if isinstance(value, list):
+            return any(holds(item) for item in value)
+        return False
+
+    return next((str(key) for key, value in record.items() if holds(key) or holds(value)), None)
 
 
 def document_text(document: Mapping[str, str]) -> str:
@@ -149,6 +175,10 @@ def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
         if not isinstance(record, dict):
             problem = f"expected a JSON object per line, got {type(record).__name__}"
             raise DataFormatError(path, line_number, problem)
+        if "\\u" in line and (field := lone_surrogate_field(record)) is not None:  # only JSON escapes make them
+            raise DataFormatError(path, line_number, f"field {field!r} holds a lone surrogate (an escape such as "
+                                  "\\ud800 that is half of a UTF-16 pair, not a character): fix the text, e.g. by "
+                                  "writing the file again from its source")
         yield line_number, record
 
 
@@ -289,6 +319,7 @@ __all__ = [
     "document_record",
     "UniqueIds",
     "data_suffix",
+    "is_blank",
     "is_gzip",
     "is_parquet",
     "open_data_file",
@@ -299,6 +330,7 @@ __all__ = [
     "document_text",
     "is_json_number",
     "json_lines",
+    "lone_surrogate_field",
     "parses_as_number",
     "require_file",
     "string_field",

@@ -27,6 +27,7 @@ from .format import (
     data_suffix,
     document_record,
     document_text,
+    is_blank,
     is_json_number,
     is_parquet,
     json_lines,
@@ -128,7 +129,7 @@ def read_corpus_jsonl(path: str | Path, *, allow_empty_documents: bool = False) 
     for line_number, record in records(path):
         doc_id, document = corpus_record(path, line_number, record)
         corpus[ids.add(line_number, doc_id)] = document
-        if not document_text(document):
+        if is_blank(document_text(document)):
             empty_lines.append(line_number)
     ids.check()
     if empty_lines:
@@ -150,7 +151,7 @@ def read_queries_jsonl(path: str | Path) -> dict[str, str]:
     ids = beir_ids(path, "query")
     for line_number, record in records(path):
         query_id, text = query_record(path, line_number, record)
-        if not text.strip():
+        if is_blank(text):
             raise DataFormatError(
                 path, line_number, f"query {query_id!r} has an empty or blank text; fill it in or remove the line"
             )
@@ -396,7 +397,7 @@ def load_pairs(path: str | Path, name: str | None = None) -> RetrievalDataset:
     doc_ids: dict[str, str] = {}
     qrels: Qrels = {}
     for line_number, query, positive in pairs:
-        if not query.strip() or not positive.strip():
+        if is_blank(query) or is_blank(positive):
             raise DataFormatError(path, line_number, "empty query or positive")
         query_id = query_ids.setdefault(query, f"q{len(query_ids)}")
         doc_id = doc_ids.setdefault(positive, f"d{len(doc_ids)}")
@@ -537,7 +538,7 @@ def load_graded_pairs(
     doc_ids: dict[str, str] = {}
     qrels: Qrels = {}
     for line_number, first, second, score in triples:
-        if not first.strip() or not second.strip():
+        if is_blank(first) or is_blank(second):
             raise DataFormatError(path, line_number, "empty sentence1 or sentence2; fill it in or remove the line")
         if score > scale:
             raise DataFormatError(path, line_number, f"score {score:g} is above the scale 0-{scale:g}; pass the "

@@ -61,26 +61,33 @@ class _Stop:
         self.error = error
 
 
+def _put(out: queue.Queue, item, stop: threading.Event) -> bool:
+    """Put ``item`` into ``out`` unless the consumer stops first (it may have stopped reading: an interrupt, an early
+    end); whether it was put."""
+    while not stop.is_set():
+        try:
+            out.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
 def _tokenize_ahead(model, batches: Iterable[Sequence[str]], prompt: str | None, task: str | None, pin: bool,
                     out: queue.Queue, stop: threading.Event) -> None:
-    """The worker: ``model.preprocess`` of every batch (pinned when ``pin``), put into ``out`` in order."""
+    """The worker: ``model.preprocess`` of every batch (pinned when ``pin``), put into ``out`` in order. Every put
+    gives way to ``stop``, so the consumer's ``join`` never waits on a queue it no longer reads."""
     try:
         for texts in batches:
             features = model.preprocess(list(texts), prompt=prompt, **({"task": task} if task else {}))
             if pin:
                 features = {key: value.pin_memory() if isinstance(value, torch.Tensor) else value
                             for key, value in features.items()}
-            while not stop.is_set():
-                try:
-                    out.put((len(texts), features), timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if stop.is_set():
+            if not _put(out, (len(texts), features), stop):
                 return
-        out.put(_Stop())
+        _put(out, _Stop(), stop)
     except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
-        out.put(_Stop(error))
+        _put(out, _Stop(error), stop)
 
 
 def encode_batches(model, batches: Iterable[Sequence[str]], *, prompt: str | None = None, task: str | None = None,

@@ -45,7 +45,8 @@ from ..data.embedding_shards import (
     write_shard,
     written_shards,
 )
-from ..data.files import write_json
+from ..data.files import Flags, write_json
+from ..data.run_lock import OutputDirLock
 from .batch_pipeline import encode_batches
 from .encoding import RetrievalEncoder
 from .runtimes import check_runtime, runtime_version
@@ -57,6 +58,8 @@ TOKENIZED_AT_ONCE = 4096
 # how a shard's texts are grouped into batches (_encode_sorted), recorded: the grouping decides the embeddings'
 # last bits; folders written before the key was recorded were batched by characters
 BATCH_ORDER = "tokens"
+# how encode names its folder in the lock's refusal (it continues its own unfinished run, and deletes nothing)
+ENCODE_FLAGS = Flags(output_dir="--output", overwrite="", resume=None)
 # settings that decide the embeddings: a resume (or a search) must agree on all of them
 IDENTITY = ("side", "fingerprint", "pooling_modules", "prompt", "max_length", "normalize", "dtype", "shard_size",
             "source_sha256", "count", "batch_order", "runtime")
@@ -187,7 +190,9 @@ def encode_corpus(
     """Encode the texts of ``source`` (BEIR folder, .jsonl, .tsv or .txt, each also .gz; or a Hub dataset id at
     ``revision``, whose repository and commit the manifest records) into shards in ``output``.
 
-    Returns the finished :class:`EmbeddingShards` on rank 0 (None on the other ranks). ``prompt`` and
+    Returns the finished :class:`EmbeddingShards` on rank 0 (None on the other ranks). Rank 0 holds the folder's
+    lock (:class:`~dense_encoders.data.run_lock.OutputDirLock`) for the whole run: a second run into the same folder
+    is refused in one line naming the first, whenever it starts. ``prompt`` and
     ``max_length`` default to the model's own for ``side`` (as :class:`RetrievalEncoder` reads them). A model
     that runs code of its own is refused unless ``trust_remote_code``. ``runtime`` runs the transformer in torch,
     OpenVINO or ONNX Runtime (:mod:`~dense_encoders.evaluation.runtimes`); the texts, batches and shards are the
@@ -204,6 +209,25 @@ def encode_corpus(
     if device is None and world > 1:
         device = f"cuda:{local}" if torch.cuda.is_available() and runtime == "torch" else "cpu"
     output = Path(output)
+    # one run per folder: two runs started together would both find it new and write over each other's shards
+    lock = _attempt(lambda: OutputDirLock(output, ENCODE_FLAGS).acquire()) if rank == 0 else None
+    _from_rank_zero(world, lock if isinstance(lock, _Failure) else None)
+    try:
+        return _encode_locked(model, source, output, side=side, shard_size=shard_size, dtype=dtype,
+                              batch_size=batch_size, prompt=prompt, max_length=max_length, pooling=pooling,
+                              normalize=normalize, device=device, devices=devices, allow_empty=allow_empty,
+                              allow_missing_weights=allow_missing_weights, trust_remote_code=trust_remote_code,
+                              show_progress_bar=show_progress_bar, revision=revision, runtime=runtime,
+                              rank=rank, world=world)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _encode_locked(model, source, output: Path, *, side, shard_size, dtype, batch_size, prompt, max_length, pooling,
+                   normalize, device, devices, allow_empty, allow_missing_weights, trust_remote_code,
+                   show_progress_bar, revision, runtime, rank, world) -> EmbeddingShards | None:
+    """:func:`encode_corpus` once rank 0 holds the folder's lock."""
     texts = text_source(source, side, revision=revision)
     options = {f"{side}_prompt": prompt, f"{side}_max_length": max_length}
     # a local model by its absolute path, so that `search` finds it from any folder

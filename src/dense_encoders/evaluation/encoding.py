@@ -34,6 +34,7 @@ from safetensors.numpy import save_file
 from ..checkpoints.folder import clamp_to_positions
 from ..checkpoints.loading import load_sentence_transformer, model_fingerprint
 from ..data.files import atomic_write
+from ..vectors import refuse_non_finite_vectors
 from .runtimes import check_runtime, runtime_version, use_runtime
 
 logger = logging.getLogger(__name__)
@@ -186,6 +187,8 @@ class RetrievalEncoder:
         finally:
             self.model.max_seq_length = previous_max_length
         embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+        refuse_non_finite_vectors(embeddings, lambda row: f"{side} {row} ({texts[row][:60]!r})",
+                                  f"encoding {len(texts)} {side} texts with {self.name}")
         if cache_path is not None:
             metadata = {"side": side, "count": str(len(texts)), "model": self.name, "fingerprint": self.fingerprint}
             _save_atomically(embeddings, cache_path, metadata)

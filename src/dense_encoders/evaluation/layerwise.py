@@ -26,6 +26,7 @@ import torch
 from scipy import stats
 from tqdm.auto import tqdm
 
+from ..checkpoints.folder import clamp_to_positions, position_limit
 from ..checkpoints.loading import cross_encoder_model_and_tokenizer, model_and_tokenizer
 from ..data.files import DASHED_FLAGS, prepare_new_output_dir, write_json
 from ..data.hub_datasets import revisions_for
@@ -54,6 +55,21 @@ def _resolve_layers(layers: Sequence[int] | None, num_layers: int) -> list[int]:
     return resolved
 
 
+# tokenizers without a length limit report a huge model_max_length (transformers' VERY_LARGE_INTEGER)
+NO_TOKENIZER_LIMIT = 10**9
+
+
+def length_within_positions(max_length: int | None, tokenizer, model, name: str) -> int | None:
+    """``max_length`` (default: the tokenizer's ``model_max_length``), brought down to ``model``'s positions with a
+    line saying so, as ``evaluate`` does (a longer input would index past the position embeddings); the positions
+    when neither sets a limit below them."""
+    length = max_length if max_length is not None else getattr(tokenizer, "model_max_length", None)
+    if not isinstance(length, int) or length >= NO_TOKENIZER_LIMIT:
+        return position_limit(model.config)
+    what = "--max-length" if max_length is not None else "the tokenizer's model_max_length"
+    return clamp_to_positions(length, model.config, what, name)
+
+
 @torch.no_grad()
 def layerwise_embeddings(
     cross_encoder,
@@ -79,6 +95,7 @@ def layerwise_embeddings(
         raise ValueError("no texts to embed")
     model, tokenizer = cross_encoder_model_and_tokenizer(cross_encoder, tokenizer, device,
                                                          trust_remote_code=trust_remote_code)
+    max_length = length_within_positions(max_length, tokenizer, model, "the cross-encoder")
     num_layers = model.config.num_hidden_layers
     layers = _resolve_layers(layers, num_layers)
     base = model.base_model
@@ -125,6 +142,7 @@ def dual_encoder_layerwise_embeddings(
                                            trust_remote_code=trust_remote_code)
     if not texts:
         raise ValueError("no texts to embed")
+    max_length = length_within_positions(max_length, tokenizer, model, "the dual encoder")
     layers = _resolve_layers(layers, model.config.num_hidden_layers)
     device = next(model.parameters()).device
     order = np.argsort([-len(t) for t in texts], kind="stable")
@@ -309,9 +327,11 @@ def format_layerwise(results: dict) -> str:
 
 __all__ = [
     "MEASURES",
+    "NO_TOKENIZER_LIMIT",
     "dual_encoder_layerwise_embeddings",
     "format_layerwise",
     "layerwise_analysis",
+    "length_within_positions",
     "layerwise_embeddings",
     "write_layerwise_outputs",
 ]

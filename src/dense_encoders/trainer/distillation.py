@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback
 
 from ..checkpoints.folder import (
     OUR_MODEL_TYPES,
@@ -47,7 +47,7 @@ from ..data.distillation import (
     training_records_to_dataset,
     uses_labelled_positives,
 )
-from ..data.files import read_json
+from ..data.files import disk_full_as_one_line, read_json
 from ..data.hub_datasets import revisions_for
 from ..data.retrieval import read_dataset_part
 from ..data.run_records import (
@@ -68,7 +68,8 @@ from ..settings.distillation import (  # noqa: F401 (re-exported: --help reads t
 )
 from ..vectors import POOLING_MODES, SIMILARITIES, refuse_mean_pooling_of_tite
 from .losses import DistillationObjective, positive_set_loss_names
-from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
+from .output_dir import checkpoint_bytes, output_dir_lock, prepare_trainer_output_dir, write_training_args
+from .processes import OneModelTrainingArguments
 from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
 from .resume import EpochSeededSamplingMixin, StopAtMaxStepsMixin
 from .teacher import META_FORMAT as TEACHER_META_FORMAT
@@ -267,7 +268,7 @@ def write_student_sentence_transformers_files(folder: str | Path, pooling: str, 
 
 
 @dataclass
-class DistillationArguments(DistillationTrainerFields, TrainingArguments):
+class DistillationArguments(DistillationTrainerFields, OneModelTrainingArguments):
     """``TrainingArguments`` with defaults for distillation (TITE fine-tuning, Sec. 4.1): the fields of
     :class:`~dense_encoders.settings.distillation.DistillationTrainerFields`."""
 
@@ -505,19 +506,21 @@ def _distill(setup: DistillationSetup, args: DistillationArguments, *, check_out
         processing_class=tokenizer,
         objective=objective,
     )
-    trainer.train(resume_from_checkpoint=checkpoint)
-    output_dir = Path(args.output_dir)
-    if trainer.args.should_save:  # the records first: the card (and a push) read them
-        output_dir.mkdir(parents=True, exist_ok=True)
-        trainer.state.save_to_json(str(output_dir / TRAINER_STATE))
-        write_record(output_dir, DISTILLATION_SETUP, distillation_record(setup, records, lengths, dual.config))
-        write_earlier_stages(output_dir, setup.student)
-        write_record(output_dir, DISTILLATION_POSITIVES, positives)
-        write_record(output_dir, DISTILLATION_LOSSES, objective.describe())
-        write_training_environment(trainer, output_dir)
-    trainer.save_model(args.output_dir)  # pushes too when args.push_to_hub
-    if trainer.args.should_save:
-        model_card(output_dir, repo_id=trainer.hub_model_id).save(output_dir / "README.md")
+    # a checkpoint or the model cut short by a full disk: one line naming the folder (the checkpoints written stay)
+    with disk_full_as_one_line(args.output_dir, checkpoint_bytes(dual)):
+        trainer.train(resume_from_checkpoint=checkpoint)
+        output_dir = Path(args.output_dir)
+        if trainer.args.should_save:  # the records first: the card (and a push) read them
+            output_dir.mkdir(parents=True, exist_ok=True)
+            trainer.state.save_to_json(str(output_dir / TRAINER_STATE))
+            write_record(output_dir, DISTILLATION_SETUP, distillation_record(setup, records, lengths, dual.config))
+            write_earlier_stages(output_dir, setup.student)
+            write_record(output_dir, DISTILLATION_POSITIVES, positives)
+            write_record(output_dir, DISTILLATION_LOSSES, objective.describe())
+            write_training_environment(trainer, output_dir)
+        trainer.save_model(args.output_dir)  # pushes too when args.push_to_hub
+        if trainer.args.should_save:
+            model_card(output_dir, repo_id=trainer.hub_model_id).save(output_dir / "README.md")
     trainer.accelerator.wait_for_everyone()
     return Path(args.output_dir)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import Trainer, set_seed
 
 from ..checkpoints.backbones import from_backbone
 from ..checkpoints.folder import refuse_folder_without_tokenizer
@@ -32,6 +32,7 @@ from ..data import (
     tokenize_for_condenser,
 )
 from ..data.corpus import JSON_EXTENSIONS, corpus_files
+from ..data.files import disk_full_as_one_line
 from ..data.format import DataFormatError, data_suffix, document_record, document_text, records, text_lines
 from ..data.hub_datasets import revisions_for
 from ..data.run_records import PRETRAINING_SETUP, TRAINER_STATE, write_record
@@ -53,7 +54,8 @@ from ..settings.pretraining import (  # noqa: F401 (re-exported: --help reads th
     PreTrainingTrainerFields,
 )
 from ..tokenization import load_tokenizer
-from .output_dir import output_dir_lock, prepare_trainer_output_dir, write_training_args
+from .output_dir import checkpoint_bytes, output_dir_lock, prepare_trainer_output_dir, write_training_args
+from .processes import OneModelTrainingArguments
 from .records import check_mixed_precision, public_record, write_earlier_stages, write_training_environment
 from .resume import EpochSeededSamplingMixin, StopAtMaxStepsMixin
 
@@ -62,7 +64,7 @@ ARCHITECTURES = dict(zip(ARCHITECTURE_NAMES, (CondenserForPreTraining, CoCondens
 
 
 @dataclass
-class PreTrainingArguments(PreTrainingTrainerFields, TrainingArguments):
+class PreTrainingArguments(PreTrainingTrainerFields, OneModelTrainingArguments):
     """``TrainingArguments`` plus the gradient cache switch (paper recipe defaults for the rest): the fields of
     :class:`~dense_encoders.settings.pretraining.PreTrainingTrainerFields`."""
 
@@ -376,21 +378,23 @@ def _pretrain(setup: PreTrainingSetup, args: PreTrainingArguments) -> Path:
     trainer = PreTrainingTrainer(
         model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer
     )
-    trainer.train(resume_from_checkpoint=checkpoint)
-    output_dir = Path(args.output_dir)
-    if trainer.is_world_process_zero():
-        output_dir.mkdir(parents=True, exist_ok=True)
-        final = trainer.accelerator.unwrap_model(trainer.model)
-        tokenizer.model_max_length = setup.max_seq_length
-        final.save_pretrained(output_dir)
-        tokenizer.save_pretrained(output_dir)
-        trainer.state.save_to_json(str(output_dir / TRAINER_STATE))
-        write_record(output_dir, PRETRAINING_SETUP, pretraining_record(setup, final.config))
-        write_earlier_stages(output_dir, setup.init_from or setup.backbone)
-        write_training_environment(trainer, output_dir)
-        write_training_args(args, output_dir)
-        model_card(output_dir, repo_id=trainer.hub_model_id).save(output_dir / "README.md")
-        logger.info("Saved %s to %s", type(final).__name__, output_dir)
+    # a checkpoint or the model cut short by a full disk: one line naming the folder (the checkpoints written stay)
+    with disk_full_as_one_line(args.output_dir, checkpoint_bytes(model)):
+        trainer.train(resume_from_checkpoint=checkpoint)
+        output_dir = Path(args.output_dir)
+        if trainer.is_world_process_zero():
+            output_dir.mkdir(parents=True, exist_ok=True)
+            final = trainer.accelerator.unwrap_model(trainer.model)
+            tokenizer.model_max_length = setup.max_seq_length
+            final.save_pretrained(output_dir)
+            tokenizer.save_pretrained(output_dir)
+            trainer.state.save_to_json(str(output_dir / TRAINER_STATE))
+            write_record(output_dir, PRETRAINING_SETUP, pretraining_record(setup, final.config))
+            write_earlier_stages(output_dir, setup.init_from or setup.backbone)
+            write_training_environment(trainer, output_dir)
+            write_training_args(args, output_dir)
+            model_card(output_dir, repo_id=trainer.hub_model_id).save(output_dir / "README.md")
+            logger.info("Saved %s to %s", type(final).__name__, output_dir)
     trainer.accelerator.wait_for_everyone()  # no process leaves before the model is on disk
     if args.push_to_hub:  # every process calls it; only the main one uploads
         trainer.push_to_hub(commit_message="End of pre-training")

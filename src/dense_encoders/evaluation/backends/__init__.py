@@ -68,8 +68,8 @@ def stored_index_backend(path: str | Path) -> SearchBackend | None:
         raise FileNotFoundError(f"{path} has no record {record_path.name} beside it: give an index built by "
                                 "`dense-encoders index SHARDS --faiss ...` or a folder written by "
                                 "`dense-encoders encode`")
-    name = record.get("backend", UNNAMED_INDEX_BACKEND)
-    if name not in BACKENDS:
+    name = record.get("backend", UNNAMED_INDEX_BACKEND) if isinstance(record, dict) else None
+    if not isinstance(name, str) or name not in BACKENDS:  # a damaged record may name a list or an object
         raise ValueError(f"{path}: its record {record_path.name} names the search backend {name!r}, which this "
                          f"version does not know (it knows {', '.join(BACKENDS)}): search it with the "
                          "dense-encoders version that built it, or build the index again with `dense-encoders index`")

@@ -226,6 +226,12 @@ class TiteAttention(nn.Module):
             # of 1 at 1, so every query row is its sequence's only key row.
             attended = self.value(key_states).view(-1, self.heads, head_dim)
             probabilities = attended.new_ones(plan.query.batch_size, self.heads, 1, 1) if output_attentions else None
+            if torch.is_grad_enabled():
+                # Q and K still get their exact gradient, zero, through a zero tied to them: every parameter is in
+                # every backward, as DDP without unused-parameter detection (gradient checkpointing) waits for
+                skipped = [p for p in (*self.query.parameters(), *self.key.parameters()) if p.requires_grad]
+                if skipped:
+                    attended = attended + 0.0 * torch.stack([p.sum() for p in skipped]).sum().to(attended.dtype)
         else:
             if query_states is key_states:  # no pooling here, or pre pooling: one product for Q, K and V
                 query, key, value = self._project(("query", "key", "value"), key_states)
