@@ -276,3 +276,34 @@ def test_a_damaged_sentence_transformers_file_is_one_line_naming_it(condenser_fo
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and f"{condenser_folder / damaged} is not a JSON file" in error[0]
     assert "restore the file" in error[0] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("family", ["condenser", "tite", "infused-mean"])
+def test_a_loaded_model_saved_into_a_new_folder_keeps_its_sentence_transformers_settings(family, tmp_path, tok):
+    """``AutoModel.from_pretrained(a).save_pretrained(b)``: before, ``b`` got the family's defaults (the infused
+    model lost its Normalize module, vectors off by 6.0; TITE went from cosine to dot product). Now every setting of
+    ``a`` (pooling, similarity, normalisation, prompts, per-side lengths) is in ``b``, and SentenceTransformer gives
+    the same vectors from both."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    source, copy = tmp_path / "a", tmp_path / "b"
+    built = FAMILIES[family](len(tok))
+    built.save_pretrained(source)
+    tok.save_pretrained(source)
+    pooling = "mean" if family == "condenser" else native_pipeline(built.config)[0]  # a student trained mean-pooled
+    write_sentence_transformers_files(source, pooling=pooling, similarity="cosine", prompts={"query": "query: "},
+                                      lengths={"query_length": 12, "document_length": 16})
+    model = AutoModel.from_pretrained(source, trust_remote_code=True)
+    model.save_pretrained(copy)
+    tok.save_pretrained(copy)
+    for name in ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json", "2_Normalize/config.json"):
+        assert (copy / name).read_text() == (source / name).read_text(), name
+    settings = [json.loads((folder / "config_sentence_transformers.json").read_text()) for folder in (source, copy)]
+    assert [{k: v for k, v in s.items() if k != "__version__"} for s in settings[1:]] == [
+        {k: v for k, v in settings[0].items() if k != "__version__"}]
+    vectors = [SentenceTransformer(str(folder), device="cpu").encode_query(TEXTS) for folder in (source, copy)]
+    np.testing.assert_array_equal(vectors[0], vectors[1])
+    assert np.allclose(np.linalg.norm(vectors[1], axis=1), 1.0)  # the Normalize module came along

@@ -270,8 +270,7 @@ def test_fused_projections_equal_the_separate_linears_forward_and_backward(names
     states = torch.randn(23, 32, dtype=torch.float64, requires_grad=True)
     upstream = [torch.randn(23, 32, dtype=torch.float64) for _ in names]
     fused = attention._project(names, states)
-    assert all(f.grad_fn is not None for f in fused)  # under autograd: concatenated in the forward, no cache
-    assert attention._fused_projections == {}
+    assert all(f.grad_fn is not None for f in fused)
     torch.autograd.backward(fused, upstream)
     fused_grads = [states.grad.clone()] + [getattr(attention, n).weight.grad.clone() for n in names] + [
         getattr(attention, n).bias.grad.clone() for n in names]
@@ -288,50 +287,42 @@ def test_fused_projections_equal_the_separate_linears_forward_and_backward(names
 
 
 @pytest.mark.numerics
-def test_the_inference_cache_follows_every_change_of_the_weights():
-    """Cached concatenated weights are rebuilt after an in-place update (optimizer step, load_state_dict)
-    and after .to(); each result equals the separate linears on the weights of that moment."""
-    from conftest import FLOAT64_TOLERANCE, float32_atol
+def test_every_change_of_the_weights_is_seen_also_through_data():
+    """An edit through ``.data`` leaves no trace on the parameter (no version bump): PEFT's merge_and_unload makes it
+    so, as does load_state_dict. After a no-grad forward, such an edit must change the projections (before: the
+    concatenated weights were cached, keyed on the version, and served the old weights: off by the whole edit)."""
+    from conftest import FLOAT64_TOLERANCE
 
     model, attention = float64_attention()
     names = ("query", "key", "value")
     states = torch.randn(9, 32, dtype=torch.float64)
-
-    def check():
-        with torch.no_grad():
-            got, expected = attention._project(names, states), separate(attention, names, states)
-        for g, e in zip(got, expected):
-            torch.testing.assert_close(g, e, **FLOAT64_TOLERANCE)
-
-    with torch.inference_mode():  # the cache made here is an ordinary tensor
-        attention._project(names, states.clone())
-    cached = attention._fused_projections[names][1][0]
-    assert not cached.is_inference()
-    check()
-    assert attention._fused_projections[names][1][0] is cached  # reused while nothing changed
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    states_grad = torch.randn(9, 32, dtype=torch.float64)
-    loss = sum((p * states_grad).sum() for p in separate(attention, names, states))
-    loss.backward()
-    optimizer.step()
-    check()
-    assert attention._fused_projections[names][1][0] is not cached
-    model.load_state_dict({k: v + 1.0 for k, v in model.state_dict().items()})
-    check()
-    model.float()
-    states = states.float()
     with torch.no_grad():
-        got = attention._project(names, states)
-        expected = separate(attention, names, states)
-    assert got[0].dtype == torch.float32  # rebuilt for the new dtype (float32: GEMM rounding tolerance)
-    for g, e in zip(got, expected):
-        torch.testing.assert_close(g, e, atol=float32_atol(e, depth=32), rtol=0)
-    # a frozen model used to differentiate its input: the cached weights serve, gradients flow to the input
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    inputs = states.clone().requires_grad_(True)
-    sum(p.sum() for p in attention._project(names, inputs)).backward()
-    assert inputs.grad is not None and torch.isfinite(inputs.grad).all()
+        attention._project(names, states)
+        attention.key.weight.data += 0.25 * torch.randn(attention.key.weight.shape, dtype=torch.float64)  # merged
+        got, expected = attention._project(names, states), separate(attention, names, states)
+        model.load_state_dict({k: v + 1.0 for k, v in model.state_dict().items()})
+        again, reloaded = attention._project(names, states), separate(attention, names, states)
+    for pair in (*zip(got, expected), *zip(again, reloaded)):
+        torch.testing.assert_close(*pair, **FLOAT64_TOLERANCE)
+
+
+def test_a_merged_edit_changes_a_tite_models_vectors():
+    """The model as a user holds it: a no-grad forward, then a weight edit through ``.data`` (a same-process LoRA
+    merge), then the vectors of a fresh model loaded with the edited weights."""
+    model = tiny("tiny-tite-2-late").double().eval()
+    batch = ragged_batch([16, 9, 4])
+    with torch.no_grad():
+        before = model(**batch).pooler_output
+        generator = torch.Generator().manual_seed(0)
+        for layer in model.layers:
+            weight = layer.attention.query.weight
+            weight.data += 0.05 * torch.randn(weight.shape, generator=generator, dtype=weight.dtype)
+        edited = model(**batch).pooler_output
+        fresh = TiteModel(model.config).double().eval()
+        fresh.load_state_dict(model.state_dict())
+        expected = fresh(**batch).pooler_output
+    assert (edited - before).abs().max() > 1e-3
+    torch.testing.assert_close(edited, expected, atol=1e-12, rtol=0)
 
 
 def test_hooked_or_replaced_projections_run_one_by_one():
@@ -681,3 +672,29 @@ def test_only_a_cuda_plan_without_static_shapes_is_staged_by_default():
         replay.layers  # its second transfer would have no captured buffer to go into
     flat = tiny("tiny-tite-no-pooling")
     assert len(PL.TitePlan(flat.config, mask[:, :16], (3, 16), "cpu", False, staged=True)._layer_plans) == 2
+
+
+@pytest.mark.numerics
+def test_a_lora_merge_in_the_same_process_equals_the_saved_adapter(tmp_path, tok):
+    """PEFT's merge_and_unload edits the base weights through ``.data``. After a no-grad forward of the base model (as
+    an evaluation before fine-tuning runs it), the merged TITE must give the adapter's vectors (before: the old
+    weights, off by the whole adapter), as loading the saved adapter onto a fresh copy does."""
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    folder = tmp_path / "tite"
+    TiteModel(tite_preset("tiny-tite-2-late", vocab_size=len(tok))).double().save_pretrained(folder)
+    tok.save_pretrained(folder)
+    batch = dict(tok(["dense retrieval", "a longer text that the encoder pools down to one vector"], padding=True,
+                     return_tensors="pt", return_token_type_ids=False))
+    base = TiteModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        untouched = base(**batch).pooler_output
+    adapted = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules=["query", "key", "value"],
+                                                        init_lora_weights=False))  # random A and B: not a no-op
+    adapted.save_pretrained(tmp_path / "adapter")
+    merged = adapted.merge_and_unload().eval()
+    fresh = peft.PeftModel.from_pretrained(TiteModel.from_pretrained(folder), tmp_path / "adapter").eval()
+    with torch.no_grad():
+        got, expected = merged(**batch).pooler_output, fresh(**batch).pooler_output
+    assert (expected - untouched).abs().max() > 1e-2  # the adapter changes the vectors
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)

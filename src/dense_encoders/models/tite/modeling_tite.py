@@ -20,7 +20,6 @@ absolutely, its sibling files relatively, nothing from ``dense_encoders``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from dataclasses import dataclass
 
@@ -169,42 +168,25 @@ class TiteAttention(nn.Module):
         self.LayerNorm = nn.LayerNorm(self.width, eps=config.layer_norm_eps)
         self.is_causal = False
         self.layer_idx = layer_index
-        self._fused_projections: dict = {}  # inference cache of concatenated weights, see :meth:`_project`
 
     def _project(self, names: tuple[str, ...], states: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """``getattr(self, name)(states)`` for each of ``names`` (e.g. query, key, value) as ONE matrix
-        product with the weights concatenated on the output axis; returns ``(rows, width)`` views.
+        """``getattr(self, name)(states)`` for each of ``names`` (e.g. query, key, value) as ONE matrix product
+        with the weights concatenated on the output axis; returns ``(rows, width)`` views.
 
-        One GEMM instead of two or three: fewer launches and host dispatches per layer, and in the
-        backward one GEMM per gradient instead of one per projection plus the sums. Without gradients
-        the concatenated weights are cached (keyed on each parameter's storage and version, so an
-        optimizer step, ``load_state_dict`` or ``.to()`` rebuilds them); under autograd and during CUDA
-        graph capture they are concatenated in the forward, so gradients and graph replays see the
-        live parameters. Projections replaced or hooked (adapters, quantised layers) run one by one.
+        One GEMM instead of two or three: fewer launches and host dispatches per layer, and in the backward one
+        GEMM per gradient instead of one per projection plus the sums. The weights are concatenated in every call
+        (a copy of them: microseconds on a GPU, and on the CPU still faster than three products) and never kept:
+        no cache could see every change of the weights (an edit through ``.data``, as a PEFT merge or
+        ``load_state_dict`` makes it, leaves no trace on the parameter), and old weights would give wrong vectors
+        silently. Projections replaced or hooked (adapters, quantised layers) run one by one.
         """
         modules = [getattr(self, name) for name in names]
         if any(type(module) is not nn.Linear or module.bias is None or module._forward_hooks
                or module._forward_pre_hooks for module in modules):
             return tuple(module(states) for module in modules)
-        weights, biases = [module.weight for module in modules], [module.bias for module in modules]
-        live = (torch.is_grad_enabled() and any(p.requires_grad for p in weights + biases)) or (
-            states.is_cuda and torch.cuda.is_current_stream_capturing()
-        )
-        key = None
-        if not live:
-            try:
-                key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in weights + biases)
-            except RuntimeError:  # inference tensors have no version counter: nothing to key a cache on
-                pass
-        cached = self._fused_projections.get(names)
-        if key is not None and cached is not None and cached[0] == key:
-            fused = cached[1]
-        else:
-            with torch.inference_mode(False) if key is not None else contextlib.nullcontext():
-                fused = (torch.cat(weights), torch.cat(biases))  # cached: an ordinary tensor, usable anywhere
-            if key is not None:
-                self._fused_projections[names] = (key, fused)
-        return F.linear(states, *fused).split([module.out_features for module in modules], dim=-1)
+        weights = torch.cat([module.weight for module in modules])
+        biases = torch.cat([module.bias for module in modules])
+        return F.linear(states, weights, biases).split([module.out_features for module in modules], dim=-1)
 
     def forward(self, states: torch.Tensor, plan: LayerPlan, output_attentions: bool = False):
         """``states`` ``(plan.key.rows or pool input rows, in_width)`` -> ``(plan.output.rows, width)``; with

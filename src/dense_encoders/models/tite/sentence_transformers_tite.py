@@ -116,9 +116,9 @@ def sentence_transformers_files(
 
 
 def read_saved_settings(folder: str | os.PathLike) -> dict:
-    """``{"prompts", "similarity", "normalize", "lengths"}`` from a folder's sentence-transformers files (what a
-    training run or a conversion chose), so saving a model again into that folder keeps them; ``{}`` without
-    the files."""
+    """``{"pooling", "prompts", "similarity", "normalize", "lengths"}`` from a folder's sentence-transformers files
+    (what a training run or a conversion chose), so saving the model again, into that folder or another, keeps them;
+    ``{}`` without the files."""
     path = os.path.join(folder, "config_sentence_transformers.json")
     if not os.path.isfile(path):
         return {}
@@ -128,7 +128,15 @@ def read_saved_settings(folder: str | os.PathLike) -> dict:
     modules_path = os.path.join(folder, "modules.json")
     if os.path.isfile(modules_path):
         with open(modules_path, encoding="utf-8") as handle:
-            settings["normalize"] = any(str(m.get("type", "")).endswith(".Normalize") for m in json.load(handle))
+            modules = json.load(handle)
+        settings["normalize"] = any(str(m.get("type", "")).endswith(".Normalize") for m in modules)
+        pooling = next((m for m in modules if str(m.get("type", "")).endswith(".Pooling")), None)
+        pooling_path = os.path.join(folder, str(pooling.get("path") or ""), "config.json") if pooling else ""
+        if pooling and os.path.isfile(pooling_path):
+            with open(pooling_path, encoding="utf-8") as handle:
+                mode = _pooling_mode(json.load(handle))
+            if mode is not None:
+                settings["pooling"] = mode
     if isinstance(saved.get("prompts"), dict):
         settings["prompts"] = dict(saved["prompts"])
     if saved.get("similarity_fn_name") in SIMILARITIES:
@@ -139,6 +147,32 @@ def read_saved_settings(folder: str | os.PathLike) -> dict:
             transformer = json.load(handle)
         settings["lengths"] = {key: transformer[key] for key in LENGTH_KEYS if transformer.get(key)}
     return settings
+
+
+def _pooling_mode(config: dict) -> str | None:
+    """The pooling of a ``Pooling`` config, in sentence-transformers 6's key or the older flags; None for others."""
+    if config.get("pooling_mode") in POOLING_MODES:
+        return config["pooling_mode"]
+    flags = [mode for mode, key in (("cls", "pooling_mode_cls_token"), ("mean", "pooling_mode_mean_tokens"))
+             if config.get(key)]
+    return flags[0] if len(flags) == 1 else None
+
+
+def loaded_settings(name_or_path, subfolder: str = "", revision: str | None = None) -> dict:
+    """:func:`read_saved_settings` of the folder a model is loaded from: a local folder, or a Hub id whose files are
+    in the local cache already (nothing is downloaded here); ``{}`` otherwise."""
+    folder = os.path.join(str(name_or_path), subfolder) if subfolder else str(name_or_path)
+    if os.path.isdir(folder):
+        return read_saved_settings(folder)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        name = "config_sentence_transformers.json"
+        relative = f"{subfolder}/{name}" if subfolder else name
+        cached = try_to_load_from_cache(str(name_or_path), relative, revision=revision)
+    except Exception:  # noqa: BLE001 - not a Hub id either: nothing to carry
+        return {}
+    return read_saved_settings(os.path.dirname(cached)) if isinstance(cached, str) else {}
 
 
 def write_sentence_transformers_files(
@@ -175,8 +209,10 @@ class SentenceTransformersFilesMixin:
     """Makes ``save_pretrained`` write the sentence-transformers files beside the weights.
 
     A model class names its pipeline in :meth:`native_sentence_transformers_pipeline`; the vectors are
-    then exactly ``pooler_output``. Saving again into a folder keeps the prompts, similarity,
-    normalisation and per-side lengths a training run or a conversion wrote there.
+    then exactly ``pooler_output``. Saving again into a folder keeps the pooling, prompts, similarity,
+    normalisation and per-side lengths a training run or a conversion wrote there; saving into a folder without
+    them keeps those of the folder the model was loaded from (:class:`StrictLoadingMixin` reads them), so a model
+    loaded, merged with an adapter or pushed, and saved elsewhere gives the same vectors there.
     """
 
     @classmethod
@@ -188,7 +224,8 @@ class SentenceTransformersFilesMixin:
         super().save_pretrained(save_directory, is_main_process, *args, **kwargs)
         if is_main_process and os.path.isdir(save_directory):
             pooling, similarity = self.native_sentence_transformers_pipeline(self.config)
-            saved = read_saved_settings(save_directory)
+            saved = read_saved_settings(save_directory) or getattr(self, "loaded_sentence_transformers_settings", {})
+            pooling = saved.get("pooling", pooling)
             similarity = saved.get("similarity", similarity)
             normalize = saved.get("normalize", False) and similarity == "cosine"
             dimension = getattr(self.config, "sentence_embedding_dimension", self.config.hidden_size)
@@ -300,12 +337,16 @@ class StrictLoadingMixin:
             raise ValueError(message)
         if message and not want_info:
             logger.warning(message)
+        if pretrained_model_name_or_path is not None:  # carried to every folder it is saved to
+            model.loaded_sentence_transformers_settings = loaded_settings(
+                pretrained_model_name_or_path, kwargs.get("subfolder", "") or "", kwargs.get("revision"))
         return (model, info) if want_info else model
 
 
 __all__ = [
     "SentenceTransformersFilesMixin",
     "StrictLoadingMixin",
+    "loaded_settings",
     "loading_differences",
     "read_saved_settings",
     "sentence_transformers_files",
