@@ -261,8 +261,7 @@ def write_shard(folder: Path, index: int, embeddings: np.ndarray, ids: list[str]
         raise ValueError(f"shard {index}: an id is empty or contains whitespace")
     refuse_non_finite_vectors(embeddings, lambda row: f"text {ids[row]!r}", f"shard {index}")
     folder = Path(folder)
-    needed = embeddings.nbytes + sum(len(identifier.encode("utf-8")) + 1 for identifier in ids)
-    with disk_full_as_one_line(folder, needed):
+    with disk_full_as_one_line(folder, embeddings.nbytes):  # about the shard's size (its ids are little beside it)
         _write_shard_files(folder, index, embeddings, ids, dtype)
 
 

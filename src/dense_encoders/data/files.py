@@ -111,8 +111,9 @@ class DiskFullError(OSError):
 
 
 def _size(size: float) -> str:
-    unit = next((unit for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)) if size >= scale), "B")
-    return f"{size / {'GB': 1e9, 'MB': 1e6, 'KB': 1e3, 'B': 1}[unit]:,.1f} {unit}"
+    unit, scale = next(((unit, scale) for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)) if size >= scale),
+                       ("B", 1))
+    return f"{size / scale:,.1f} {unit}"
 
 
 def disk_full(error: BaseException, folder: str | Path, needed: int) -> DiskFullError | None:

@@ -52,7 +52,7 @@ def _fusable(*tensors: torch.Tensor) -> bool:
     return not (torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tensors))
 
 
-def _plain(module: nn.Module, kind: type) -> bool:
+def plain_module(module: nn.Module, kind: type) -> bool:
     """``module`` is exactly ``kind`` with no hooks (an adapter, a quantised layer or a hook keeps PyTorch's path)."""
     return type(module) is kind and not module._forward_hooks and not module._forward_pre_hooks
 
@@ -132,7 +132,7 @@ def residual_layer_norm(hidden: torch.Tensor, residual: torch.Tensor, norm: nn.L
     if (
         triton is not None
         and _fusable(hidden, residual, norm.weight)
-        and _plain(norm, nn.LayerNorm)
+        and plain_module(norm, nn.LayerNorm)
         and norm.weight is not None
         and norm.bias is not None
         and hidden.dim() == 2
@@ -157,7 +157,7 @@ def gelu_epilogue_applies(states: torch.Tensor, linear: nn.Module, hidden_act) -
         and hidden_act in ("gelu", "gelu_pytorch_tanh", "gelu_new")
         and states.dim() == 2
         and states.dtype == torch.bfloat16
-        and _plain(linear, nn.Linear)
+        and plain_module(linear, nn.Linear)
         and linear.bias is not None
         and linear.weight.dtype == states.dtype
         and _fusable(states, linear.weight)
@@ -171,4 +171,4 @@ def linear_gelu(states: torch.Tensor, linear: nn.Module, activation: nn.Module, 
     return activation(linear(states))
 
 
-__all__ = ["MAX_FUSED_WIDTH", "gelu_epilogue_applies", "linear_gelu", "residual_layer_norm"]
+__all__ = ["MAX_FUSED_WIDTH", "plain_module", "gelu_epilogue_applies", "linear_gelu", "residual_layer_norm"]

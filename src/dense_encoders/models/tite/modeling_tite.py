@@ -34,7 +34,7 @@ from transformers.utils import ModelOutput, logging
 
 from .configuration_tite import TiteConfig
 from .cuda_graphs_tite import CudaGraphs
-from .fused_tite import linear_gelu, residual_layer_norm
+from .fused_tite import linear_gelu, plain_module, residual_layer_norm
 from .padded_tite import exporting, padded_forward
 from .plan_tite import LayerPlan, TitePlan
 from .pooling_tite import pool_planned
@@ -181,8 +181,7 @@ class TiteAttention(nn.Module):
         silently. Projections replaced or hooked (adapters, quantised layers) run one by one.
         """
         modules = [getattr(self, name) for name in names]
-        if any(type(module) is not nn.Linear or module.bias is None or module._forward_hooks
-               or module._forward_pre_hooks for module in modules):
+        if any(not plain_module(module, nn.Linear) or module.bias is None for module in modules):
             return tuple(module(states) for module in modules)
         weights = torch.cat([module.weight for module in modules])
         biases = torch.cat([module.bias for module in modules])
