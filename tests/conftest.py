@@ -212,12 +212,14 @@ sys.meta_path.insert(0, _BlockDenseEncoders())
 """
 
 
-def run_python_without_package(code: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter where ``import dense_encoders`` raises ImportError."""
+def run_python_without_package(code: str, cwd: Path, timeout: int = 300,
+                               python: str = sys.executable) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (``python``: this one, or another environment's) where ``import
+    dense_encoders`` raises ImportError."""
     env = {k: v for k, v in cpu_only_env().items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(cwd / "hf_home"))
     result = subprocess.run(
-        [sys.executable, "-c", BLOCK_PACKAGE + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [python, "-c", BLOCK_PACKAGE + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
     if result.returncode != 0:
         raise AssertionError(f"subprocess failed:\nSTDOUT:\n{result.stdout}\nSTDERR:\n{result.stderr[-4000:]}")

@@ -47,7 +47,7 @@ def test_folder_carries_code_auto_map_and_sentence_transformers_files(saved_coco
             line for line in (folder / name).read_text().splitlines() if line.startswith(("import", "from"))
         )
     pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
-    assert pooling["pooling_mode"] == "cls"
+    assert pooling["pooling_mode_cls_token"] is True and pooling["pooling_mode_mean_tokens"] is False
     assert json.loads((folder / "config_sentence_transformers.json").read_text())["similarity_fn_name"] == "dot"
 
 

@@ -182,6 +182,14 @@ def has_sentence_transformers_files(name_or_path: str | Path) -> bool:
 _POOLING_FLAGS = {"cls_token": "cls", "mean_tokens": "mean", "max_tokens": "max", "weightedmean_tokens": "weightedmean"}
 
 
+def pooling_mode(pooling_config: dict) -> str | None:
+    """The pooling a ``Pooling`` module's ``config.json`` declares: sentence-transformers 6's ``pooling_mode`` or the
+    2.x-5.x flags (``pooling_mode_cls_token: true``, which our folders write: every release reads them)."""
+    return pooling_config.get("pooling_mode") or next(
+        (_POOLING_FLAGS.get(key[len("pooling_mode_"):], key[len("pooling_mode_"):])
+         for key, value in pooling_config.items() if key.startswith("pooling_mode_") and value is True), None)
+
+
 def sentence_transformers_settings(name_or_path: str | Path) -> dict:
     """What the sentence-transformers files of a folder or Hub id declare (the one reader of them in the package;
     ``{}`` without ``modules.json``):
@@ -214,9 +222,7 @@ def sentence_transformers_settings(name_or_path: str | Path) -> dict:
         elif kind == "Pooling":
             config_file = folder_file(name_or_path, "config.json", path)
             pooling = (_read_json(config_file) if config_file is not None else None) or {}
-            declared["pooling"] = pooling.get("pooling_mode") or next(  # older files: pooling_mode_cls_token: true
-                (_POOLING_FLAGS.get(key[len("pooling_mode_"):], key[len("pooling_mode_"):])
-                 for key, value in pooling.items() if key.startswith("pooling_mode_") and value is True), None)
+            declared["pooling"] = pooling_mode(pooling)
         elif kind == "Normalize":
             declared["normalize"] = True
         elif kind == "Dense":
@@ -358,6 +364,11 @@ def sentence_transformers_module_folders(folder: str | Path) -> set[PurePosixPat
     return folders
 
 
+# the files of sentence-transformers' ONNX and OpenVINO backends (``dense-encoders export``)
+BACKEND_EXPORT_PATTERNS = ("onnx/*.onnx", "onnx/*.onnx_data", "onnx/*.onnx.data", "openvino/openvino_model*.xml",
+                           "openvino/openvino_model*.bin")
+
+
 def _matches(name: str, patterns) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
@@ -368,7 +379,8 @@ def model_file_kind(folder: str | Path, relative: str | PurePosixPath, *, module
     sentence-transformers files), ``"tokenizer"``, ``"remote code"`` (a ``.py`` file in the root: the ones
     :func:`remote_code_files` does not reach are :func:`publishing_problems`), ``"card"`` (README.md), or
     ``"sentence-transformers module"`` (weights, JSON configuration or tokenizer files inside a folder
-    ``modules.json`` names); None for anything else (data, notes, secrets, records of a run).
+    ``modules.json`` names), ``"backend export"`` (``onnx/model.onnx``, ``openvino/openvino_model.xml`` and their
+    data, which sentence-transformers' ONNX and OpenVINO backends read); None for anything else (data, notes, secrets, records of a run).
     ``module_folders`` may pass :func:`sentence_transformers_module_folders`, computed once for many files."""
     relative = PurePosixPath(relative)
     name = relative.name
@@ -384,6 +396,8 @@ def model_file_kind(folder: str | Path, relative: str | PurePosixPath, *, module
         if name.endswith(".py"):
             return "remote code"
         return None
+    if len(relative.parts) == 2 and _matches(relative.as_posix(), BACKEND_EXPORT_PATTERNS):
+        return "backend export"
     if module_folders is None:
         module_folders = sentence_transformers_module_folders(folder)
     if any(relative.is_relative_to(module) for module in module_folders):

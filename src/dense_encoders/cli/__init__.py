@@ -61,6 +61,7 @@ _HOMES = {
     "infuse": ("train", "infuse", "build_infuse_parser"),
     "convert": ("convert", "convert", "build_convert_parser"),
     "push": ("hub", "push", "build_push_parser"),
+    "export": ("hub", "export", "build_export_parser"),
     "bench": ("bench", "bench", "build_bench_parser"),
     "recipes": ("recipes", "recipes", "build_recipes_parser"),
 }

@@ -65,4 +65,47 @@ def push(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["build_push_parser", "push"]
+EXPORT_EXAMPLES = """\
+example:
+  dense-encoders export runs/tite-msmarco        # onnx/model.onnx and openvino/openvino_model.xml
+  dense-encoders push runs/tite-msmarco --repo-id me/tite-2-late-msmarco
+"""
+EXPORT_RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
+
+
+def build_export_parser():
+    parser = make_parser(
+        "dense-encoders export",
+        "Write the model's transformer, exported for ONNX Runtime and OpenVINO (float32, dynamic batch and length), "
+        "into the folder in sentence-transformers' backend layout: onnx/model.onnx and openvino/openvino_model.xml "
+        "(+ .bin), which SentenceTransformer(folder, backend='onnx' | 'openvino') loads and push uploads. The "
+        "exports are those --runtime makes and caches; the weights, config and code of the folder stay as they are.",
+        EXPORT_EXAMPLES,
+    )
+    parser.add_argument("folder", help="Checkpoint folder of a bi-encoder (ours, or a sentence-transformers model).")
+    parser.add_argument("--backends", nargs="+", choices=sorted(EXPORT_RUNTIMES), default=sorted(EXPORT_RUNTIMES),
+                        help="The backends to write files for (default: both).")
+    return parser
+
+
+def export(argv: list[str]) -> int:
+    from pathlib import Path
+
+    from ..checkpoints.folder import refuse_folder_without_tokenizer
+    from ..checkpoints.loading import load_sentence_transformer, model_fingerprint
+    from ..evaluation.runtimes import write_backend_files
+
+    options = build_export_parser().parse_args(argv)
+    folder = Path(options.folder)
+    if not (folder / "config.json").is_file():
+        build_export_parser().error(f"{folder} is not a checkpoint folder (no config.json): give the folder "
+                                    "save_pretrained wrote")
+    refuse_folder_without_tokenizer(str(folder), "folder")
+    model = load_sentence_transformer(str(folder), device="cpu")
+    runtimes = tuple(EXPORT_RUNTIMES[backend] for backend in options.backends)
+    for path in write_backend_files(model, folder, model_fingerprint(model), runtimes):
+        print(f"wrote {path}")
+    return 0
+
+
+__all__ = ["build_export_parser", "build_push_parser", "export", "push"]

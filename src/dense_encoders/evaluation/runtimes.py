@@ -52,6 +52,12 @@ RUNTIME_PACKAGES = {"openvino": (("openvino",), "openvino"),
 # plugin fuses; through ONNX it arrives as matmul and softmax)
 EXPORT_FILES = {"onnxruntime": "model.onnx", "openvino": "openvino_model.xml"}
 RECORD_FILE = "export.json"
+# what this version's exports are beyond their key's versions (2: OpenVINO's output carries its name), so an export
+# of an earlier layout in the cache is made again, not reused
+EXPORT_LAYOUT = 2
+# runtime -> the folder of a model that sentence-transformers' backend of that runtime reads its file from
+# (``SentenceTransformer(folder, backend="onnx" | "openvino")``), as Hub models ship them
+BACKEND_FOLDERS = {"onnxruntime": "onnx", "openvino": "openvino"}
 # texts of the example batch the graph is traced with: two rows of different lengths, so the padding path
 # (not a mask of ones only) is what the graph records
 EXAMPLE_TEXTS = ("an example text of the export with several words", "a short one")
@@ -145,6 +151,7 @@ def exported_graph(model, transformer, fingerprint: str, runtime: str) -> Export
     output = transformer.modality_config["text"]["method_output_name"]
     exporter = "onnxscript" if runtime == "onnxruntime" else "openvino"
     key = {"fingerprint": fingerprint, "inputs": list(inputs), "output": output, "format": EXPORT_FILES[runtime],
+           "layout": EXPORT_LAYOUT,
            "torch": torch.__version__, "transformers": transformers.__version__,
            exporter: metadata.version(exporter)}
     folder = cache_root() / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
@@ -155,6 +162,30 @@ def exported_graph(model, transformer, fingerprint: str, runtime: str) -> Export
             logger.warning("the cached %s export in %s is damaged (%s): exporting it again", runtime, folder, problem)
         _export(transformer.model, {name: example[name] for name in inputs}, graph, key, runtime)
     return graph
+
+
+def write_backend_files(model, folder: str | os.PathLike, fingerprint: str,
+                        runtimes: tuple[str, ...] = tuple(BACKEND_FOLDERS)) -> list[Path]:
+    """Copy the exports of the SentenceTransformer ``model`` (loaded from ``folder``; made now where none is cached)
+    into ``folder`` in sentence-transformers' backend layout: ``onnx/model.onnx`` for ``backend="onnx"`` and
+    ``openvino/openvino_model.xml`` (with its ``.bin``, float32 weights) for ``backend="openvino"``, which load
+    through optimum without an export configuration of their own. Returns the written paths; each file is written
+    beside its place and moved in whole."""
+    written = []
+    transformer = transformer_module(model)
+    for runtime in runtimes:
+        check_runtime(runtime)
+        graph = exported_graph(model, transformer, fingerprint, runtime)
+        target = Path(folder) / BACKEND_FOLDERS[runtime]
+        target.mkdir(parents=True, exist_ok=True)
+        for source in sorted(graph.path.parent.iterdir()):
+            if source.name == RECORD_FILE:
+                continue
+            scratch = target / f".{source.name}.{os.getpid()}.partial"
+            shutil.copyfile(source, scratch)
+            os.replace(scratch, target / source.name)
+            written.append(target / source.name)
+    return written
 
 
 NO_EXPORT = "no export yet"
@@ -292,6 +323,7 @@ def _write_openvino(module: torch.nn.Module, example: dict[str, torch.Tensor], p
     converted = openvino.convert_model(module, example_input=example)
     for port, name in zip(converted.inputs, example):
         port.get_tensor().set_names({name})
+    converted.outputs[0].get_tensor().set_names({module.output})  # optimum-intel finds the output by its name
     openvino.save_model(converted, str(path), compress_to_fp16=False)
 
 

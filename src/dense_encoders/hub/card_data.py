@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checkpoints.folder import missing_sentence_transformers_files, sentence_transformers_settings
+from ..checkpoints.folder import missing_sentence_transformers_files, pooling_mode, sentence_transformers_settings
 from ..data.files import read_json
 from ..data.run_records import RunRecords, read_run_records
 
@@ -67,7 +67,7 @@ def _files_a_push_adds(folder: Path) -> dict:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         if kind == "Pooling":
             pooling_file = (Path(module.get("path", "")) / "config.json").as_posix()
-            declared["pooling"] = json.loads(missing.get(pooling_file, "{}")).get("pooling_mode")
+            declared["pooling"] = pooling_mode(json.loads(missing.get(pooling_file, "{}")))
         elif kind == "Normalize":
             declared["normalize"] = True
     settings = json.loads(missing.get("config_sentence_transformers.json", "{}"))

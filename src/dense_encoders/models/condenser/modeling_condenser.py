@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+import transformers
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM
-from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.models.bert.modeling_bert import BertLayer, BertModel, BertOnlyMLMHead, BertPreTrainedModel
 from transformers.utils import ModelOutput, logging
@@ -401,6 +401,12 @@ class CondenserForPreTraining(CondenserPreTrainedModel):
         late_cls = backbone_outputs.last_hidden_state[:, :1]
         early_tokens = backbone_outputs.hidden_states[self.config.skip_from][:, 1:]
         states = torch.cat([late_cls, early_tokens], dim=1)
+        try:  # transformers 5: the head's pre-training needs it; encoding (CondenserModel) works on 4.53 and later
+            from transformers.masking_utils import create_bidirectional_mask
+        except ImportError:
+            raise ImportError(
+                f"Condenser pre-training needs transformers >= 5.0 (installed: {transformers.__version__}); "
+                "encoding with CondenserModel works on transformers 4.53 and later.") from None
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=states, attention_mask=attention_mask)
         for layer in self.c_head:
             states = layer(states, mask)

@@ -145,6 +145,16 @@ def eager_attention_forward(module, query, key, value, attention_mask, dropout=0
     return (probabilities @ value).transpose(1, 2), probabilities
 
 
+def attention_function(implementation: str):
+    """transformers' attention function registered as ``implementation`` (``"sdpa"``, ``"flash_attention_2"``, a
+    registered kernel), :func:`eager_attention_forward` for ``"eager"``: ``get_interface`` of transformers 5, the
+    registry's mapping itself on transformers 4."""
+    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
+        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+    return ALL_ATTENTION_FUNCTIONS[implementation] if implementation in ALL_ATTENTION_FUNCTIONS else \
+        eager_attention_forward
+
+
 class TiteAttention(nn.Module):
     """Self-attention of one layer, with attention-based pooling at the configured location (Fig. 2).
 
@@ -255,7 +265,7 @@ class TiteAttention(nn.Module):
                                                                                      dropout):
             return packed_flash_attention(query, key, value, plan.query, plan.key, dropout, scaling)
         else:
-            attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+            attention = attention_function(implementation)
         if implementation.startswith("flash_attention"):
             # packed rows as one "batch" of varlen sequences: no padding at all
             output, _ = attention(

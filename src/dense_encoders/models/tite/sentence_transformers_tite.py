@@ -7,10 +7,13 @@ saved anywhere (with its tokenizer) loads in ``SentenceTransformer`` with the po
 the model's ``pooler_output``. Without these files sentence-transformers falls back to mean pooling,
 which silently cost accuracy for users of the reference Condenser checkpoints.
 
-The layout is sentence-transformers' own (6.x), byte for byte: a ``Transformer`` module saved in the
-folder's root, ``Pooling`` in ``1_Pooling`` and, for a model trained with cosine similarity,
-``Normalize`` in ``2_Normalize``. Nothing here imports sentence-transformers or the dense-encoders package: the file is
-shipped as remote code next to the modeling file.
+The layout is the one every sentence-transformers release from 3.4 to 6.x loads (the format most Hub models
+carry): a ``Transformer`` module saved in the folder's root, ``Pooling`` in ``1_Pooling`` and, for a model trained
+with cosine similarity, ``Normalize`` in ``2_Normalize``, named by their ``sentence_transformers.models`` paths,
+with the 2.x-format ``sentence_bert_config.json`` and ``1_Pooling/config.json`` (sentence-transformers 6 reads
+them as its own). Per-side token limits (``query_length`` / ``document_length``) exist only in
+sentence-transformers 6: a folder that sets them needs it. Nothing here imports sentence-transformers or the
+dense-encoders package: the file is shipped as remote code next to the modeling file.
 
 :class:`StrictLoadingMixin` makes ``from_pretrained`` refuse a checkpoint that lacks weights of the model
 (transformers would initialise them at random and only print a load report): every number computed from
@@ -29,12 +32,13 @@ from importlib import metadata
 import torch
 import transformers
 
-# The sentence-transformers release whose folder layout these files follow; recorded as the writing
-# version when sentence-transformers itself is not installed where the folder is saved.
-SENTENCE_TRANSFORMERS_LAYOUT_VERSION = "6.0.0"
-TRANSFORMER_MODULE = "sentence_transformers.base.modules.transformer.Transformer"
-POOLING_MODULE = "sentence_transformers.sentence_transformer.modules.pooling.Pooling"
-NORMALIZE_MODULE = "sentence_transformers.base.modules.normalize.Normalize"
+# The oldest sentence-transformers release that loads these files (and the models' remote code); recorded as the
+# writing version when sentence-transformers itself is not installed where the folder is saved.
+SENTENCE_TRANSFORMERS_LAYOUT_VERSION = "3.4.0"
+# The module paths of sentence-transformers 2.x to 6.x (6 maps them to its own modules)
+TRANSFORMER_MODULE = "sentence_transformers.models.Transformer"
+POOLING_MODULE = "sentence_transformers.models.Pooling"
+NORMALIZE_MODULE = "sentence_transformers.models.Normalize"
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 POOLING_MODES = ("cls", "mean")
 LENGTH_KEYS = ("query_length", "document_length")
@@ -78,20 +82,27 @@ def sentence_transformers_files(
     ]
     files = {
         "1_Pooling/config.json": json.dumps(
-            {"embedding_dimension": int(embedding_dimension), "pooling_mode": pooling, "include_prompt": True}, indent=4
+            {
+                "word_embedding_dimension": int(embedding_dimension),
+                "pooling_mode_cls_token": pooling == "cls",
+                "pooling_mode_mean_tokens": pooling == "mean",
+                "pooling_mode_max_tokens": False,
+                "pooling_mode_mean_sqrt_len_tokens": False,
+                "pooling_mode_weightedmean_tokens": False,
+                "pooling_mode_lasttoken": False,
+                "include_prompt": True,
+            },
+            indent=2,
         ),
     }
     if normalize:
         modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": NORMALIZE_MODULE})
-        files["2_Normalize/config.json"] = json.dumps(
-            {"module_input_name": "sentence_embedding", "module_output_name": "sentence_embedding"}, indent=4
-        )
+        files["2_Normalize/config.json"] = json.dumps({}, indent=4)
     files["modules.json"] = json.dumps(modules, indent=2)
     files["sentence_bert_config.json"] = json.dumps(
         {
-            "transformer_task": "feature-extraction",
-            "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
-            "module_output_name": "token_embeddings",
+            "do_lower_case": False,
+            # sentence-transformers 6 only: a folder with per-side limits needs it
             **{key: int(value) for key, value in (lengths or {}).items() if key in LENGTH_KEYS and value},
         },
         indent=4,
