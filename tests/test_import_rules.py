@@ -203,7 +203,8 @@ def test_vectors_imports_nothing_of_the_package():
 # the record files runs write (spelled out here as the reference the source is checked against)
 RECORD_FILES = ("conversion.json", "trainer_state.json", "training_args.json", "training_environment.json",
                 "pretraining_setup.json", "distillation_setup.json", "distillation_losses.json",
-                "distillation_positives.json", "infusion_setup.json", "earlier_stages.json", "report.json")
+                "distillation_positives.json", "infusion_setup.json", "earlier_stages.json", "report.json",
+                "warm_start.json")
 
 
 def _calls_json_dumps(node: ast.AST) -> bool:

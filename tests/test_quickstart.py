@@ -42,6 +42,13 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
         # the Hub model the bundled copy is (its folder is named `model`), as the quickstart recorded it
         assert "- teacher: the bi-encoder `sentence-transformers/all-MiniLM-L6-v2`, scoring the top 10 of a " \
                "first-stage run" in card.text
+        # both students start from all-MiniLM-L6-v2 (issue 54 §5): the Hub's model tree, and never its folder's name
+        assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2" and "`model`" not in card.text
+        assert card.data.pipeline_tag == "sentence-similarity" and "infinity-emb" not in card.text  # both cosine
+    assert "- student initialised from: `sentence-transformers/all-MiniLM-L6-v2`\n" in (
+        tmp_path / "2-layer-student" / "README.md").read_text()
+    assert "warm-started from `sentence-transformers/all-MiniLM-L6-v2`" in (
+        tmp_path / "tite-student" / "README.md").read_text()
     assert "modeling_tite.py" in {p.name for p in (tmp_path / "tite-student").iterdir()}
     # a second run trains nothing and encodes the teacher's texts from the cache
     from dense_encoders import quickstart as module

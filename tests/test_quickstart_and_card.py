@@ -78,7 +78,7 @@ def test_card_metadata_and_facts_come_from_the_folder(quickstart):
     folder, _ = quickstart
     card = ModelCard.load(folder / "README.md")
     assert card.data.library_name == "sentence-transformers"  # the folder carries modules.json
-    assert card.data.pipeline_tag == "feature-extraction"
+    assert card.data.pipeline_tag == "sentence-similarity"
     assert {"condenser", "sentence-transformers"} <= set(card.data.tags)
     assert card.data.base_model is None  # trained from scratch: nothing to cite, nothing invented
     state = json.loads((folder / "trainer_state.json").read_text())

@@ -62,7 +62,8 @@ def test_one_reader_fills_every_record(tmp_path):
               "pretraining": "pretraining_setup.json", "distillation": "distillation_setup.json",
               "distillation_losses": "distillation_losses.json",
               "distillation_positives": "distillation_positives.json", "infusion": "infusion_setup.json",
-              "infusion_report": "report.json", "earlier_stages": "earlier_stages.json"}
+              "infusion_report": "report.json", "earlier_stages": "earlier_stages.json",
+              "warm_start": "warm_start.json"}
     assert set(fields.values()) == set(RECORD_FILES)
     for field, name in fields.items():
         assert getattr(records, field) == written[name], field

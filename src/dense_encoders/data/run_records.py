@@ -4,6 +4,8 @@ back, each through :mod:`dense_encoders.data.files` (written whole or not at all
 Which run writes which record, in its output folder:
 
 * ``dense-encoders convert``: :data:`CONVERSION` (the source and what the conversion did);
+* a model warm-started from a backbone and saved untrained (``dense-encoders quickstart``'s TITE student's
+  start): :data:`WARM_START` (the backbone, the model class and preset);
 * every training run: :data:`TRAINER_STATE` (transformers writes it), :data:`TRAINING_ARGS` (the
   ``TrainingArguments``, keys sorted), :data:`TRAINING_ENVIRONMENT` (hardware and precision),
   :data:`EARLIER_STAGES` (the stages that made the model the run started from);
@@ -35,6 +37,7 @@ DISTILLATION_SETUP = "distillation_setup.json"
 DISTILLATION_LOSSES = "distillation_losses.json"
 DISTILLATION_POSITIVES = "distillation_positives.json"
 INFUSION_SETUP = "infusion_setup.json"
+WARM_START = "warm_start.json"
 EARLIER_STAGES = "earlier_stages.json"
 INFUSION_REPORT = "report.json"
 EVALUATION_FOLDER = "evaluation"
@@ -45,9 +48,9 @@ _RESULTS_FORMATS = RESULTS_FORMAT.rsplit("/", 1)[0]
 # the records of a run the card is generated from (kept local by a push: the card says what they record)
 RECORD_FILES = (CONVERSION, TRAINER_STATE, TRAINING_ARGS, TRAINING_ENVIRONMENT, PRETRAINING_SETUP,
                 DISTILLATION_SETUP, DISTILLATION_LOSSES, DISTILLATION_POSITIVES, INFUSION_SETUP, EARLIER_STAGES,
-                INFUSION_REPORT)
+                INFUSION_REPORT, WARM_START)
 # the records of a folder that say how its model was made (one stage of :data:`EARLIER_STAGES`)
-STAGE_RECORDS = (CONVERSION, PRETRAINING_SETUP, DISTILLATION_SETUP, DISTILLATION_LOSSES, INFUSION_SETUP)
+STAGE_RECORDS = (CONVERSION, WARM_START, PRETRAINING_SETUP, DISTILLATION_SETUP, DISTILLATION_LOSSES, INFUSION_SETUP)
 # the records written with their keys sorted (the others keep the order the run gave them)
 _SORTED_RECORDS = (TRAINING_ARGS,)
 
@@ -100,6 +103,7 @@ class RunRecords:
     """Everything a folder records about the run that made it (each None, or empty, when not recorded)."""
 
     conversion: dict | None = None
+    warm_start: dict | None = None
     trainer_state: dict | None = None
     training_args: dict | None = None
     training_environment: dict | None = None
@@ -118,6 +122,7 @@ def read_run_records(folder: str | Path, results: list | None = None) -> RunReco
     folder = Path(folder)
     return RunRecords(
         conversion=read_record(folder, CONVERSION),
+        warm_start=read_record(folder, WARM_START),
         trainer_state=read_record(folder, TRAINER_STATE),
         training_args=read_record(folder, TRAINING_ARGS),
         training_environment=read_record(folder, TRAINING_ENVIRONMENT),
@@ -148,6 +153,7 @@ __all__ = [
     "TRAINER_STATE",
     "TRAINING_ARGS",
     "TRAINING_ENVIRONMENT",
+    "WARM_START",
     "RunRecords",
     "evaluation_results",
     "read_record",

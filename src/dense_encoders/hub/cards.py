@@ -26,6 +26,7 @@ from ..data.run_records import (
     DISTILLATION_SETUP,
     INFUSION_SETUP,
     PRETRAINING_SETUP,
+    WARM_START,
     RunRecords,
 )
 from ..recipes import load_recipe, recipe_differences
@@ -54,6 +55,11 @@ DISTILLATION_BIBTEX = """@inproceedings{menon-2022-defense,
   booktitle = {Proceedings of the 39th International Conference on Machine Learning},
   year = {2022}
 }"""  # noqa: E501 (BibTeX as published)
+
+# the tags sentence-transformers' own cards carry (SentenceTransformerModelCardData.tags, sentence-transformers 6)
+SENTENCE_TRANSFORMERS_TAGS = ["sentence-transformers", "sentence-similarity", "feature-extraction", "dense"]
+# a similarity's name in a sentence
+SIMILARITY_WORDS = {"dot": "dot product"}
 
 RESULT_METRICS = {"ndcg@10": ("ndcg_at_10", "nDCG@10"), "mrr@10": ("mrr_at_10", "MRR@10"),
                   "recall@100": ("recall_at_100", "Recall@100"), "recall@1000": ("recall_at_1000", "Recall@1000"),
@@ -138,6 +144,33 @@ def _hub_id(record: dict, key: str) -> str | None:
         return None
     source = (record.get("sources") or {}).get(key) or source_reference(value)
     return source["name"] if source.get("hub") else None
+
+
+def _start_hub_id(records: dict) -> str | None:
+    """The Hub id of the model a run started from (``records``: its setup records by file name): the checkpoint
+    a pre-training continued or the backbone it or a warm start began with, or a distillation's student; None when
+    that is a local folder or the run records none."""
+    pretraining, warm_start = records.get(PRETRAINING_SETUP) or {}, records.get(WARM_START) or {}
+    return (_hub_id(pretraining, "init_from") or _hub_id(pretraining, "backbone") or _hub_id(warm_start, "backbone")
+            or _hub_id(records.get(DISTILLATION_SETUP) or {}, "student"))
+
+
+def _base_model(records: RunRecords) -> str | None:
+    """The card's ``base_model``: the Hub model this run started from, or, when it started from a local folder,
+    the Hub model the nearest of that folder's earlier stages started from (a warm start from a Hub model
+    saved locally, then distilled); None when no stage started from a Hub model (nothing is invented)."""
+    own = {PRETRAINING_SETUP: records.pretraining, WARM_START: records.warm_start,
+           DISTILLATION_SETUP: records.distillation}
+    for stage_records in [own, *[stage.get("records") or {} for stage in reversed(records.earlier_stages)]]:
+        if (hub_id := _start_hub_id(stage_records)) is not None:
+            return hub_id
+    return None
+
+
+def _warm_start(record: dict) -> str:
+    """A warm start (``warm_start.json``) in words: the class, its preset, the backbone it was built from."""
+    preset = f" (preset `{record['preset']}`)" if record.get("preset") else ""
+    return f"`{record.get('model_class')}`{preset} warm-started from {_reference(record, 'backbone')}"
 
 
 def _name(value) -> str:
@@ -229,10 +262,12 @@ def _infusion_facts(record: dict) -> list[str]:
     return facts
 
 
-def _training(records: RunRecords) -> tuple[list[str], list[str], str | None]:
-    """(facts, extra citations, base model on the Hub) from a run's training records."""
-    facts, citations, base_model = [], [], None
+def _training(records: RunRecords) -> tuple[list[str], list[str]]:
+    """(facts, extra citations) from a run's training records."""
+    facts, citations = [], []
     pretraining, distillation, infusion = records.pretraining, records.distillation, records.infusion
+    if records.warm_start:
+        facts.append(f"- {_warm_start(records.warm_start)}, not trained since")
     training_args = records.training_args
     if infusion:
         facts += _infusion_facts(infusion)
@@ -241,11 +276,9 @@ def _training(records: RunRecords) -> tuple[list[str], list[str], str | None]:
         facts += _recipe_facts(distillation or pretraining, training_args)
     if pretraining:
         facts += _pretraining_facts(pretraining)
-        base_model = _hub_id(pretraining, "backbone") or _hub_id(pretraining, "init_from")
         citations += _pretraining_citations(pretraining)
     if distillation:
         facts += _distillation_facts(distillation, records.distillation_losses)
-        base_model = base_model or _hub_id(distillation, "student")
         citations.append(DISTILLATION_BIBTEX)
         facts += _positive_set_facts(records)
     if infusion:
@@ -267,7 +300,7 @@ def _training(records: RunRecords) -> tuple[list[str], list[str], str | None]:
     environment = records.training_environment
     if environment:
         facts.append("- hardware: " + ", ".join(f"{k} {v}" for k, v in environment.items()))
-    return facts, citations, base_model
+    return facts, citations
 
 
 def _pretraining_citations(record: dict) -> list[str]:
@@ -285,6 +318,8 @@ def _stage_line(stage: dict) -> tuple[str, list[str]]:
                   else f"a local folder named `{_name(conversion.get('source'))}`")
         parts.append(f"converted by `dense-encoders convert` from {origin}, a checkpoint of "
                      f"{conversion.get('source_description')}")
+    if warm_start := records.get(WARM_START):
+        parts.append(_warm_start(warm_start))
     if pretraining := records.get(PRETRAINING_SETUP):
         text = f"pre-training with the {pretraining.get('architecture')} objective"
         if (start := _reference(pretraining, "init_from")) is not None:
@@ -514,6 +549,17 @@ embeddings = model.encode(["what is dense retrieval?"])  # compare with {similar
 ```"""
 
 
+def _serving_lines(similarity: str | None, normalised: bool) -> list[str]:
+    """What a serving stack that L2-normalises every vector (infinity-emb) changes: the scores of a model compared
+    by a similarity other than cosine whose vectors are not unit vectors already; nothing for the others."""
+    if (similarity or "cosine") == "cosine" or normalised:
+        return []
+    measure = SIMILARITY_WORDS.get(similarity, f"{similarity} similarity")
+    return [f"This model's vectors are compared by {measure} and their lengths count: a serving stack that always "
+            "L2-normalises the vectors (infinity-emb does) drops their magnitudes, so its scores are cosine "
+            f"similarities, not the model's {measure}.", ""]
+
+
 def _dataset_cell(dataset: dict) -> str:
     """A results row's dataset: its name, or for a Hub dataset its id at the commit read (and, for BEIR's layout,
     the commit of its companion qrels)."""
@@ -621,17 +667,20 @@ def render_card(data: DenseEncoderCardData) -> ModelCard:
     """The card that ``data`` describes: metadata, architecture, training, results, usage."""
     config, records, name = data.config, data.records, data.model_name
     description, tags, citations = _describe(config, converted=records.conversion is not None)
-    facts, training_citations, recorded_base = _training(records)
+    facts, training_citations = _training(records)
     stage_lines, stage_citations = _earlier_stages(records.earlier_stages)
     pooling, similarity, normalised = data.pooling, data.similarity, data.normalized
     evaluations = [result for _, result in records.evaluations]
     report, report_row = _infusion_report(records)
+    sentence_transformers = pooling is not None  # the folder is a sentence-transformers model
     metadata = ModelCardData(  # no `datasets:`: that list names training data, and evaluation data are in eval_results
         model_name=name,
-        library_name="sentence-transformers" if pooling is not None else "transformers",
-        pipeline_tag="feature-extraction",
-        tags=[*tags, "dense-encoders", "sentence-transformers", "dense-retrieval", "feature-extraction"],
-        base_model=data.base_model or recorded_base,
+        library_name="sentence-transformers" if sentence_transformers else "transformers",
+        # sentence-transformers' own cards: its task and tags, so the Hub lists the model with the embedding models
+        pipeline_tag="sentence-similarity" if sentence_transformers else "feature-extraction",
+        tags=[*tags, "dense-encoders", *(SENTENCE_TRANSFORMERS_TAGS if sentence_transformers else
+                                         ["feature-extraction"]), "dense-retrieval"],
+        base_model=data.base_model or _base_model(records),
         license=data.license,
         eval_results=_eval_results(evaluations, report, report_row) or None,
     )
@@ -646,7 +695,8 @@ def render_card(data: DenseEncoderCardData) -> ModelCard:
     if report is not None:
         lines += _report_lines(report, report_row["model"])
     lines += ["## Usage", "", _usage(name, config.get("model_type"), pooling, similarity, normalised,
-                                     data.prompts, data.lengths, config.get("max_position_embeddings")), ""]
+                                     data.prompts, data.lengths, config.get("max_position_embeddings")), "",
+              *_serving_lines(similarity, normalised)]
     lines += _limitation_lines(config, records, evaluated=bool(evaluations) or report is not None)
     lines += _citation_lines(citations + stage_citations + training_citations)
     return ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines))

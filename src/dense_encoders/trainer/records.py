@@ -4,6 +4,7 @@
 * :func:`public_record`: a setup record with no local path: each model named by
   :func:`~dense_encoders.checkpoints.folder.source_reference` (a Hub id and revision, or a folder's name, the
   whole reference under ``sources``), each data file or folder by its name;
+* :func:`write_warm_start`: the backbone a model saved untrained was warm-started from (``warm_start.json``);
 * :func:`model_stages` / :func:`write_earlier_stages`: the stages that made the model a run starts from (its
   ``earlier_stages.json`` and its own setup records), copied into the new run's ``earlier_stages.json`` at
   training time, since that folder may be gone when the new run is pushed.
@@ -23,6 +24,7 @@ from ..data.run_records import (
     STAGE_RECORDS,
     TRAINER_STATE,
     TRAINING_ENVIRONMENT,
+    WARM_START,
     read_record,
     write_record,
 )
@@ -107,6 +109,16 @@ def public_record(values: dict) -> dict:
     return record
 
 
+def write_warm_start(folder: str | Path, backbone: str | Path, model_class: type,
+                     preset: str | None = None) -> Path:
+    """``warm_start.json`` in ``folder``, a model of ``model_class`` warm-started from ``backbone``
+    (:func:`~dense_encoders.checkpoints.backbones.from_backbone`, with the preset ``preset``) and saved there
+    untrained: the run that trains it copies it into its ``earlier_stages.json``, and the card names the backbone
+    (:func:`public_record`: a Hub id, or a folder's name)."""
+    return write_record(folder, WARM_START, public_record({"model_class": model_class.__name__,
+                                                           "backbone": str(backbone), "preset": preset}))
+
+
 def model_stages(name_or_path: str | Path | None) -> list[dict]:
     """The stages that made the model ``name_or_path``, oldest first, from its folder's records: the stages
     its ``earlier_stages.json`` lists, then its own (``{"model": its name, "optimizer_steps": N, "records":
@@ -155,4 +167,5 @@ __all__ = [
     "training_precision",
     "write_earlier_stages",
     "write_training_environment",
+    "write_warm_start",
 ]

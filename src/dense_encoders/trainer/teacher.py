@@ -102,19 +102,19 @@ def _candidates_sha256(candidates: Mapping[str, list[str]]) -> str:
 
 
 def teacher_settings(teacher, *, kind: str, top_k: int, include_texts: bool, run: str | Path | None,
-                     candidates: Mapping[str, list[str]], reference: dict | None = None) -> dict:
+                     candidates: Mapping[str, list[str]]) -> dict:
     """The settings file of a teacher-scores file (:func:`meta_path`): what decides its contents (the teacher
     ``teacher``, a model or its path / Hub id; ``top_k``; ``include_texts``; a hash of the ``candidates``, each
     query's documents, taken from the ``run`` file) and, for the records of a distillation, the teacher named
-    without a local path: ``reference`` (``{"name", "hub", "revision"}``), by default
-    :func:`~dense_encoders.checkpoints.folder.source_reference`'s, and ``kind`` (``bi-encoder`` /
+    without a local path (``{"name", "hub", "revision"}``:
+    :func:`~dense_encoders.checkpoints.folder.source_reference`'s) and ``kind`` (``bi-encoder`` /
     ``cross-encoder``)."""
     return {
         "format": META_FORMAT,
         "version": META_VERSION,
         "cross_encoder": _cross_encoder_name(teacher),
         # for the records of a distillation: no local path, and what kind of model scored
-        "teacher": {**(reference or _teacher_reference(teacher)), "kind": kind},
+        "teacher": {**_teacher_reference(teacher), "kind": kind},
         "top_k": top_k,
         "include_texts": bool(include_texts),
         "run": str(Path(run).resolve()) if run is not None else None,
@@ -122,15 +122,13 @@ def teacher_settings(teacher, *, kind: str, top_k: int, include_texts: bool, run
     }
 
 
-def record_teacher_settings(output: str | Path, teacher, *, run: str | Path, top_k: int, kind: str,
-                            reference: dict | None = None) -> Path:
+def record_teacher_settings(output: str | Path, teacher, *, run: str | Path, top_k: int, kind: str) -> Path:
     """Record the settings file of ``output``, a teacher-scores file written without :func:`score_teacher` from
     ``run`` (a TREC run file; each query's ``top_k`` documents, their texts not inlined), as :func:`score_teacher`
     records its own (:func:`teacher_settings`): ``dense-encoders quickstart``'s, whose teacher's own retrieval run
     gives the scores. ``distill`` then records the teacher, and the student's card names it. Returns its path."""
     candidates = top_documents(read_trec_run(run), top_k)
-    settings = teacher_settings(teacher, kind=kind, top_k=top_k, include_texts=False, run=run, candidates=candidates,
-                                reference=reference)
+    settings = teacher_settings(teacher, kind=kind, top_k=top_k, include_texts=False, run=run, candidates=candidates)
     return _write_settings(output, settings)
 
 
