@@ -304,6 +304,45 @@ def test_hidden_states_and_attentions_carry_gradients():
         assert attention.grad is not None and attention.grad.abs().sum() > 0
 
 
+@pytest.mark.numerics
+@pytest.mark.parametrize("name", ["tiny-tite-2-late-upscale", "tiny-tite-2-late-pre"])
+def test_states_before_the_first_pooling_come_at_the_inputs_length(name):
+    """A batch padded on the right past its longest text (``padding="max_length"``): the hidden states and
+    attention weights up to the first pooling come at the input's length, as BERT's and Funnel's do, their real
+    rows those of the same texts without the extra padding, zeros (no weight) after them; the pooled layers and
+    the vectors are those of the trimmed batch. (The upscale preset pools from layer 2, intra; "pre" from layer 1.)"""
+    model = tiny_model(name, implementation="eager").double()  # float64: see conftest
+    trimmed = batch_of(random_texts(3, 9, seed=21))  # the longest text fills the trimmed batch: 9 tokens
+    padded = {key: F.pad(value, (0, 16 - value.shape[1])) for key, value in trimmed.items()}  # to 16 positions
+    with torch.no_grad():
+        expected = model(**trimmed, output_hidden_states=True, output_attentions=True)
+        output = model(**padded, output_hidden_states=True, output_attentions=True)
+    opening = next(index for index, kernel in enumerate(model.config.kernel_sizes) if kernel is not None)
+    valid = padded["attention_mask"].bool()
+    for index, (hidden, mask, reference) in enumerate(zip(output.hidden_states, output.hidden_states_masks,
+                                                          expected.hidden_states, strict=True)):
+        if index <= opening:  # the embeddings' output and every layer's before the first pooling
+            assert hidden.shape[:2] == mask.shape == (3, 16)
+            assert torch.equal(mask, padded["attention_mask"])
+            torch.testing.assert_close(hidden[valid], reference[trimmed["attention_mask"].bool()],
+                                       **FLOAT64_TOLERANCE)
+            assert not hidden[~valid].any()
+        else:  # pooled: at the pooled lengths of the real texts, as before
+            assert hidden.shape == reference.shape
+            torch.testing.assert_close(hidden, reference, **FLOAT64_TOLERANCE)
+    for index, (attention, reference) in enumerate(zip(output.attentions, expected.attentions, strict=True)):
+        # the first pooling layer's keys are its input's rows under "intra" pooling, its pooled rows under "pre"
+        keys_unpooled = index < opening or index == opening and model.config.pooling_location == "intra"
+        queries, keys = 16 if index < opening else reference.shape[2], 16 if keys_unpooled else reference.shape[3]
+        expected_shape = (*reference.shape[:2], queries, keys)
+        assert attention.shape == expected_shape
+        torch.testing.assert_close(attention[..., : reference.shape[2], : reference.shape[3]], reference,
+                                   **FLOAT64_TOLERANCE)
+        assert not attention[..., reference.shape[3]:].any()  # the extra padding gets no weight
+    torch.testing.assert_close(output.last_hidden_state, expected.last_hidden_state, **FLOAT64_TOLERANCE)
+    torch.testing.assert_close(output.pooler_output, expected.pooler_output, **FLOAT64_TOLERANCE)
+
+
 def test_return_dict_false_in_the_config_or_the_call_gives_a_tuple():
     batch = batch_of(random_texts(3, 16, seed=12))
     model = tiny_model("tiny-tite-2-late")

@@ -82,6 +82,17 @@ STRICT_LOADING = ("strict loading refuses a checkpoint that lacks weights (one l
                   "instead of initialising them at random; this test empties the checkpoint and expects a load")
 
 
+def check_config_at_berts_width(test, config_class, width_key="hidden_size", divisible_width=48):
+    """``ConfigTester.run_common_tests`` at BERT's tester settings, but for one case turned off: our configs check
+    that the heads divide the width when they are built, and refuse BERT's ``hidden_size=37`` with the default 12
+    heads (``BertConfig`` takes it, and its model fails at the first forward). That refusal is checked here, and
+    the common config tests run at the nearest width the default heads divide (48), the other settings as given."""
+    with test.assertRaisesRegex(ValueError, "not divisible"):
+        config_class(**test.config_tester.inputs_dict)
+    settings = {**test.config_tester.inputs_dict, width_key: divisible_width}
+    ConfigTester(test, config_class=config_class, **settings).run_common_tests()
+
+
 class DenseEncodersModelTest:
     """What our ``ModelTesterMixin`` tests share.
 
@@ -214,10 +225,10 @@ class CondenserModelTest(DenseEncodersModelTest, ModelTesterMixin, unittest.Test
     def setUp(self):
         super().setUp()
         self.model_tester = CondenserModelTester(self)
-        self.config_tester = ConfigTester(self, config_class=CondenserConfig, hidden_size=48)
+        self.config_tester = ConfigTester(self, config_class=CondenserConfig, hidden_size=37)
 
     def test_config(self):
-        self.config_tester.run_common_tests()
+        check_config_at_berts_width(self, CondenserConfig)
 
     def test_model(self):
         self.model_tester.create_and_check_model(*self.model_tester.prepare_config_and_inputs())
@@ -244,10 +255,10 @@ class CoCondenserModelTest(DenseEncodersModelTest, ModelTesterMixin, unittest.Te
         super().setUp()
         # coCondenser's batches hold two spans of each document, [d1s1, d1s2, d2s1, d2s2, ...]: an even batch
         self.model_tester = CondenserModelTester(self, batch_size=12)
-        self.config_tester = ConfigTester(self, config_class=CondenserConfig, hidden_size=48)
+        self.config_tester = ConfigTester(self, config_class=CondenserConfig, hidden_size=37)
 
     def test_config(self):
-        self.config_tester.run_common_tests()
+        check_config_at_berts_width(self, CondenserConfig)
 
     def test_for_pretraining(self):
         self.model_tester.create_and_check_for_pretraining(*self.model_tester.prepare_config_and_inputs(),
@@ -258,11 +269,12 @@ class CoCondenserModelTest(DenseEncodersModelTest, ModelTesterMixin, unittest.Te
 
 
 class TiteModelTester:
-    """A tiny TITE preset (16 positions pooled to one vector) at BertModelTester's batch and vocabulary. Texts of
-    mixed lengths, padded on the right as a tokenizer pads them, the longest at the presets' 16 positions: every
-    layer then attends over at least two keys per text, so that every weight takes a gradient."""
+    """A tiny TITE preset (16 positions pooled to one vector) at BertModelTester's settings: its batch, sequence
+    length, vocabulary and random attention masks (``random_attention_mask``: the first token kept, each other
+    one at random, so the longest text is often shorter than the input). The presets' width (32) and heads (4) are
+    BERT's tester's; their layer count is the schedule's (``test_num_layers_is_small`` says why)."""
 
-    def __init__(self, parent, preset, batch_size=13, seq_length=16, is_training=True, use_input_mask=True,
+    def __init__(self, parent, preset, batch_size=13, seq_length=7, is_training=True, use_input_mask=True,
                  vocab_size=99, hidden_dropout_prob=0.1):
         self.parent = parent
         self.preset = preset
@@ -281,11 +293,7 @@ class TiteModelTester:
 
     def prepare_config_and_inputs(self):
         input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
-        input_mask = None
-        if self.use_input_mask:
-            lengths = ids_tensor([self.batch_size], self.seq_length) + 1
-            lengths[0] = self.seq_length
-            input_mask = (torch.arange(self.seq_length, device=lengths.device)[None] < lengths[:, None]).long()
+        input_mask = random_attention_mask([self.batch_size, self.seq_length]) if self.use_input_mask else None
         return self.get_config(), input_ids, input_mask
 
     def get_config(self):
@@ -325,10 +333,15 @@ class TiteModelTestBase(DenseEncodersModelTest, ModelTesterMixin):
     def setUp(self):
         super().setUp()
         self.model_tester = TiteModelTester(self, self.preset)
-        self.config_tester = ConfigTester(self, config_class=TiteConfig, vocab_size=99, pooling_location="post")
+        # TITE's width is per layer, ``hidden_sizes`` (``hidden_size`` reads the last layer's; the config keeps the
+        # list of one width per layer): BERT's 37 there, with the non-default values the other keys are tested at
+        layers = TiteConfig().num_hidden_layers
+        self.config_tester = ConfigTester(self, config_class=TiteConfig, vocab_size=99, pooling_location="post",
+                                          hidden_sizes=[37] * layers)
 
     def test_config(self):
-        self.config_tester.run_common_tests()
+        check_config_at_berts_width(self, TiteConfig, width_key="hidden_sizes",
+                                    divisible_width=[48] * TiteConfig().num_hidden_layers)
 
     def test_model(self):
         self.model_tester.create_and_check_model(*self.model_tester.prepare_config_and_inputs())
@@ -380,10 +393,10 @@ class InfusedDualEncoderModelTest(DenseEncodersModelTest, ModelTesterMixin, unit
     def setUp(self):
         super().setUp()
         self.model_tester = InfusedDualEncoderModelTester(self)
-        self.config_tester = ConfigTester(self, config_class=InfusedDualEncoderConfig, hidden_size=48)
+        self.config_tester = ConfigTester(self, config_class=InfusedDualEncoderConfig, hidden_size=37)
 
     def test_config(self):
-        self.config_tester.run_common_tests()
+        check_config_at_berts_width(self, InfusedDualEncoderConfig)
 
     def test_model(self):
         self.model_tester.create_and_check_model(*self.model_tester.prepare_config_and_inputs())

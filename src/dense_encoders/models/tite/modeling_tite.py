@@ -216,7 +216,10 @@ class TiteAttention(nn.Module):
             # are skipped (FlashAttention varlen also breaks on max_seqlen 1). Pooling keeps a length
             # of 1 at 1, so every query row is its sequence's only key row.
             attended = self.value(key_states).view(-1, self.heads, head_dim)
-            probabilities = attended.new_ones(plan.query.batch_size, self.heads, 1, 1) if output_attentions else None
+            probabilities = None
+            if output_attentions:  # at the lengths hidden_states are returned at (the input's, before pooling)
+                probabilities = F.pad(attended.new_ones(plan.query.batch_size, self.heads, 1, 1),
+                                      (0, plan.key.returned_length - 1, 0, plan.query.returned_length - 1))
             if torch.is_grad_enabled():
                 # Q and K still get their exact gradient, zero, through a zero tied to them: every parameter is in
                 # every backward, as DDP without unused-parameter detection (gradient checkpointing) waits for
@@ -249,7 +252,9 @@ class TiteAttention(nn.Module):
         flash_attention_2 / ...). ``sdpa`` means PyTorch's own kernels: varlen flash attention on the
         packed rows where it applies (CUDA, fp16/bf16), padded ``scaled_dot_product_attention`` elsewhere.
         ``output_attentions``: the padded eager computation, whatever the implementation (only it has the
-        probabilities), returning ``(output rows, probabilities (batch, heads, query length, key length))``."""
+        probabilities), returning ``(output rows, probabilities (batch, heads, query length, key length))``, each
+        axis at the length its layout's hidden states are returned at (``SequenceLayout.returned_length``: the
+        input's, before the first pooling), so that the output is computed from the returned weights."""
         head_dim = self.width // self.heads
         if plan.rotary_key_index is not None:
             query, key = apply_rotary(
@@ -277,7 +282,18 @@ class TiteAttention(nn.Module):
             return output[0]
         for layout in (plan.query, plan.key):
             layout.ensure_padding(query.device)
-        output, probabilities = attention(
+        if output_attentions:  # the weights at the returned lengths; padded keys get none
+            output, probabilities = attention(
+                self,
+                plan.query.pad_returned(query).transpose(1, 2),
+                plan.key.pad_returned(key).transpose(1, 2),
+                plan.key.pad_returned(value).transpose(1, 2),
+                plan.key.returned_key_mask(query.device),
+                dropout=dropout,
+                scaling=scaling,
+            )
+            return plan.query.unpad_returned(output), probabilities
+        output, _ = attention(
             self,
             plan.query.pad(query).transpose(1, 2),
             plan.key.pad(key).transpose(1, 2),
@@ -286,7 +302,7 @@ class TiteAttention(nn.Module):
             dropout=dropout,
             scaling=scaling,
         )
-        return (plan.query.unpad(output), probabilities) if output_attentions else plan.query.unpad(output)
+        return plan.query.unpad(output)
 
 
 class TiteLayer(GradientCheckpointingLayer):
@@ -367,16 +383,20 @@ class TiteModelOutput(ModelOutput):
             states ``(batch, longest text, hidden)``; through the projection, if the model has one.
         pooler_output: ``(batch, hidden)`` the text's vector.
         hidden_states: with ``output_hidden_states``, the embeddings' output and then every layer's output
-            (``num_hidden_layers + 1`` entries, before any projection), entry ``i`` ``(batch, longest text at
-            that layer, width of that layer)``: each text's rows first (whichever side the input was padded on),
-            then zero rows. Entries not selected by indices in ``output_hidden_states`` are None.
+            (``num_hidden_layers + 1`` entries, before any projection), entry ``i`` ``(batch, length, width of
+            that layer)``: each text's rows first (whichever side the input was padded on), then zero rows. Up to
+            the first pooling the length is the input's (``input_ids.shape[1]``), as BERT's and Funnel's are: for
+            texts padded on the right (tokenizers' default) a row sits at its token's position, so the input's
+            ``attention_mask`` applies to it. From the first pooling on it is the longest text's length at that
+            layer (the pooled lengths of the batch's real texts). Entries not selected by indices in
+            ``output_hidden_states`` are None.
         hidden_states_masks: ``(batch, length)`` 1 at the real rows of the ``hidden_states`` entry of the same
             index, 0 at its padding (as an ``attention_mask``).
         attentions: with ``output_attentions``, every layer's attention probabilities ``(batch, heads, query
             length, key length)``, from the eager implementation. Entry ``i`` is layer ``i``'s, whose input is
-            ``hidden_states[i]``: its queries and keys are those rows (``hidden_states_masks[i]``); a layer that
-            pools has the pooled rows of ``hidden_states[i + 1]`` as queries under "intra" pooling, as queries
-            and keys under "pre" pooling.
+            ``hidden_states[i]``: its queries and keys are those rows (``hidden_states_masks[i]``, at that entry's
+            length; padded keys get no weight); a layer that pools has the pooled rows of
+            ``hidden_states[i + 1]`` as queries under "intra" pooling, as queries and keys under "pre" pooling.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -547,7 +567,11 @@ class TiteModel(TitePreTrainedModel):
         attention probabilities (eager). Returns the last layer's rows and :class:`TiteModelOutput`'s fields.
 
         Each kept hidden state is padded to its layer's length and the layers go on from it (unpadded again:
-        the same rows), so gradients reach it as they reach BERT's."""
+        the same rows), so gradients reach it as they reach BERT's. The plan trims the input to its longest text;
+        the states of the input's layout (every layer before the first pooling) are padded with zeros back to the
+        input's length (``SequenceLayout.returned_length``), as BERT returns them, and so are the attention
+        weights' axes over it. Only this recording path pads: a forward without them computes on the trimmed
+        rows alone."""
         layouts = [plan.input] + [layer_plan.output for layer_plan in plan.layers]
         hidden_states, masks, attentions = [], [], []
 
@@ -560,11 +584,11 @@ class TiteModel(TitePreTrainedModel):
                 return rows
             layout = layouts[index]
             layout.ensure_padding(rows.device)
-            padded = layout.pad(rows)
+            padded = layout.pad_returned(rows)
             lengths = torch.as_tensor(layout.lengths, device=rows.device)
             hidden_states.append(padded)
             masks.append((torch.arange(padded.shape[1], device=rows.device) < lengths[:, None]).long())
-            return layout.unpad(padded)
+            return layout.unpad_returned(padded)
 
         states = record(0, states)
         for index, (layer, layer_plan) in enumerate(zip(self.layers, plan.layers), start=1):

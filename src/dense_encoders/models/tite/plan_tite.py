@@ -32,7 +32,10 @@ class SequenceLayout:
     ``cu_seqlens`` (int32) and ``max_length`` serve varlen attention; ``pad`` / ``unpad`` move
     rows to and from a ``(batch, max_length)`` grid for padded attention (a free ``view`` when
     every sequence has the same length); ``rotary_index`` is ``2 * position`` of every row, its
-    row in the half-position rotary table.
+    row in the half-position rotary table. ``returned_length``: the length the model returns this
+    layout's hidden states and attention weights at (``output_hidden_states`` / ``output_attentions``):
+    the input's length for the input's layout (the plan trims the input to its longest text; BERT returns
+    them at the input's length), ``max_length`` for the others.
     """
 
     def __init__(self, lengths: np.ndarray, arrays: DeviceArrays, padded: bool,
@@ -50,6 +53,7 @@ class SequenceLayout:
         if capacity is not None:
             self.rows, self.max_length = capacity
             self.uniform = False
+        self.returned_length = self.max_length  # TitePlan sets the input's layout's to the input's length
         self._rotary = arrays.add(2 * self.positions_host, capacity and self.rows)
         self._pad = None
         if padded:
@@ -97,6 +101,26 @@ class SequenceLayout:
         """Inverse of :meth:`pad`."""
         flat = padded.reshape(self.batch_size * self.max_length, *padded.shape[2:])
         return flat if self.uniform else flat.index_select(0, self._unpad)
+
+    def pad_returned(self, packed: torch.Tensor) -> torch.Tensor:
+        """``(rows, ...)`` -> ``(batch, returned_length, ...)``: :meth:`pad`, zeros on to ``returned_length``."""
+        padded = self.pad(packed)
+        extra = self.returned_length - self.max_length
+        return F.pad(padded, (0, 0) * (padded.dim() - 2) + (0, extra)) if extra else padded
+
+    def unpad_returned(self, padded: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`pad_returned`."""
+        return self.unpad(padded[:, : self.max_length])
+
+    def returned_key_mask(self, device: torch.device) -> torch.Tensor | None:
+        """:meth:`key_mask` over ``returned_length`` keys (the keys past ``max_length`` masked out)."""
+        extra = self.returned_length - self.max_length
+        if not extra:
+            return self.key_mask()
+        mask = self.key_mask()
+        if mask is None:
+            mask = torch.ones(self.batch_size, 1, 1, self.max_length, dtype=torch.bool, device=device)
+        return torch.cat((mask, mask.new_zeros(*mask.shape[:-1], extra)), dim=-1)
 
     def key_mask(self) -> torch.Tensor | None:
         """Boolean ``(batch, 1, 1, max_length)`` mask of real keys; None when nothing is padded."""
@@ -156,6 +180,7 @@ class TitePlan:
             self.input = SequenceLayout(lengths, arrays, False, (rows, longest))
         else:
             self.input = SequenceLayout(lengths, arrays, not varlen)
+            self.input.returned_length = max(int(shape[1]), self.input.max_length)
         self._positions = arrays.add(self.input.positions_host, capacity and self.input.rows)
         self._config, self._dtype, self._capacity = config, dtype, capacity
         self._layer_plans: list[LayerPlan] = []
