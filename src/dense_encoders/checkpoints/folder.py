@@ -383,7 +383,8 @@ def model_file_kind(folder: str | Path, relative: str | PurePosixPath, *, module
     ``"sentence-transformers module"`` (weights, JSON configuration or tokenizer files inside a folder
     ``modules.json`` names), ``"backend export"`` (``onnx/model.onnx``, ``openvino/openvino_model.xml`` and their
     data, which sentence-transformers' ONNX and OpenVINO backends read); None for anything else (data, notes,
-    secrets, records of a run). ``module_folders`` may pass :func:`sentence_transformers_module_folders`, computed once for many files."""
+    secrets, records of a run). ``module_folders`` may pass :func:`sentence_transformers_module_folders`, computed
+    once for many files."""
     relative = PurePosixPath(relative)
     name = relative.name
     if len(relative.parts) == 1:
