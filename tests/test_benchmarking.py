@@ -483,3 +483,36 @@ def test_msmarco_sample_lengths(wordpiece):
         first = [json.loads(next(handle)) for _ in range(20)]
     expected = [_by_hand(wordpiece, f"{d['title'].strip()} {d['text'].strip()}".strip(), 512) for d in first]
     assert lengths["documents"][:20] == expected
+
+
+def test_cli_bench_compile(tmp_path, capsys, monkeypatch):
+    """--compile adds each Condenser, TITE and DE-2 model compiled, timed beside its eager row, with compiled vs eager
+    printed and in the JSON. The models are compiled through dynamo alone here (inductor's C++ compile takes minutes
+    on 2 cores; tests/test_compile.py checks inductor's vectors): the report's plumbing is the point."""
+    compile_, compiled = torch.compile, []
+
+    def dynamo_only(model, **options):
+        compiled.append(type(model).__name__)
+        return compile_(model, backend="eager", **options)
+
+    monkeypatch.setattr(torch, "compile", dynamo_only)
+    torch._dynamo.reset()
+    results = tmp_path / "bench.json"
+    code = main(["bench", "--quick", "--compile", "--presets", "tite-2-late", "--num-queries", "4", "--query-batch",
+                 "4", "--num-docs", "8", "--doc-batch", "4", "--device", "cpu", "--no-plot", "--json", str(results)])
+    torch._dynamo.reset()
+    assert code == 0
+    assert compiled == ["CondenserModel", "TiteModel", "InfusedDualEncoderModel"]
+    out = capsys.readouterr().out
+    assert "torch.compile vs eager on queries" in out and "torch.compile vs eager on documents" in out
+    written = json.loads(results.read_text())
+    assert written["config"]["compile"] is True
+    eager = ["Condenser (CondenserModel)", "tiny-tite-2-late", "DE-2 (from a 4-layer BERT 4x32 cross-encoder)"]
+    assert [row["model"] for row in written["rows"]][-3:] == [f"{name} (torch.compile)" for name in eager]
+    for name in ("queries", "documents"):
+        rows = {row["model"]: row for row in written["workloads"][name]["rows"]}
+        for model in eager:
+            row = rows[f"{model} (torch.compile)"]
+            assert row["kind"] == "compiled" and row["compiled_of"] == model
+            assert row["ratio_to_eager"] == pytest.approx(row["texts_per_s"] / rows[model]["texts_per_s"])
+        assert "ratio_to_eager" not in rows[eager[1]]

@@ -56,9 +56,8 @@ def efficiency_report(
     lengths: Mapping | str | Path | None = None,
     tokenizer: str | Path | None = None,
     pooling: bool = True,
-    cuda_graphs: bool = False,
-    warmup: int = 1,
-    threads: int | None = None,
+    cuda_graphs: bool = False, compile: bool = False,
+    warmup: int = 1, threads: int | None = None,
     bert_config: BertConfig | None = None,
     max_length: int = MAX_LENGTH,
     query_length: int = QUERY_LENGTH,
@@ -82,6 +81,7 @@ def efficiency_report(
             or a BEIR folder / ``--save-lengths`` JSON path (read with :func:`load_lengths`, using
             ``tokenizer``). Default: the synthetic length mix and 32-token queries.
         pooling: on CUDA, also measure :func:`pooling_bandwidth` on the document lengths.
+        compile: also time the Condenser, TITE and DE-2 rows compiled (:func:`.rows.compiled_rows`).
         bert_config: the BERT shape of the baseline, Condenser and DE-2 source rows (default
             BERT-base); its vocabulary is replaced by bert-base-uncased's size.
         max_length, query_length: document length cap and query length (512 and 32; smaller for tiny models).
@@ -100,17 +100,17 @@ def efficiency_report(
     tite_configs = _tite_rows(presets, max_length, cuda_graphs)
     if lengths is not None and not isinstance(lengths, Mapping):
         lengths = load_lengths(lengths, tokenizer)
-    if command is None:
-        command = _default_command(device, dtype, weights_dtype, attn, tite_configs, sizes, seed, lengths)
+    command = command or _default_command(device, dtype, weights_dtype, attn, tite_configs, sizes, seed, lengths,
+                                          compile)
     if threads:
         torch.set_num_threads(threads)
     say = _progress_printer(progress)
     workloads = build_workloads(seed, lengths, num_queries, query_batch, num_docs, doc_batch, query_length,
                                 max_length)
-    rows = build_rows(bert_config, tite_configs, attn, seed)
+    rows = build_rows(bert_config, tite_configs, attn, seed, compile=compile)
     timing = _measure(workloads, rows, device, dtype, weights_dtype, warmup, rounds, say)
     config = _report_config(device, dtype, weights_dtype, attn, sizes, warmup, seed, bert_config, rows, lengths,
-                            timed=timing["timed"], pressure=timing["pressure"])
+                            timed=timing["timed"], pressure=timing["pressure"], compile=compile)
     results = _results(_empty_results(command, config, rows), workloads, rows, timing, bert_config, max_length)
     if pooling:
         if device.type == "cuda":
@@ -187,13 +187,14 @@ def _with_cuda_graphs(tite_configs: dict) -> dict:
 
 
 def _default_command(device: torch.device, dtype: str, weights_dtype: str, attn: str, tite_configs: dict,
-                     sizes: dict, seed: int, lengths: Mapping | None) -> str:
+                     sizes: dict, seed: int, lengths: Mapping | None, compile: bool = False) -> str:
     """The call printed under the report when no command line is given."""
     return (f"dense_encoders.benchmarking.efficiency_report(device={str(device)!r}, dtype={dtype!r}, "
             f"weights_dtype={weights_dtype!r}, attn={attn!r}, presets={list(tite_configs)}, "
             f"num_queries={sizes['num_queries']}, query_batch={sizes['query_batch']}, num_docs={sizes['num_docs']}, "
             f"doc_batch={sizes['doc_batch']}, rounds={sizes['rounds']}, seed={seed}"
-            + ("" if lengths is None else f", lengths=<{lengths.get('source', 'given')}>") + ")")
+            + ("" if lengths is None else f", lengths=<{lengths.get('source', 'given')}>")
+            + (", compile=True" if compile else "") + ")")
 
 
 def _progress_printer(progress: bool) -> Callable[[str], None]:
@@ -215,7 +216,7 @@ def _lengths_info(lengths: Mapping | None) -> dict | None:
 
 def _report_config(device: torch.device, dtype: str, weights_dtype: str, attn: str, sizes: dict, warmup: int,
                    seed: int, bert_config: BertConfig, rows: list[Row], lengths: Mapping | None, *,
-                   timed: float, pressure: list) -> dict:
+                   timed: float, pressure: list, compile: bool = False) -> dict:
     """The ``config`` section of the results: the run's settings, machine and versions."""
     return {
         "device": device_name(device),
@@ -232,6 +233,7 @@ def _report_config(device: torch.device, dtype: str, weights_dtype: str, attn: s
         "query_length": sizes["query_length"],
         "max_length": sizes["max_length"],
         "seed": seed,
+        "compile": compile,
         "bert_shape": shape_name(bert_config),
         "bert_base_shaped": shape_name(bert_config) == "BERT-base",
         "baseline": rows[0].name,
@@ -250,7 +252,8 @@ def _empty_results(command: str, config: dict, rows: list[Row]) -> dict:
         "command": command,
         "config": config,
         "rows": [{"model": row.name, "kind": row.kind, "attention": row.attention, "parameters": row.parameters,
-                  "batches": "length-sorted" if row.length_sorted else "random order"} for row in rows],
+                  "batches": "length-sorted" if row.length_sorted else "random order",
+                  **({"compiled_of": row.compiled_of} if row.compiled_of else {})} for row in rows],
         "workloads": {},
         "de2_vs_source": {},
         "pooling_bandwidth": None,
@@ -308,6 +311,12 @@ def _row_entry(row: Row, summary: dict, measured: _Measured, baseline: str, sort
     ratio = own["texts_per_s"] / reference["texts_per_s"]
     ratio_sorted = own["texts_per_s"] / reference_sorted["texts_per_s"]
     bound, padded_bound, sorted_bound = bert["real"] / macs, bert["padded"] / macs, bert["padded_sorted"] / macs
+    compiled = {}
+    if row.compiled_of is not None:  # compiled vs eager: the same model, the same rounds
+        compiled = {"compiled_of": row.compiled_of,
+                    "ratio_to_eager": own["texts_per_s"] / summary[row.compiled_of]["texts_per_s"],
+                    "paired_ratio_to_eager": statistics.median(
+                        sum(e) / sum(c) for e, c in zip(times[row.compiled_of], times[row.name]))}
     return {
         "model": row.name,
         "kind": row.kind,
@@ -332,4 +341,5 @@ def _row_entry(row: Row, summary: dict, measured: _Measured, baseline: str, sort
         "syncs_per_forward": measured.syncs[row.name],
         "round_rates": own["round_rates"],
         "batch_seconds": times[row.name],
+        **compiled,
     }

@@ -21,6 +21,9 @@ speed does not depend on the values).
     DE-2 (from a 12-layer BERT-base cross-encoder)
                                   ``InfusedDualEncoderModel.from_cross_encoder(that cross-encoder,
                                   num_copied_layers=1, num_new_layers=1)``: 2 layers, mean pooling
+    ... (torch.compile)           with ``compile``: the Condenser, every TITE and the DE-2 row once more as
+                                  ``torch.compile(model)`` (inductor, default dynamic shapes; TITE takes its
+                                  traceable padded path when compiled), the same weights: compiled vs eager
 
 Every row but the baseline uses ``attn`` (``sdpa``, ``eager``, or ``flash_attention_2`` on CUDA
 with flash-attn installed); with flash attention the Condenser row is "BERT with flash attention".
@@ -62,11 +65,12 @@ def bert_base_config(max_length: int = MAX_LENGTH) -> BertConfig:
 @dataclass
 class Row:
     name: str
-    kind: str  # baseline | condenser | tite | source | infused
+    kind: str  # baseline | condenser | tite | source | infused | compiled
     model: torch.nn.Module
     macs: Callable[[int], int]  # length -> multiply-adds of one text
     encode: Callable[[torch.nn.Module, dict], torch.Tensor]  # one vector per text
     length_sorted: bool = False  # fed the length-sorted batches (the sorted BERT baseline) instead of random order
+    compiled_of: str | None = None  # a compiled row: the name of the eager row of the same model
 
     @property
     def parameters(self) -> int:
@@ -123,7 +127,8 @@ def tite_preset_configs(presets, max_length: int) -> dict:
     return configs
 
 
-def build_rows(bert_config: BertConfig, tite_configs: dict, attn: str, seed: int) -> list[Row]:
+def build_rows(bert_config: BertConfig, tite_configs: dict, attn: str, seed: int, compile: bool = False
+               ) -> list[Row]:
     shape = shape_name(bert_config)
     layers = bert_config.num_hidden_layers
     settings = {key: getattr(bert_config, key) for key in (
@@ -162,7 +167,19 @@ def build_rows(bert_config: BertConfig, tite_configs: dict, attn: str, seed: int
                      _checked(source, "the cross-encoder", attn), bert_cost, _mean))
     rows.append(Row(f"DE-2 (from a {layers}-layer {shape} cross-encoder)", "infused",
                      _checked(de2, "DE-2", attn), lambda length: infused_macs(de2.config, length), _pooler))
-    return rows
+    return rows + compiled_rows(rows) if compile else rows
+
+
+def compiled_rows(rows: list[Row]) -> list[Row]:
+    """Every Condenser, TITE and DE-2 row of ``rows`` once more as ``torch.compile(model)`` (what a user calls:
+    inductor, default dynamic shapes), named ``"<name> (torch.compile)"``; TITE rows replaying CUDA graphs are left
+    out (a compiled TITE runs its padded path, without them). A compiled row is warmed up on every batch shape
+    (``timing.warm_up``); its report entries carry ``ratio_to_eager`` (its texts/s / the eager row's, the same
+    rounds) and ``paired_ratio_to_eager``."""
+    return [Row(f"{row.name} (torch.compile)", "compiled", torch.compile(row.model), row.macs, row.encode,
+                compiled_of=row.name)
+            for row in rows if row.kind in ("condenser", "tite", "infused")
+            and not getattr(row.model.config, "cuda_graphs", False)]
 
 
 def check_attention(attn: str, device: torch.device, dtype: str) -> None:

@@ -112,6 +112,10 @@ def _workload_table(name: str, workload: dict, pair: dict) -> list[str]:
     lines += render_table(header, body)
     lines += ["", (f"DE-2 vs its source on {name}: {pair['ratio']:.2f}x (FLOP bound "
                    f"{pair['flop_bound_ratio']:.2f}x, efficiency {pair['efficiency']:.0%})"), ""]
+    compiled = [row for row in workload["rows"] if "ratio_to_eager" in row]
+    if compiled:
+        lines += [f"torch.compile vs eager on {name} (texts/s ratio, same rounds): " + ", ".join(
+            f"{row['compiled_of']} {row['ratio_to_eager']:.2f}x" for row in compiled), ""]
     return lines
 
 

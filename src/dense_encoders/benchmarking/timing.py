@@ -285,9 +285,11 @@ class DeviceBatches:
 
 def warm_up(rows: list[Row], batches: DeviceBatches, device: torch.device, dtype: str | None, warmup: int) -> None:
     """``warmup`` untimed passes per row: on CUDA over every batch shape (cuBLAS / flash / Triton choose
-    per shape); on CPU the first query batch and the first 4 texts of the first document batch."""
+    per shape); on CPU the first query batch and the first 4 texts of the first document batch. A compiled row
+    (``torch.compile``) always runs every batch shape: it compiles its graphs (a static one, then a dynamic one)
+    outside the timing."""
     for row in rows:
-        if device.type == "cuda":  # every batch shape once: cuBLAS / flash / Triton choose per shape
+        if device.type == "cuda" or row.compiled_of is not None:  # every batch shape once
             warm = [batches.of(row, name, index) for name in batches.random for index in range(batches.count(name))]
         else:
             first = batches.of(row, "documents", 0)

@@ -12,6 +12,7 @@ Subcommands:
   layerwise    per-layer retrieval quality of a cross-encoder's and a dual encoder's embeddings
   infuse       build and train a cross-encoder-infused dual encoder (DE-2-CE), retrieve + rerank report
   convert      a checkpoint folder another implementation wrote (TITE authors, Lightning IR, Condenser) -> ours
+  export       write a folder's ONNX and OpenVINO files for sentence-transformers' backends (onnx/, openvino/)
   push         upload a checkpoint folder to the Hub in one commit, with a generated model card
   bench        encode-speed report: BERT, Condenser, every TITE preset, DE-2, with FLOP bounds and a plot
   recipes      the papers' training recipes (`--recipe NAME` on pretrain, distill, infuse), value by value

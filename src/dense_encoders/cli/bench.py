@@ -29,6 +29,9 @@ examples:
   # a shorter real measurement: two presets (BERT, Condenser and DE-2 always run), one round
   dense-encoders bench --presets tite-2-late tite-2-staggered --rounds 1
 
+  # compiled vs eager: every Condenser, TITE and DE-2 row once more as torch.compile(model)
+  dense-encoders bench --quick --compile --no-plot
+
   # on a GPU: bf16 weights (the default there, no autocast); flash attention for every row but the sdpa baseline
   dense-encoders bench --device cuda --attn flash_attention_2 --json bench-gpu.json --plot bench-gpu.png
 
@@ -119,6 +122,7 @@ def bench(argv: list[str]) -> int:
     results = efficiency_report(
         device=device, dtype=dtype, weights_dtype=options.weights_dtype, lengths=lengths,
         presets=presets, attn=options.attn, seed=options.seed, cuda_graphs=options.cuda_graphs,
+        compile=options.compile,
         plot_path=None if options.no_plot else options.plot, threads=options.threads, bert_config=bert_config,
         command=shlex.join(["dense-encoders", "bench", *argv]), **sizes,
     )

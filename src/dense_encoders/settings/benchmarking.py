@@ -96,6 +96,10 @@ class BenchSettings:
     cuda_graphs: bool = field(default=False, metadata={
         "help": "Also run every TITE row with TiteConfig.cuda_graphs=True (inference replays CUDA graphs captured per "
         "bucket of texts / tokens / longest text; CUDA with fp16/bf16 and Triton)."})
+    compile: bool = field(default=False, metadata={
+        "help": "Also run the Condenser, every TITE and the DE-2 row as torch.compile(model) (inductor, default "
+        "dynamic shapes; a compiled TITE takes its traceable padded path), each warmed up on every batch shape "
+        "(compiling takes seconds to minutes per model), and print compiled vs eager per row."})
     end_to_end: bool = field(default=False, metadata={
         "help": "Also encode real texts as users do, beside the bare forward: BERT and every preset, saved as model "
         "folders with the bundled tokenizer, through dense-encoders encode's encode_corpus and through "

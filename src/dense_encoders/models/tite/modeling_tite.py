@@ -418,6 +418,15 @@ def _hidden_states_kept(output_hidden_states, count: int) -> set[int] | None:
     return {index % count for index in selected if -count <= index < count}
 
 
+@torch.compiler.disable
+def _planned_outside_graph(model, input_ids, attention_mask, token_type_ids, return_dict, output_attentions,
+                           output_hidden_states):
+    """``model``'s planned forward run eagerly, outside a ``torch.compile`` graph (a graph break): what a compiled
+    TITE does for the calls that record hidden states or attentions (the traceable path gives neither)."""
+    return model(input_ids, attention_mask, token_type_ids, return_dict=return_dict,
+                 output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+
+
 class TiteModel(TitePreTrainedModel):
     """The TITE encoder: one vector per text.
 
@@ -505,7 +514,11 @@ class TiteModel(TitePreTrainedModel):
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states,
             self.config.num_hidden_layers + 1)
         recording = bool(output_attentions) or hidden_kept is not None
-        if exporting():  # torch.export, torch.onnx.export, torch.jit.trace: the traceable path (padded_tite)
+        # torch.export, torch.onnx.export, torch.jit.trace, torch.compile: the traceable path (padded_tite), one graph
+        if exporting() or torch.compiler.is_compiling():
+            if recording and not exporting():  # compiled: the planned path records, run outside the graph
+                return _planned_outside_graph(self, input_ids, attention_mask, token_type_ids, return_dict,
+                                              output_attentions, output_hidden_states)
             if recording:
                 raise ValueError("output_hidden_states / output_attentions are not given by an exported TITE (its "
                                  "traced path returns last_hidden_state and pooler_output); export without them.")

@@ -14,7 +14,8 @@ for every batch size and length:
 * attention (PyTorch's ``scaled_dot_product_attention``) masks the padded keys; RoPE rows are computed
   from the positions (keys at ``p``, intra-pooled queries at their windows' centres), as the table holds them.
 
-``TiteModel.forward`` takes this path while it is traced for export (:func:`exporting`).
+``TiteModel.forward`` takes this path while it is traced for export (:func:`exporting`) and while ``torch.compile``
+traces it (``torch.compiler.is_compiling()``: one graph, whose dynamic shapes hold for every batch).
 A traced graph checks nothing on the data: texts must have at least one token and at most
 ``max_position_embeddings`` (give ``torch.export.Dim("length", max=config.max_position_embeddings)``).
 

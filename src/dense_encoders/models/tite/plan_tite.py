@@ -6,8 +6,8 @@ real lengths of one batch, read from the attention mask: each layer's ``cu_seqle
 (:class:`SequenceLayout`), its pooling windows (``pooling_tite.PoolPlan``), the rows of the rotary
 table and the padding indices where attention is padded (:class:`LayerPlan`). Every index array moves
 to the device in one transfer, so the layers never read a device value on the host. No tracer follows
-the mask's read on the host: under ``torch.export`` / ``torch.onnx.export`` the model runs ``padded_tite``'s
-path, which computes the same indices from the mask with tensor operations.
+the mask's read on the host: under ``torch.export`` / ``torch.onnx.export`` / ``torch.compile`` the model
+runs ``padded_tite``'s path, which computes the same indices from the mask with tensor operations.
 
 Shipped as remote code next to every checkpoint: imports ``torch`` and ``numpy`` absolutely, its
 sibling files relatively, nothing from ``dense_encoders``.
