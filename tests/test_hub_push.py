@@ -507,3 +507,25 @@ def commit_oid(hub, repo) -> str:
 
     with hub.in_process():
         return HfApi(endpoint=hub.endpoint, token=hub.token).repo_info(repo).sha
+
+
+@pytest.mark.slow
+def test_exported_backend_files_go_up_and_nothing_else_beside_them(hub, tmp_path, tok, capsys):
+    """``dense-encoders export`` writes the files of sentence-transformers' ONNX and OpenVINO backends into the folder
+    (tests/test_other_stacks.py loads them there); push uploads exactly those, and refuses a stray file beside them."""
+    from dense_encoders.cli import main
+
+    folder = tite_folder(tmp_path, tok)
+    assert main(["export", str(folder)]) == 0
+    exported = {name for name in folder_files(folder) if name.startswith(("onnx/", "openvino/"))}
+    assert {"onnx/model.onnx", "openvino/openvino_model.xml", "openvino/openvino_model.bin"} <= exported
+    model_files = folder_files(folder)
+    (folder / "onnx" / "notes.txt").write_text("how I exported it")
+    capsys.readouterr()
+    assert push_command(hub, folder, "loopback-user/backends") == 2
+    assert "onnx/notes.txt (1 in all)" in capsys.readouterr().err
+    (folder / "onnx" / "notes.txt").unlink()
+    assert push_command(hub, folder, "loopback-user/backends") == 0
+    files = hub.repo_files("loopback-user/backends")
+    assert set(files) == set(model_files) | {"README.md", ".gitattributes"}
+    assert all(files[name] == model_files[name] for name in exported)

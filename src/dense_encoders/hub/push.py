@@ -157,7 +157,8 @@ def upload_files(folder: str | Path, include=(), *, skip_nested_models: bool = F
 
     Uploaded: what :func:`~dense_encoders.checkpoints.folder.model_file_kind` calls part of a model, and the
     other files a glob of ``include`` names (matched against the path inside the folder). Kept local: training
-    state, pickles (refused when they are not training state), the run's records (``RECORD_FILES``: the card
+    state, pickles (refused when they are not training state; OpenVINO's ``openvino/openvino_model.bin`` is raw
+    weights, no pickle), the run's records (``RECORD_FILES``: the card
     says what they record), ``.gitattributes`` and the skipped folders. Refused: links that lead outside the
     folder, and every other file. A folder holding other models (:func:`nested_model_folders`) is refused, one
     model going to one repository, unless ``skip_nested_models``, which leaves their folders local."""
@@ -192,12 +193,13 @@ def _upload_sources(folder: Path, include=(), skip_nested_models: bool = False) 
         if TRAINING_STATE.match(relative.name) or name in REPOSITORY_FILES:
             logger.info("not uploading %s (training state or the repository's own file)", name)
             continue
-        if relative.suffix in PICKLE_SUFFIXES:
+        kind = model_file_kind(folder, relative, module_folders=module_folders)
+        if relative.suffix in PICKLE_SUFFIXES and kind != "backend export":  # OpenVINO's .bin: raw weights
             pickled.append(name)
             continue
         included = [pattern for pattern in include if fnmatch.fnmatchcase(name, pattern)]
         unused.difference_update(included)
-        if model_file_kind(folder, relative, module_folders=module_folders) is None and not included:
+        if kind is None and not included:
             if name in RECORD_FILES:
                 logger.info("not uploading %s (a record of the run: the model card says what it records)", name)
             else:
