@@ -617,3 +617,23 @@ def test_warm_start_rejects_mismatched_shapes_and_other_architectures(minilm_pat
     RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="'roberta' checkpoint"):
         tite_from_backbone(tmp_path)
+
+
+@pytest.mark.numerics
+def test_without_pooling_the_token_states_come_at_the_inputs_length():
+    """No pooling layer: ``last_hidden_state`` holds the token states at the input's length, as BERT's and the
+    exported graph's (zeros past the longest text), equal to ``hidden_states[-1]``; real rows and the vector are
+    those of the same texts without the extra padding."""
+    model = tiny_model("tiny-tite-no-pooling", implementation="eager").double()
+    trimmed = batch_of(random_texts(3, 9, seed=22))
+    padded = {key: F.pad(value, (0, 16 - value.shape[1])) for key, value in trimmed.items()}
+    with torch.no_grad():
+        expected = model(**trimmed)
+        output = model(**padded, output_hidden_states=True)
+    valid = padded["attention_mask"].bool()
+    assert output.last_hidden_state.shape[:2] == (3, 16)
+    torch.testing.assert_close(output.last_hidden_state[valid],
+                               expected.last_hidden_state[trimmed["attention_mask"].bool()], **FLOAT64_TOLERANCE)
+    assert not output.last_hidden_state[~valid].any()
+    torch.testing.assert_close(output.last_hidden_state, output.hidden_states[-1], **FLOAT64_TOLERANCE)
+    torch.testing.assert_close(output.pooler_output, expected.pooler_output, **FLOAT64_TOLERANCE)

@@ -379,8 +379,9 @@ class TiteModelOutput(ModelOutput):
     and the masks that go with them.
 
     Args:
-        last_hidden_state: ``(batch, 1, hidden)`` the text's vector, or, without pooling layers, the padded token
-            states ``(batch, longest text, hidden)``; through the projection, if the model has one.
+        last_hidden_state: ``(batch, 1, hidden)`` the text's vector, or, without pooling layers, the token states
+            at the input's length ``(batch, input_ids.shape[1], hidden)``, as BERT's (each text's rows first, then
+            zero rows); through the projection, if the model has one.
         pooler_output: ``(batch, hidden)`` the text's vector.
         hidden_states: with ``output_hidden_states``, the embeddings' output and then every layer's output
             (``num_hidden_layers + 1`` entries, before any projection), entry ``i`` ``(batch, length, width of
@@ -563,8 +564,8 @@ class TiteModel(TitePreTrainedModel):
         if plan.pools:
             vectors = states  # every text is one vector now: (batch, hidden)
             output = TiteModelOutput(last_hidden_state=vectors[:, None], pooler_output=vectors, **recorded)
-        else:
-            padded = plan.output.pad(states)
+        else:  # token states at the input's length, as BERT's (zeros past the longest text)
+            padded = plan.output.pad_returned(states)
             if getattr(self.config, "output_pooling", "first") == "mean":  # padded positions are zeros
                 lengths = torch.as_tensor(plan.output.lengths, device=padded.device, dtype=padded.dtype)
                 vectors = padded.sum(1) / lengths[:, None]
