@@ -529,3 +529,11 @@ def test_exported_backend_files_go_up_and_nothing_else_beside_them(hub, tmp_path
     files = hub.repo_files("loopback-user/backends")
     assert set(files) == set(model_files) | {"README.md", ".gitattributes"}
     assert all(files[name] == model_files[name] for name in exported)
+    # the card says how to load them: OpenVINO with the float32 hint tests/test_other_stacks.py loads it with
+    card = files["README.md"].decode()
+    block = card[card.index("```python\nfrom sentence_transformers", card.index("exported for")) + 9:]
+    block = block[: block.index("```")]
+    compile(block, "card", "exec")
+    assert 'backend="onnx", trust_remote_code=True)' in block
+    assert ('backend="openvino", trust_remote_code=True,\n    model_kwargs={"ov_config": {"INFERENCE_PRECISION_HINT": '
+            '"f32"}})') in block

@@ -366,7 +366,9 @@ def sentence_transformers_module_folders(folder: str | Path) -> set[PurePosixPat
     return folders
 
 
-# the files of sentence-transformers' ONNX and OpenVINO backends (``dense-encoders export``)
+# sentence-transformers' backend -> the file it reads in the model's folder (``dense-encoders export`` writes them)
+BACKEND_FILES = {"onnx": "onnx/model.onnx", "openvino": "openvino/openvino_model.xml"}
+# the files of sentence-transformers' ONNX and OpenVINO backends, with their data
 BACKEND_EXPORT_PATTERNS = ("onnx/*.onnx", "onnx/*.onnx_data", "onnx/*.onnx.data", "openvino/openvino_model*.xml",
                            "openvino/openvino_model*.bin")
 
@@ -496,6 +498,7 @@ def missing_sentence_transformers_files(folder: str | Path) -> dict[str, str]:
 
 
 __all__ = [
+    "BACKEND_FILES",
     "CONFIGURATION_FILES",
     "OUR_AUTO_CLASSES",
     "OUR_ENCODERS",
@@ -512,6 +515,7 @@ __all__ = [
     "model_file_kind",
     "native_pipeline",
     "native_pooling",
+    "pooling_mode",
     "position_limit",
     "publishing_problems",
     "folder_file",

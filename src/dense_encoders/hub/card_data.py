@@ -13,7 +13,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checkpoints.folder import missing_sentence_transformers_files, pooling_mode, sentence_transformers_settings
+from ..checkpoints.folder import (
+    BACKEND_FILES,
+    missing_sentence_transformers_files,
+    pooling_mode,
+    sentence_transformers_settings,
+)
 from ..data.files import read_json
 from ..data.run_records import RunRecords, read_run_records
 
@@ -26,7 +31,8 @@ class DenseEncoderCardData:
     ``records``: the run's records; ``pooling`` / ``similarity`` / ``normalized``: the sentence-transformers
     pipeline (None / False when it declares none); ``prompts`` / ``lengths``: the ``query`` / ``document`` prompts
     and token limits that ``encode_query`` / ``encode_document`` apply; ``license`` and ``base_model`` as given
-    (the base model otherwise comes from the records)."""
+    (the base model otherwise comes from the records); ``backends``: the sentence-transformers backends whose files
+    the folder holds (``"onnx"``, ``"openvino"``: ``dense-encoders export``)."""
 
     model_name: str
     config: dict
@@ -38,6 +44,7 @@ class DenseEncoderCardData:
     lengths: dict[str, int] = field(default_factory=dict)
     license: str | None = None
     base_model: str | None = None
+    backends: list[str] = field(default_factory=list)
 
     @classmethod
     def from_folder(cls, folder: str | Path, repo_id: str | None = None, *, results: list | None = None,
@@ -53,7 +60,8 @@ class DenseEncoderCardData:
         return cls(model_name=repo_id or folder.name, config=config, records=read_run_records(folder, results),
                    pooling=declared.get("pooling"), similarity=declared.get("similarity"),
                    normalized=declared.get("normalize", False), prompts=prompts, lengths=lengths, license=license,
-                   base_model=base_model)
+                   base_model=base_model, backends=[backend for backend, path in BACKEND_FILES.items()
+                                                    if (folder / path).is_file()])
 
 
 def _files_a_push_adds(folder: Path) -> dict:
