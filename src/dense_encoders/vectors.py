@@ -20,6 +20,9 @@ SEARCH_BACKEND_NAMES = ("exact", "faiss")
 # what runs an encoder's transformer (dense_encoders.evaluation.runtimes): torch, or an exported graph in
 # OpenVINO or ONNX Runtime on the CPU
 RUNTIMES = ("torch", "openvino", "onnxruntime")
+# sentence-transformers' backends (``SentenceTransformer(..., backend=...)``) -> the runtime whose export they load
+# (`dense-encoders export` writes it in their layout)
+BACKEND_RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
 
 # how token states become one vector: the first token's state or the mean over the real tokens
 POOLING_MODES = ("cls", "mean")
@@ -50,4 +53,5 @@ def refuse_mean_pooling_of_tite(model_type: str | None, pooling: str | None, ins
                          f"use {instead}")
 
 
-__all__ = ["POOLING_MODES", "RUNTIMES", "SEARCH_BACKEND_NAMES", "SIMILARITIES", "refuse_mean_pooling_of_tite"]
+__all__ = ["BACKEND_RUNTIMES", "POOLING_MODES", "RUNTIMES", "SEARCH_BACKEND_NAMES", "SIMILARITIES",
+           "refuse_mean_pooling_of_tite"]

@@ -70,7 +70,6 @@ example:
   dense-encoders export runs/tite-msmarco        # onnx/model.onnx and openvino/openvino_model.xml
   dense-encoders push runs/tite-msmarco --repo-id me/tite-2-late-msmarco
 """
-EXPORT_RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
 
 
 def build_export_parser():
@@ -83,7 +82,9 @@ def build_export_parser():
         EXPORT_EXAMPLES,
     )
     parser.add_argument("folder", help="Checkpoint folder of a bi-encoder (ours, or a sentence-transformers model).")
-    parser.add_argument("--backends", nargs="+", choices=sorted(EXPORT_RUNTIMES), default=sorted(EXPORT_RUNTIMES),
+    from ..vectors import BACKEND_RUNTIMES
+
+    parser.add_argument("--backends", nargs="+", choices=sorted(BACKEND_RUNTIMES), default=sorted(BACKEND_RUNTIMES),
                         help="The backends to write files for (default: both).")
     return parser
 
@@ -95,15 +96,15 @@ def export(argv: list[str]) -> int:
     from ..checkpoints.loading import load_sentence_transformer, model_fingerprint
     from ..evaluation.runtimes import write_backend_files
 
-    options = build_export_parser().parse_args(argv)
+    parser = build_export_parser()
+    options = parse(parser, argv)
     folder = Path(options.folder)
     if not (folder / "config.json").is_file():
-        build_export_parser().error(f"{folder} is not a checkpoint folder (no config.json): give the folder "
+        parser.error(f"{folder} is not a checkpoint folder (no config.json): give the folder "
                                     "save_pretrained wrote")
     refuse_folder_without_tokenizer(str(folder), "folder")
     model = load_sentence_transformer(str(folder), device="cpu")
-    runtimes = tuple(EXPORT_RUNTIMES[backend] for backend in options.backends)
-    for path in write_backend_files(model, folder, model_fingerprint(model), runtimes):
+    for path in write_backend_files(model, folder, model_fingerprint(model), tuple(options.backends)):
         print(f"wrote {path}")
     return 0
 

@@ -37,9 +37,10 @@ import numpy as np
 import torch
 import transformers
 
+from ..checkpoints.folder import BACKEND_FILES
 from ..data.embedding_shards import file_sha256
 from ..data.files import process_is_gone, read_json, write_json
-from ..vectors import RUNTIMES
+from ..vectors import BACKEND_RUNTIMES, RUNTIMES
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +56,6 @@ RECORD_FILE = "export.json"
 # what this version's exports are beyond their key's versions (2: OpenVINO's output carries its name), so an export
 # of an earlier layout in the cache is made again, not reused
 EXPORT_LAYOUT = 2
-# runtime -> the folder of a model that sentence-transformers' backend of that runtime reads its file from
-# (``SentenceTransformer(folder, backend="onnx" | "openvino")``), as Hub models ship them
-BACKEND_FOLDERS = {"onnxruntime": "onnx", "openvino": "openvino"}
 # texts of the example batch the graph is traced with: two rows of different lengths, so the padding path
 # (not a mask of ones only) is what the graph records
 EXAMPLE_TEXTS = ("an example text of the export with several words", "a short one")
@@ -165,18 +163,18 @@ def exported_graph(model, transformer, fingerprint: str, runtime: str) -> Export
 
 
 def write_backend_files(model, folder: str | os.PathLike, fingerprint: str,
-                        runtimes: tuple[str, ...] = tuple(BACKEND_FOLDERS)) -> list[Path]:
+                        backends: tuple[str, ...] = tuple(BACKEND_RUNTIMES)) -> list[Path]:
     """Copy the exports of the SentenceTransformer ``model`` (loaded from ``folder``; made now where none is cached)
-    into ``folder`` in sentence-transformers' backend layout: ``onnx/model.onnx`` for ``backend="onnx"`` and
-    ``openvino/openvino_model.xml`` (with its ``.bin``, float32 weights) for ``backend="openvino"``, which load
-    through optimum without an export configuration of their own. Returns the written paths; each file is written
-    beside its place and moved in whole."""
+    for ``backends`` (sentence-transformers' names) into ``folder`` in their layout (``BACKEND_FILES``):
+    ``onnx/model.onnx`` for ``backend="onnx"`` and ``openvino/openvino_model.xml`` (with its ``.bin``, float32
+    weights) for ``backend="openvino"``, which load through optimum without an export configuration of their own.
+    Returns the written paths; each file is written beside its place and moved in whole."""
     written = []
     transformer = transformer_module(model)
-    for runtime in runtimes:
-        check_runtime(runtime)
-        graph = exported_graph(model, transformer, fingerprint, runtime)
-        target = Path(folder) / BACKEND_FOLDERS[runtime]
+    for backend in backends:
+        check_runtime(BACKEND_RUNTIMES[backend])
+        graph = exported_graph(model, transformer, fingerprint, BACKEND_RUNTIMES[backend])
+        target = Path(folder) / Path(BACKEND_FILES[backend]).parent
         target.mkdir(parents=True, exist_ok=True)
         for source in sorted(graph.path.parent.iterdir()):
             if source.name == RECORD_FILE:

@@ -149,10 +149,8 @@ def attention_function(implementation: str):
     """transformers' attention function registered as ``implementation`` (``"sdpa"``, ``"flash_attention_2"``, a
     registered kernel), :func:`eager_attention_forward` for ``"eager"``: ``get_interface`` of transformers 5, the
     registry's mapping itself on transformers 4."""
-    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
-        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-    return ALL_ATTENTION_FUNCTIONS[implementation] if implementation in ALL_ATTENTION_FUNCTIONS else \
-        eager_attention_forward
+    lookup = getattr(ALL_ATTENTION_FUNCTIONS, "get_interface", ALL_ATTENTION_FUNCTIONS.get)
+    return lookup(implementation, eager_attention_forward)
 
 
 class TiteAttention(nn.Module):
