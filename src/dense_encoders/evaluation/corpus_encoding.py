@@ -47,6 +47,7 @@ from ..data.embedding_shards import (
 )
 from ..data.files import Flags, write_json
 from ..data.run_lock import OutputDirLock
+from ..vectors import AUTO_RUNTIME, RUNTIMES
 from .batch_pipeline import encode_batches
 from .encoding import RetrievalEncoder
 from .runtimes import check_runtime, runtime_version
@@ -185,7 +186,7 @@ def encode_corpus(
     trust_remote_code: bool = False,
     show_progress_bar: bool = True,
     revision: str | None = None,
-    runtime: str = "torch",
+    runtime: str = AUTO_RUNTIME,
 ) -> EmbeddingShards | None:
     """Encode the texts of ``source`` (BEIR folder, .jsonl, .tsv or .txt, each also .gz; or a Hub dataset id at
     ``revision``, whose repository and commit the manifest records) into shards in ``output``.
@@ -195,8 +196,10 @@ def encode_corpus(
     is refused in one line naming the first, whenever it starts. ``prompt`` and
     ``max_length`` default to the model's own for ``side`` (as :class:`RetrievalEncoder` reads them). A model
     that runs code of its own is refused unless ``trust_remote_code``. ``runtime`` runs the transformer in torch,
-    OpenVINO or ONNX Runtime (:mod:`~dense_encoders.evaluation.runtimes`); the texts, batches and shards are the
-    same, and a run is continued only in the runtime it began in.
+    OpenVINO or ONNX Runtime (:mod:`~dense_encoders.evaluation.runtimes`), or ``auto``: the fastest installed for
+    this many texts (rank 0 chooses for every rank; :func:`~dense_encoders.evaluation.runtimes.choose_runtime});
+    the texts, batches and shards are the same, and a run is continued only in the runtime it began in (``auto``
+    continues it in that one).
     """
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype}: choose one of {sorted(DTYPES)}")
@@ -207,7 +210,7 @@ def encode_corpus(
         raise ValueError("--devices starts one process per device itself: do not combine it with torchrun")
     check_runtime(runtime, device, devices)
     if device is None and world > 1:
-        device = f"cuda:{local}" if torch.cuda.is_available() and runtime == "torch" else "cpu"
+        device = f"cuda:{local}" if torch.cuda.is_available() and runtime in ("torch", AUTO_RUNTIME) else "cpu"
     output = Path(output)
     # one run per folder: two runs started together would both find it new and write over each other's shards
     lock = _attempt(lambda: OutputDirLock(output, ENCODE_FLAGS).acquire()) if rank == 0 else None
@@ -237,6 +240,11 @@ def _encode_locked(model, source, output: Path, *, side, shard_size, dtype, batc
                                trust_remote_code=trust_remote_code, runtime=runtime, **options)
     scanned = _from_rank_zero(world, _attempt(lambda: scan_source(texts, allow_empty=allow_empty)) if rank == 0
                               else None)
+    choice = None  # how --runtime auto chose (recorded; a continued run keeps the record of its beginning)
+    if runtime == AUTO_RUNTIME:
+        runtime, choice = _from_rank_zero(world, _attempt(lambda: _auto_runtime(encoder, output, scanned["count"],
+                                                                                devices)) if rank == 0 else None)
+        encoder.settle_runtime(scanned["count"], runtime=runtime)
     settings = {
         "format": FORMAT, "version": VERSION, "side": side, "model": encoder.name, "fingerprint": encoder.fingerprint,
         "pooling": pooling, "pooling_modules": encoder.settings()["modules"], "similarity": encoder.similarity,
@@ -244,6 +252,7 @@ def _encode_locked(model, source, output: Path, *, side, shard_size, dtype, batc
         "dtype": dtype, "shard_size": shard_size, "source": scanned, "source_sha256": scanned["sha256"],
         "count": scanned["count"], "allow_empty": allow_empty, "batch_order": BATCH_ORDER,
         "runtime": runtime, "runtime_version": runtime_version(runtime),
+        **({"runtime_choice": choice} if choice else {}),
     }
     rebuilt = _from_rank_zero(world, _attempt(lambda: _prepare_folder(output, settings)) if rank == 0 else None)
     if (output / MANIFEST_FILE).is_file():
@@ -263,6 +272,24 @@ def _encode_locked(model, source, output: Path, *, side, shard_size, dtype, batc
     if rebuilt and rank == 0:
         logger.warning("rebuilt %s in %s", ", ".join(rebuilt), output)
     return result if rank == 0 else None
+
+
+def _auto_runtime(encoder: RetrievalEncoder, output: Path, count: int, devices: list[str] | None
+                  ) -> tuple[str, dict | None]:
+    """Rank 0: the runtime ``--runtime auto`` encodes ``count`` texts into ``output`` with, and the record of the
+    choice: the runtime an unfinished run there began in (it is continued only in that one; its record stays),
+    torch for a multi-device pool, else the encoder's choice (:meth:`RetrievalEncoder.settle_runtime`)."""
+    recorded = read_record(output / SETTINGS_FILE)
+    if recorded is not None and written_shards(output):
+        began_in = identity(recorded)["runtime"]
+        if began_in in RUNTIMES:
+            check_runtime(began_in)
+            return encoder.settle_runtime(count, runtime=began_in), recorded.get("runtime_choice")
+    if devices:
+        return encoder.settle_runtime(count, runtime="torch"), {"chosen_by": AUTO_RUNTIME, "reason": (
+            "torch: --devices runs sentence-transformers' multi-process pool, in torch")}
+    runtime = encoder.settle_runtime(count)
+    return runtime, encoder.runtime_choice.record() if encoder.runtime_choice else None
 
 
 def _attempt(action):

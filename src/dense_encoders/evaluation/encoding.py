@@ -34,8 +34,8 @@ from safetensors.numpy import save_file
 from ..checkpoints.folder import clamp_to_positions
 from ..checkpoints.loading import load_sentence_transformer, model_fingerprint
 from ..data.files import atomic_write
-from ..vectors import refuse_non_finite_vectors
-from .runtimes import check_runtime, runtime_version, use_runtime
+from ..vectors import AUTO_RUNTIME, refuse_non_finite_vectors
+from .runtimes import check_runtime, choose_runtime, runtime_version, use_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,9 @@ class RetrievalEncoder:
     ``document_max_length`` default to the model's ``max_seq_length``; either is brought down to the model's
     positions (:func:`~dense_encoders.checkpoints.folder.clamp_to_positions`, with a warning line). ``runtime``
     ``"openvino"`` or ``"onnxruntime"`` runs the transformer's forward there, on the CPU
-    (:mod:`~dense_encoders.evaluation.runtimes`).
+    (:mod:`~dense_encoders.evaluation.runtimes`); ``"auto"`` (the default) the fastest runtime installed, chosen for
+    the workload (:meth:`settle_runtime`, which the first encoding calls with its number of texts when the caller
+    has not: a caller that encodes both sides gives their total first).
     """
 
     def __init__(
@@ -84,7 +86,7 @@ class RetrievalEncoder:
         show_progress_bar: bool = True,
         name: str | None = None,
         allow_missing_weights: bool = False,
-        runtime: str = "torch",
+        runtime: str = AUTO_RUNTIME,
     ):
         check_runtime(runtime, device)
         if batch_size < 1:
@@ -112,9 +114,31 @@ class RetrievalEncoder:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.show_progress_bar = show_progress_bar
         self._fingerprint: str | None = None
-        self.runtime = runtime
-        # {"name", "version"} of the runtime that runs the transformer (None: torch; evaluation.runtimes)
-        self.runtime_record = use_runtime(self.model, runtime, self.fingerprint) if runtime != "torch" else None
+        # the runtime that runs the transformer (None until auto has chosen one: settle_runtime), and its record
+        # ({"name", "version"}, with the choice's for auto; None: torch; evaluation.runtimes)
+        self.runtime: str | None = None
+        self.runtime_record: dict | None = None
+        self.runtime_choice = None
+        if runtime != AUTO_RUNTIME:
+            self.runtime = runtime
+            self.runtime_record = use_runtime(self.model, runtime, self.fingerprint) if runtime != "torch" else None
+
+    def settle_runtime(self, workload: int, *, runtime: str | None = None) -> str:
+        """The runtime that runs the transformer from now on: for ``--runtime auto``, chosen here once for
+        ``workload`` texts (:func:`~dense_encoders.evaluation.runtimes.choose_runtime`), or ``runtime`` when given
+        (a run continued in the runtime it began in, or rank 0's choice on every rank). A runtime given when the
+        encoder was made stays; later calls return the first answer."""
+        if self.runtime is None:
+            if runtime is None:
+                self.runtime_choice = choose_runtime(self.model, self.fingerprint, workload=workload,
+                                                     batch_size=self.batch_size,
+                                                     max_length=max(self.max_lengths.values()))
+                runtime = self.runtime_choice.name
+                logger.info("--runtime auto: %s", self.runtime_choice.reason)
+            check_runtime(runtime)
+            self.runtime_record = use_runtime(self.model, runtime, self.fingerprint) if runtime != "torch" else None
+            self.runtime = runtime
+        return self.runtime
 
     @property
     def similarity(self) -> str:
@@ -128,6 +152,7 @@ class RetrievalEncoder:
         return self._fingerprint
 
     def settings(self) -> dict:
+        self.settle_runtime(0)
         return {
             "batch_size": self.batch_size,
             "prompts": dict(self.prompts),
@@ -135,7 +160,8 @@ class RetrievalEncoder:
             "normalize": self.normalize,
             "similarity": self.similarity,
             "modules": [type(module).__name__ for module in self.model],
-            "runtime": self.runtime_record or {"name": "torch", "version": runtime_version("torch")},
+            "runtime": {**(self.runtime_record or {"name": "torch", "version": runtime_version("torch")}),
+                        **(self.runtime_choice.record() if self.runtime_choice else {})},
         }
 
     def encode_queries(self, texts: list[str]) -> EncodedTexts:
@@ -155,6 +181,7 @@ class RetrievalEncoder:
             "texts": text_digest,
             "count": len(texts),
         }
+        self.settle_runtime(len(texts))
         if self.runtime != "torch":  # its vectors differ from torch's in the last bits: not the same entry
             key["runtime"] = self.runtime
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
@@ -162,6 +189,7 @@ class RetrievalEncoder:
     def _encode(self, texts: list[str], side: str) -> EncodedTexts:
         if not texts:
             raise ValueError(f"no {side} texts to encode")
+        self.settle_runtime(len(texts))
         cache_path = None
         if self.cache_dir is not None:
             cache_path = self.cache_dir / f"{side}-{self.cache_key(texts, side)}.safetensors"

@@ -186,6 +186,8 @@ def evaluate_retrieval(
                               rerank_batch_size=rerank_batch_size, rerank_cache=rerank_cache)
     dataset = _dataset(data, args)
     encoder, similarity = _encoder(model, args)
+    # both sides in one runtime, chosen for all the texts encoded here (--runtime auto)
+    encoder.settle_runtime(len(dataset.queries) + (len(dataset.corpus) if args.corpus_embeddings is None else 0))
     queries = encoder.encode_queries(dataset.query_texts(dataset.query_ids()))
     documents, metrics, per_query, run, search_seconds = _first_stage(encoder, dataset, queries, similarity, args,
                                                                       measures)

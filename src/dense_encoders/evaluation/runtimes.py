@@ -15,6 +15,12 @@ The transformer is exported once per runtime with a dynamic batch size and lengt
 fingerprint, the graph's inputs and output, and the torch, transformers and exporter versions. Both runtimes
 run in float32 (OpenVINO's ``INFERENCE_PRECISION_HINT`` is set: it would otherwise pick bfloat16 on CPUs that
 have it) with as many threads as torch uses.
+
+``auto`` (the commands' default, :func:`choose_runtime`) runs the fastest runtime installed on this machine: which
+one is fastest depends on the CPU and the model (OpenVINO ran all-MiniLM-L6-v2 in half of torch's time on an AMD
+EPYC; torch was the fastest for TITE on an Intel Xeon, issue 55), so it is measured, once per machine and model
+shape, on the same batches in every runtime, and the measurement is kept beside the exports. The choice and its
+measurement are recorded with the vectors (``RetrievalEncoder.settings``, the shards' ``runtime``).
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ import importlib.util
 import json
 import logging
 import os
+import platform
 import re
 import shutil
 import socket
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
@@ -40,7 +48,7 @@ import transformers
 from ..checkpoints.folder import BACKEND_FILES
 from ..data.embedding_shards import file_sha256
 from ..data.files import process_is_gone, read_json, write_json
-from ..vectors import BACKEND_RUNTIMES, RUNTIMES
+from ..vectors import AUTO_MEASURE_TEXTS, AUTO_RUNTIME, BACKEND_RUNTIMES, RUNTIME_CHOICES, RUNTIMES
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +80,11 @@ def cache_root() -> Path:
 
 def check_runtime(runtime: str, device: str | None = None, devices: list[str] | None = None) -> None:
     """A one-line ``ValueError`` for a runtime that is unknown, not installed, or asked for a GPU: the runtimes
-    besides torch run on the CPU, in one process."""
-    if runtime not in RUNTIMES:
-        raise ValueError(f"--runtime {runtime}: choose one of {', '.join(RUNTIMES)}")
-    if runtime == "torch":
+    besides torch run on the CPU, in one process. ``auto`` is always accepted: it chooses among what can run
+    (:func:`choose_runtime`)."""
+    if runtime not in RUNTIME_CHOICES:
+        raise ValueError(f"--runtime {runtime}: choose one of {', '.join(RUNTIME_CHOICES)}")
+    if runtime in ("torch", AUTO_RUNTIME):
         return
     modules, extra = RUNTIME_PACKAGES[runtime]
     missing = [name for name in modules if not _installed(name)]
@@ -93,6 +102,12 @@ def check_runtime(runtime: str, device: str | None = None, devices: list[str] | 
 
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+def installed_runtimes() -> list[str]:
+    """torch and every other runtime whose packages are installed, in :data:`RUNTIMES` order."""
+    return [runtime for runtime in RUNTIMES
+            if runtime == "torch" or all(_installed(name) for name in RUNTIME_PACKAGES[runtime][0])]
 
 
 def runtime_version(runtime: str) -> str:
@@ -140,6 +155,25 @@ def transformer_module(model):
 
 def exported_graph(model, transformer, fingerprint: str, runtime: str) -> ExportedGraph:
     """The cached export of ``transformer`` for ``runtime`` (made now when there is none)."""
+    graph, key, example = _export_place(model, transformer, fingerprint, runtime)
+    problem = export_problem(graph.path.parent, key)
+    if problem is not None:
+        if problem != NO_EXPORT:
+            logger.warning("the cached %s export in %s is damaged (%s): exporting it again", runtime,
+                           graph.path.parent, problem)
+        _export(transformer.model, {name: example[name] for name in graph.inputs}, graph, key, runtime)
+    return graph
+
+
+def export_is_cached(model, transformer, fingerprint: str, runtime: str) -> bool:
+    """Whether a sound export of ``transformer`` for ``runtime`` is in the cache (nothing is exported)."""
+    graph, key, _ = _export_place(model, transformer, fingerprint, runtime)
+    return export_problem(graph.path.parent, key) is None
+
+
+def _export_place(model, transformer, fingerprint: str, runtime: str) -> tuple[ExportedGraph, dict, dict]:
+    """Where the export of ``transformer`` for ``runtime`` is kept, its key, and the example batch it is traced
+    with."""
     example = {name: value for name, value in model.preprocess(list(EXAMPLE_TEXTS)).items()
                if isinstance(value, torch.Tensor)}
     inputs = tuple(name for name in ("input_ids", "attention_mask", "token_type_ids") if name in example)
@@ -153,13 +187,7 @@ def exported_graph(model, transformer, fingerprint: str, runtime: str) -> Export
            "torch": torch.__version__, "transformers": transformers.__version__,
            exporter: metadata.version(exporter)}
     folder = cache_root() / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-    graph = ExportedGraph(inputs, output, folder / EXPORT_FILES[runtime])
-    problem = export_problem(folder, key)
-    if problem is not None:
-        if problem != NO_EXPORT:
-            logger.warning("the cached %s export in %s is damaged (%s): exporting it again", runtime, folder, problem)
-        _export(transformer.model, {name: example[name] for name in inputs}, graph, key, runtime)
-    return graph
+    return ExportedGraph(inputs, output, folder / EXPORT_FILES[runtime]), key, example
 
 
 def write_backend_files(model, folder: str | os.PathLike, fingerprint: str,
@@ -258,10 +286,13 @@ def _export(model, example: dict[str, torch.Tensor], graph: ExportedGraph, key: 
     remove_stale_scratch(graph.path.parent.parent)
     scratch = Path(tempfile.mkdtemp(dir=graph.path.parent.parent, prefix=_scratch_prefix(os.getpid())))
     training = model.training
-    exporter_log = logging.getLogger("torch.onnx")  # its notes on operators of packages not installed (torchvision)
-    level = exporter_log.level
+    # torch.onnx's notes on operators of packages not installed (torchvision), transformers' on what the tracers
+    # read of the config ("`loss_type=None` was set in the config but it is unrecognized")
+    exporter_logs = [logging.getLogger("torch.onnx"), logging.getLogger("transformers")]
+    levels = [log.level for log in exporter_logs]
     try:
-        exporter_log.setLevel(logging.ERROR)
+        for log in exporter_logs:
+            log.setLevel(logging.ERROR)
         model.eval()
         module = _ExportedForward(model, graph.output).eval()
         with torch.no_grad(), warnings.catch_warnings():
@@ -276,7 +307,8 @@ def _export(model, example: dict[str, torch.Tensor], graph: ExportedGraph, key: 
         write_json(scratch / RECORD_FILE, {"key": key, "files": files})
         _move_into_place(scratch, graph.path.parent, key)
     finally:
-        exporter_log.setLevel(level)
+        for log, level in zip(exporter_logs, levels):
+            log.setLevel(level)
         model.train(training)
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -371,6 +403,155 @@ class RuntimeForward:
         return {self.graph.output: torch.from_numpy(np.ascontiguousarray(self._run(feed)))}
 
 
-__all__ = ["NO_EXPORT", "RUNTIME_PACKAGES", "ExportedGraph", "RuntimeForward", "cache_root", "check_runtime",
-           "export_problem", "exported_graph", "remove_stale_scratch", "runtime_version",
-           "transformer_module", "use_runtime"]
+# ------------------------------------------------------------------------------------------
+# auto: the fastest runtime installed, measured once per machine and model shape
+# ------------------------------------------------------------------------------------------
+
+CHOICES_FOLDER = "choices"
+# how a choice is kept (the measured seconds per runtime and the fastest); a record of another layout is measured again
+CHOICE_LAYOUT = 1
+# the batches every runtime runs when they are measured: token counts of document-like and query-like rows (each
+# batch's rows run from its count down to a quarter of it, as in a batch of texts sorted by length), at most the
+# workload's max length; rounds alternate the runtimes and each runtime's best round counts
+MEASURED_LENGTHS = (128, 32)
+MEASURED_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    """What ``--runtime auto`` runs (``name``), why (``reason``, one line), and the seconds each runtime took on the
+    measured batches (``seconds``; None when nothing was measured)."""
+
+    name: str
+    reason: str
+    seconds: dict[str, float] | None = None
+
+    def record(self) -> dict:
+        """The choice as recorded with the vectors (beside the runtime's name and version)."""
+        return {"chosen_by": AUTO_RUNTIME, "reason": self.reason,
+                **({"measured_seconds": self.seconds} if self.seconds else {})}
+
+
+def choose_runtime(model, fingerprint: str, *, workload: int, batch_size: int, max_length: int,
+                   devices: list[str] | None = None) -> RuntimeChoice:
+    """What ``--runtime auto`` runs the SentenceTransformer ``model`` in, for ``workload`` texts in batches of
+    ``batch_size`` up to ``max_length`` tokens.
+
+    torch on a GPU, for a multi-device pool, when no other runtime is installed, or when the model is not one the
+    exports serve. Otherwise the fastest runtime installed, as measured on this machine for this model shape (its
+    config, pipeline, batch size, max length, thread count and the runtimes' versions; :func:`_choice_key`): the
+    same batches through each runtime's forward, rounds alternated (:func:`measure_runtimes`). A measurement is made
+    when there is none and ``workload`` reaches :data:`~dense_encoders.vectors.AUTO_MEASURE_TEXTS`, and kept in the
+    cache beside the exports; a smaller workload runs the measured fastest only when this model's export is
+    cached already (an export takes seconds to a minute), else torch."""
+    if devices or model.device.type != "cpu":
+        where = f"--devices {' '.join(devices)}" if devices else f"the {model.device.type} device"
+        return RuntimeChoice("torch", f"torch: on {where}, the other runtimes run on the CPU only")
+    candidates = installed_runtimes()
+    if len(candidates) == 1:
+        return RuntimeChoice("torch", "torch: no other runtime is installed (pip install 'dense-encoders[openvino]')")
+    try:
+        transformer = transformer_module(model)
+    except ValueError as error:
+        return RuntimeChoice("torch", f"torch: the other runtimes do not serve this pipeline ({error})")
+    key = _choice_key(model, candidates, batch_size, max_length)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    path = cache_root() / CHOICES_FOLDER / f"{digest}.json"
+    seconds = _recorded_seconds(path, key)
+    if seconds is None:
+        if workload < AUTO_MEASURE_TEXTS:
+            return RuntimeChoice("torch", f"torch: {workload:,} texts, fewer than the {AUTO_MEASURE_TEXTS:,} auto "
+                                          "measures the runtimes for (--runtime chooses one)")
+        logger.info("measuring %s on this machine for this model shape (once; kept in %s)", ", ".join(candidates),
+                    path)
+        seconds = measure_runtimes(model, transformer, fingerprint, candidates, batch_size, max_length)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, {"key": key, "seconds": seconds})
+    fastest = min(seconds, key=seconds.get)
+    measured = ", ".join(f"{name} {value:.3g} s" for name, value in seconds.items())
+    if (fastest != "torch" and workload < AUTO_MEASURE_TEXTS
+            and not export_is_cached(model, transformer, fingerprint, fastest)):
+        return RuntimeChoice("torch", f"torch: {fastest} is the fastest here ({measured}), but this model is not "
+                                      f"exported yet and {workload:,} texts are too few to repay it", seconds)
+    return RuntimeChoice(fastest, f"{fastest}: the fastest installed on this machine for this model shape "
+                                  f"({measured} on the same batches)", seconds)
+
+
+def _choice_key(model, candidates: list[str], batch_size: int, max_length: int) -> dict:
+    """What decides which runtime is fastest: the machine (CPU, thread count), the model's shape (its config
+    without names and paths, its pipeline's modules), the batches, and the runtimes' versions."""
+    config = transformer_module(model).model.config.to_dict()
+    for name in ("_name_or_path", "transformers_version", "architectures", "auto_map", "name_or_path"):
+        config.pop(name, None)
+    return {"layout": CHOICE_LAYOUT, "cpu": _cpu_name(), "machine": platform.machine(),
+            "threads": torch.get_num_threads(), "config": json.dumps(config, sort_keys=True, default=str),
+            "modules": [type(module).__name__ for module in model], "batch_size": batch_size,
+            "max_length": max_length, "transformers": transformers.__version__,
+            "versions": {runtime: runtime_version(runtime) for runtime in candidates}}
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (``model name`` of /proc/cpuinfo on Linux, else :func:`platform.processor`)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _recorded_seconds(path: Path, key: dict) -> dict[str, float] | None:
+    """The seconds a measurement kept at ``path`` records for ``key``; None when there is none, or it is of
+    another key or cannot be read (it is then measured again)."""
+    try:
+        record = read_json(path)
+        seconds = record["seconds"]
+        if record.get("key") != key or set(seconds) != set(key["versions"]):
+            return None
+        return {name: float(seconds[name]) for name in key["versions"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def measure_runtimes(model, transformer, fingerprint: str, runtimes: list[str], batch_size: int,
+                     max_length: int) -> dict[str, float]:
+    """Seconds each of ``runtimes`` takes for the transformer's forward (the sentence-transformers module's, as
+    ``encode`` calls it) on the same batches: :data:`MEASURED_LENGTHS` tokens, ``batch_size`` rows each, rows
+    padded to their batch's longest as in length-sorted batches. Each runtime runs once untimed (a graph compiles
+    on its first call), then :data:`MEASURED_ROUNDS` rounds alternate the runtimes; a runtime's time is its best
+    round (wall time). The runtimes' exports are made (and cached) here."""
+    batches = [_measured_batch(model, batch_size, min(length, max_length)) for length in MEASURED_LENGTHS]
+    torch_forward = transformer.model.forward
+    forwards = {runtime: torch_forward if runtime == "torch"
+                else RuntimeForward(exported_graph(model, transformer, fingerprint, runtime), runtime)
+                for runtime in runtimes}
+    best = dict.fromkeys(runtimes, float("inf"))
+    try:
+        with torch.inference_mode():
+            for round_ in range(MEASURED_ROUNDS + 1):
+                for runtime in runtimes[round_ % len(runtimes):] + runtimes[: round_ % len(runtimes)]:
+                    transformer.model.forward = forwards[runtime]
+                    start = time.perf_counter()
+                    for batch in batches:
+                        transformer(dict(batch))
+                    if round_:  # the first round is the untimed one
+                        best[runtime] = min(best[runtime], time.perf_counter() - start)
+    finally:
+        transformer.model.forward = torch_forward
+    return best
+
+
+def _measured_batch(model, rows: int, length: int) -> dict[str, torch.Tensor]:
+    """A batch of ``rows`` texts of one repeated word as ``model`` tokenizes them, the first ``length`` tokens long
+    and each later row shorter, down to about a quarter of it."""
+    counts = [max(1, length - (3 * length * row) // (4 * max(rows, 1))) for row in range(rows)]
+    features = model.preprocess([" ".join(["retrieval"] * count) for count in counts])
+    return {name: value[:, :length] if value.dim() == 2 else value for name, value in features.items()
+            if isinstance(value, torch.Tensor)}
+
+
+__all__ = ["NO_EXPORT", "RUNTIME_PACKAGES", "ExportedGraph", "RuntimeChoice", "RuntimeForward", "cache_root",
+           "check_runtime", "choose_runtime", "export_is_cached", "export_problem", "exported_graph",
+           "installed_runtimes", "measure_runtimes", "remove_stale_scratch", "runtime_version", "transformer_module",
+           "use_runtime"]
