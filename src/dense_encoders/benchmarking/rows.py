@@ -71,6 +71,9 @@ class Row:
     encode: Callable[[torch.nn.Module, dict], torch.Tensor]  # one vector per text
     length_sorted: bool = False  # fed the length-sorted batches (the sorted BERT baseline) instead of random order
     compiled_of: str | None = None  # a compiled row: the name of the eager row of the same model
+    # computes on the real tokens only (eager TITE: packed rows), so its work is ``macs`` at the real lengths; the
+    # other rows (BertModel-shaped, compiled TITE's padded path) compute on every padded position of a batch
+    unpadded: bool = False
 
     @property
     def parameters(self) -> int:
@@ -155,7 +158,7 @@ def build_rows(bert_config: BertConfig, tite_configs: dict, attn: str, seed: int
         config._attn_implementation = attn
         torch.manual_seed(seed)
         rows.append(Row(name, "tite", _checked(TiteModel(config), name, attn),
-                         lambda length, config=config: tite_macs(config, length), _pooler))
+                         lambda length, config=config: tite_macs(config, length), _pooler, unpadded=True))
 
     torch.manual_seed(seed)
     cross_encoder = BertForSequenceClassification._from_config(BertConfig(**settings, num_labels=1),
@@ -175,7 +178,8 @@ def compiled_rows(rows: list[Row]) -> list[Row]:
     inductor, default dynamic shapes), named ``"<name> (torch.compile)"``; TITE rows replaying CUDA graphs are left
     out (a compiled TITE runs its padded path, without them). A compiled row is warmed up on every batch shape
     (``timing.warm_up``); its report entries carry ``ratio_to_eager`` (its texts/s / the eager row's, the same
-    rounds) and ``paired_ratio_to_eager``."""
+    rounds) and ``paired_ratio_to_eager``. A compiled row computes on every padded position (``Row.unpadded`` is
+    False: a compiled TITE runs its padded path)."""
     return [Row(f"{row.name} (torch.compile)", "compiled", torch.compile(row.model), row.macs, row.encode,
                 compiled_of=row.name)
             for row in rows if row.kind in ("condenser", "tite", "infused")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+from .gemm import gemm_line
 from .workloads import LONG_FRACTION, LONG_MEDIAN, LONG_SIGMA, MAX_LENGTH, PASSAGE_MEDIAN, PASSAGE_SIGMA, QUERY_LENGTH
 
 
@@ -25,6 +26,10 @@ def format_report(results: dict) -> str:
          "(what BertModel computes) / the row's MACs;"),
         ("FLOP bound (real) = BERT's MACs at real lengths / the row's MACs; efficiency = vs BERT random / FLOP bound "
          "(real); syncs/forward = host synchronisations in one forward (torch.cuda.set_sync_debug_mode, CUDA only)."),
+        ("GFLOP/s = 2 x the multiply-adds the row computes (GMACs computed: at the real lengths for the rows that "
+         "unpad, eager TITE; on every padded position of the batches it is fed for the others) / the seconds of its "
+         "median round; of GEMM = GFLOP/s / the GEMM rate above (the machine's square matrix product in the "
+         "fastest library here): how close the row comes to the limit."),
         "",
         f"command: {results['command']}",
     ]
@@ -42,6 +47,7 @@ def _setting_lines(results: dict) -> list[str]:
         (f"device={c['device']}  weights={c.get('weights_dtype', 'fp32')}  autocast={autocast_name}  "
          f"threads={c['threads']}  attention: baseline sdpa, other rows {c['attention']}  torch={c['torch']}  "
          f"transformers={c['transformers']}  python={c['python']}"),
+        gemm_line(results["gemm"]) if results.get("gemm") else "GEMM rate: not measured (--gemm-size 0)",
     ]
     if not c["bert_base_shaped"]:
         lines.append(f"NOTE: tiny random models ({c['bert_shape']} and the presets named below), a check of the "
@@ -95,16 +101,17 @@ def _workload_table(name: str, workload: dict, pair: dict) -> list[str]:
     """One workload's heading, its table of rows and the DE-2 vs source line."""
     header = ["model", "attention", "params (M)", "texts/s", "range", "vs BERT random", "bound vs random-padded",
               "vs BERT sorted", "bound vs sorted-padded", "FLOP bound (real)", "efficiency", "syncs/forward",
-              "GMACs"]
+              "GMACs", "GMACs computed", "GFLOP/s", "of GEMM"]
     body = []
     for row in workload["rows"]:
-        syncs = row.get("syncs_per_forward")
+        syncs, share = row.get("syncs_per_forward"), row.get("share_of_gemm")
         body.append([
             row["model"], row["attention"], f"{row['parameters'] / 1e6:.1f}", f"{row['texts_per_s']:.1f}",
             f"{row['texts_per_s_min']:.1f}-{row['texts_per_s_max']:.1f}", f"{row['ratio_to_bert']:.2f}x",
             f"{row['flop_bound_ratio_vs_padded_bert']:.2f}x", f"{row['ratio_to_bert_sorted']:.2f}x",
             f"{row['flop_bound_ratio_vs_sorted_bert']:.2f}x", f"{row['flop_bound_ratio']:.2f}x",
             f"{row['efficiency']:.0%}", "-" if syncs is None else str(syncs), f"{row['gmacs']:.3g}",
+            f"{row['gmacs_computed']:.3g}", f"{row['gflops']:.3g}", "-" if share is None else f"{share:.1%}",
         ])
     lines = [f"### {name} ({workload['stats']['texts']} texts; the baseline computes "
              f"{workload['bert_gmacs_padded']:.3g} GMACs with padding in random order, "

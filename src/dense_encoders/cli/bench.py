@@ -56,14 +56,17 @@ def build_bench_parser():
         "dense-encoders bench",
         textwrap.fill("Efficiency report: encode texts/s of BertModel (BERT-base, sdpa: the baseline), the Condenser "
         "encoder (BERT-base dimensions), every TITE preset that reaches 512 tokens, and DE-2 built from a 12-layer "
-        "BERT-base cross-encoder next to that cross-encoder's own encoder, on 32-token queries and a document "
-        "length mix up to 512 (random weights and texts, fixed seed, the same batches for every model, interleaved "
-        "rounds). Prints markdown tables with the ratio to BERT, the FLOP bound (BERT's multiply-adds / the "
-        "model's at real lengths, and vs BERT on padded batches) and the efficiency (ratio / bound), and draws "
-        "the speed-ups as a PNG. BertModel also runs on length-sorted batches (as sentence-transformers' encode "
-        "feeds it), and every ratio is given against both. --lengths-from samples the lengths from a real BEIR "
-        "corpus and its queries instead. On CUDA it counts host syncs per forward and measures the Triton pooling "
-        "kernel's bandwidth against a device copy. Defaults: CPU fp32 with "
+        "BERT-base cross-encoder next to that cross-encoder's own encoder, on 32-token queries and a document length "
+        "mix up to 512 (random weights and texts, fixed seed, the same batches for every model, interleaved rounds). "
+        "Prints markdown tables with the ratio to BERT, the FLOP bound (BERT's multiply-adds / the model's at real "
+        "lengths, and vs BERT on padded batches) and the efficiency (ratio / bound), each row's achieved GFLOP/s (2 "
+        "x the multiply-adds it computes, padding included where it computes on padding, per second) as a share of "
+        "the machine's GEMM rate (a square matrix product timed first in the fastest library here: torch's BLAS or "
+        "numpy's at torch's thread count; on CUDA torch.mm in the rows' dtype; --gemm-size), and draws the speed-ups "
+        "as a PNG. BertModel also runs on length-sorted batches (as sentence-transformers' encode feeds it), and "
+        "every ratio is given against both. --lengths-from samples the lengths from a real BEIR corpus and its "
+        "queries instead. On CUDA it counts host syncs per forward and measures the Triton pooling kernel's "
+        "bandwidth against a device copy. Defaults: CPU fp32 with "
         f"{DEFAULT_SIZES['num_queries']} queries in batches of {DEFAULT_SIZES['query_batch']}, "
         f"{DEFAULT_SIZES['num_docs']} documents in batches of {DEFAULT_SIZES['doc_batch']}, "
         f"{DEFAULT_SIZES['rounds']} rounds (about 6 minutes on 2 idle cores); CUDA bf16 weights with "
@@ -103,7 +106,7 @@ def bench(argv: list[str]) -> int:
     except RuntimeError as error:
         parser.error(f"--device {options.device}: {error}")
     sizes = dict(QUICK_SETTINGS if options.quick else CUDA_SIZES if device.type == "cuda" else DEFAULT_SIZES)
-    for name in ("rounds", "num_queries", "query_batch", "num_docs", "doc_batch"):
+    for name in ("rounds", "num_queries", "query_batch", "num_docs", "doc_batch", "gemm_size"):
         if getattr(options, name) is not None:
             sizes[name] = getattr(options, name)
     sizes["warmup"] = options.warmup

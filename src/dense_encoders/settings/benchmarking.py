@@ -15,10 +15,11 @@ DTYPE_CHOICES = ("fp32", "bf16")
 MAX_LENGTH = 512  # the longest document of the length mixture (benchmarking.workloads), in tokens
 
 # `dense-encoders bench --quick`: tiny random models (the tiny-* TITE presets, a 4 x 32 BERT) at 16 tokens
+# gemm_size: the side of the square product whose rate every row's GFLOP/s is a share of (benchmarking.gemm)
 QUICK_SETTINGS = dict(num_queries=8, query_batch=8, num_docs=8, doc_batch=4, rounds=1, warmup=1,
-                      max_length=16, query_length=8)
-DEFAULT_SIZES = dict(num_queries=128, query_batch=64, num_docs=64, doc_batch=16, rounds=3)
-CUDA_SIZES = dict(num_queries=4096, query_batch=256, num_docs=2048, doc_batch=64, rounds=3)
+                      max_length=16, query_length=8, gemm_size=512)
+DEFAULT_SIZES = dict(num_queries=128, query_batch=64, num_docs=64, doc_batch=16, rounds=3, gemm_size=2048)
+CUDA_SIZES = dict(num_queries=4096, query_batch=256, num_docs=2048, doc_batch=64, rounds=3, gemm_size=8192)
 # texts of --end-to-end: on the CPU, on CUDA, with --quick
 END_TO_END_TEXTS = dict(cpu=2000, cuda=100_000, quick=64)
 
@@ -88,6 +89,11 @@ class BenchSettings:
         + _sizes("num_docs")})
     doc_batch: int | None = field(default=None, metadata={"help": "Documents per batch " + _sizes("doc_batch")})
     threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads (default: torch's choice)."})
+    gemm_size: int | None = field(default=None, metadata={
+        "metavar": "N",
+        "help": "Side of the square matrix product timed first (in torch's BLAS and, on the CPU in fp32, numpy's at "
+        "torch's thread count; on CUDA torch.mm in the rows' dtype; best of 3 after a warm-up): the machine's GEMM "
+        "rate, of which every row's GFLOP/s is given as a share; 0 skips it " + _sizes("gemm_size")})
     seed: int = field(default=0, metadata={"help": "Seed of the weights and workloads (default: %(default)s)."})
     quick: bool = field(default=False, metadata={
         "help": "Smoke run in seconds: tiny random models (a 4 x 32 BERT, the tiny-* TITE presets) on "
@@ -119,6 +125,8 @@ class BenchSettings:
     def __post_init__(self):
         if self.threads is not None and self.threads < 1:
             raise ValueError("--threads must be >= 1")
+        if self.gemm_size is not None and self.gemm_size < 0:
+            raise ValueError(f"--gemm-size {self.gemm_size}: must be >= 0 (0 skips the GEMM rate)")
         if self.quick:
             missing = [name for name in self.presets or default_presets() if f"tiny-{name}" not in TINY_PRESETS]
             if missing:
