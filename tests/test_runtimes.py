@@ -371,3 +371,32 @@ def test_evaluate_records_what_auto_chose_and_why(family_folders, tmp_path):
     assert recorded["name"] == "torch" and recorded["chosen_by"] == "auto"
     # both sides count: 100 test queries and 240 documents
     assert recorded["reason"].startswith("torch: 340 texts, fewer than the"), recorded
+
+
+def test_the_search_command_over_shards_starts_without_transformers_models(family_folders, tmp_path):
+    """`dense-encoders search` over embedding shards loads no model, so its process imports neither
+    sentence-transformers nor transformers' models (seconds of CPU at each start); with queries given as texts it
+    registers our families and encodes them with the corpus's model (a TITE folder: no --trust-remote-code)."""
+    import subprocess
+    import sys
+
+    texts, folder = tmp_path / "texts.txt", family_folders["tite-late"]
+    texts.write_text("\n".join(TEXTS) + "\n")
+    _encode_cli(folder, texts, tmp_path / "corpus")
+    assert cli_main(["encode", str(folder), str(texts), "--queries", "--output", str(tmp_path / "queries"),
+                     "--no-progress"]) == 0
+    runs = {}
+    for name, queries in (("shards", tmp_path / "queries"), ("texts", texts)):
+        runs[name] = tmp_path / f"{name}.trec"
+        argv = ["dense-encoders", "search", str(tmp_path / "corpus"), str(queries), "--k", "3", "--output",
+                str(runs[name]), "--no-progress"]
+        code = (f"import sys; sys.argv = {argv!r}; from dense_encoders.cli import main; code = main(); "
+                "print(code, sorted(m for m in ('sentence_transformers', 'transformers.models.bert') if m in "
+                "sys.modules))")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        expected = "[]" if name == "shards" else "['sentence_transformers', 'transformers.models.bert']"
+        assert done.stdout.strip() == f"0 {expected}", (done.stdout, done.stderr[-2000:])
+    for run in runs.values():
+        assert sorted({line.split()[0] for line in run.read_text().splitlines()}) == ["1", "2", "3", "4", "5"]
+        assert len(run.read_text().splitlines()) == 15

@@ -5,10 +5,11 @@ Importing the package registers every model family with the Auto classes, so
 ``dense_encoders`` is imported; folders saved by our models also load with
 ``trust_remote_code=True`` where the package is not installed.
 
-One process skips the registration: the ``dense-encoders`` command run only to print help
-(``dense-encoders [SUBCOMMAND] --help``), which loads no model; registering imports torch and
-transformers' models, seconds of CPU that help does not need (:func:`_prints_only_help`). There the
-model classes below are imported, and the Auto classes registered, on first access.
+One process defers the registration: the ``dense-encoders`` command (:func:`_is_the_command`), which registers
+before it runs a subcommand that loads a model (``dense_encoders.cli``); its help (``dense-encoders [SUBCOMMAND]
+--help``, :func:`_prints_only_help`) and ``search`` / ``index`` over embedding shards load none, and registering
+imports transformers' models, seconds of CPU that they do not need. There the model classes below are imported,
+and the Auto classes registered, on first access.
 """
 
 import sys
@@ -56,21 +57,27 @@ def _register_auto_classes() -> None:
     globals().update({cls.__name__: cls for cls in classes})
 
 
-def _prints_only_help(argv: list[str], orig_argv: list[str]) -> bool:
-    """Whether this process is the ``dense-encoders`` command (its console script, or ``python -m
-    dense_encoders.cli``) asked only for help: no arguments, or ``-h`` / ``--help`` before any ``--``
-    (argparse then prints help and exits, whatever else is given). ``argv`` / ``orig_argv`` are
-    ``sys.argv`` / ``sys.orig_argv`` while this package is imported: under ``-m``, ``argv[0]`` is ``"-m"``
-    then, and the module's name precedes the arguments in ``orig_argv``."""
+def _is_the_command(argv: list[str], orig_argv: list[str]) -> bool:
+    """Whether this process is the ``dense-encoders`` command: its console script, or ``python -m
+    dense_encoders.cli``. ``argv`` / ``orig_argv`` are ``sys.argv`` / ``sys.orig_argv`` while this package is
+    imported: under ``-m``, ``argv[0]`` is ``"-m"`` then, and the module's name precedes the arguments in
+    ``orig_argv``."""
     if not argv:
         return False
     arguments = argv[1:]
     if argv[0] == "-m":
         module = orig_argv[-len(arguments) - 1] if len(orig_argv) > len(arguments) else ""
-        if module.removeprefix("-m") != "dense_encoders.cli":
-            return False
-    elif Path(argv[0]).stem != "dense-encoders":
+        return module.removeprefix("-m") == "dense_encoders.cli"
+    return Path(argv[0]).stem == "dense-encoders"
+
+
+def _prints_only_help(argv: list[str], orig_argv: list[str]) -> bool:
+    """Whether this process is the ``dense-encoders`` command (:func:`_is_the_command`) asked only for help: no
+    arguments, or ``-h`` / ``--help`` before any ``--`` (argparse then prints help and exits, whatever else is
+    given)."""
+    if not _is_the_command(argv, orig_argv):
         return False
+    arguments = argv[1:]
     arguments = arguments[: arguments.index("--")] if "--" in arguments else arguments
     return not arguments or "-h" in arguments or "--help" in arguments
 
@@ -86,7 +93,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-if not _prints_only_help(sys.argv, getattr(sys, "orig_argv", [])):
+if not _is_the_command(sys.argv, getattr(sys, "orig_argv", [])):
     _register_auto_classes()
 
 __all__ = ["__version__", "from_backbone", *_MODEL_CLASSES]

@@ -97,9 +97,22 @@ MEMORY_FLAGS = {
     "bench": "--doc-batch / --query-batch",
 }
 
+# the commands that load no model when their inputs are embedding shards: the command registers our model families
+# with transformers' Auto classes (which imports transformers' models, seconds of CPU) before every other command,
+# and these only where they load a model (search's queries given as texts)
+MODEL_FREE_COMMANDS = ("search", "index")
+
 # the commands that work together when a launcher (torchrun, accelerate launch) starts several processes: training
 # is one model across them (DDP), encode gives each process its own shards; every other command runs in one process
 MULTI_PROCESS_COMMANDS = ("pretrain", "distill", "encode")
+
+
+def register_model_families() -> None:
+    """Our model families registered with transformers' Auto classes, as importing ``dense_encoders`` does
+    elsewhere than in this command (which defers it: ``dense_encoders._is_the_command``)."""
+    import dense_encoders
+
+    dense_encoders._register_auto_classes()
 
 
 def _single_process_refusal(command: str) -> str | None:
@@ -230,6 +243,8 @@ def _run(argv: list[str]) -> int:
     if (refusal := _single_process_refusal(command)) is not None:
         print(f"dense-encoders {command}: error: {refusal}", file=sys.stderr)
         return 2
+    if command not in MODEL_FREE_COMMANDS:
+        register_model_families()
     try:
         with _model_loading_bars(shown=debug):
             return COMMANDS[command](argv[1:])

@@ -195,7 +195,6 @@ def _queries_for(documents, queries: str, options):
     """Query ids and embeddings: from query shards (same model checked), or encoded here with the corpus's model."""
     # slow to import (sentence_transformers via evaluation, torch): only when the command runs
     from ..data.embedding_shards import iterate_texts, text_source
-    from ..evaluation.encoding import RetrievalEncoder
     from ..evaluation.shard_search import check_compatible, load_query_embeddings
 
     queries = Path(queries)
@@ -206,6 +205,10 @@ def _queries_for(documents, queries: str, options):
     settings = documents.settings
     model = settings["model"]
     check_model(model, "the corpus's model")
+    from ..evaluation.encoding import RetrievalEncoder
+    from . import register_model_families
+
+    register_model_families()  # the one case of search that loads a model
     encoder = RetrievalEncoder(model, pooling=settings.get("pooling"), device=options.device,
                                batch_size=options.batch_size,
                                normalize=settings["normalize"], show_progress_bar=not options.no_progress,

@@ -7,18 +7,36 @@ The data it reads (BEIR folders, pairs files, qrels, TREC runs) is read by :mod:
 (``DataFormatError``); import them from there.
 """
 
-from .encoding import EncodedTexts, RetrievalEncoder
-from .harness import (
-    EvaluationArguments,
-    RetrievalResults,
-    evaluate_retrieval,
-    format_summary,
-    load_results,
-    save_results,
-)
-from .metrics import DEFAULT_MEASURES, compute_metrics, holm_bonferroni, paired_t_test
-from .rerank import rerank
+# the search entry points, imported here: the name ``search`` is both a module of this package and its function,
+# which an import of the module must not replace (it needs torch and numpy only)
 from .search import exact_search, faiss_search, search, topk_to_run
+
+# every other public name -> the module that defines it, imported on first use (PEP 562): the search and index
+# commands import the search backends below this package without sentence-transformers and transformers' models,
+# which the encoding and the harness need (seconds of CPU at every start of a command)
+_EXPORTS = {
+    "EncodedTexts": "encoding", "RetrievalEncoder": "encoding",
+    "EvaluationArguments": "harness", "RetrievalResults": "harness", "evaluate_retrieval": "harness",
+    "format_summary": "harness", "load_results": "harness", "save_results": "harness",
+    "DEFAULT_MEASURES": "metrics", "compute_metrics": "metrics", "holm_bonferroni": "metrics",
+    "paired_t_test": "metrics",
+    "rerank": "rerank",
+}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "DEFAULT_MEASURES",
