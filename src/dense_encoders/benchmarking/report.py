@@ -46,26 +46,21 @@ def efficiency_report(
     dtype: str | None = None,
     presets: Sequence[str] | Mapping[str, object] | None = None,
     attn: str = "sdpa",
-    num_queries: int = DEFAULT_SIZES["num_queries"],
-    query_batch: int = DEFAULT_SIZES["query_batch"],
-    num_docs: int = DEFAULT_SIZES["num_docs"],
-    doc_batch: int = DEFAULT_SIZES["doc_batch"],
+    num_queries: int = DEFAULT_SIZES["num_queries"], query_batch: int = DEFAULT_SIZES["query_batch"],
+    num_docs: int = DEFAULT_SIZES["num_docs"], doc_batch: int = DEFAULT_SIZES["doc_batch"],
     rounds: int = DEFAULT_SIZES["rounds"],
     seed: int = 0,
     plot_path: str | Path | None = None,
     *,
     weights_dtype: str | None = None,
-    lengths: Mapping | str | Path | None = None,
-    tokenizer: str | Path | None = None,
+    lengths: Mapping | str | Path | None = None, tokenizer: str | Path | None = None,
     pooling: bool = True,
     cuda_graphs: bool = False, compile: bool = False,
     warmup: int = 1, threads: int | None = None,
     bert_config: BertConfig | None = None,
-    max_length: int = MAX_LENGTH,
-    query_length: int = QUERY_LENGTH,
+    max_length: int = MAX_LENGTH, query_length: int = QUERY_LENGTH,
     gemm_size: int | None = None,
-    command: str | None = None,
-    progress: bool = True,
+    command: str | None = None, progress: bool = True,
 ) -> dict:
     """Measure encode texts/s of every row (see :mod:`.rows`) on queries and documents.
 
@@ -111,12 +106,7 @@ def efficiency_report(
     if threads:
         torch.set_num_threads(threads)
     say = _progress_printer(progress)
-    if gemm_size is None:
-        gemm_size = (CUDA_SIZES if device.type == "cuda" else DEFAULT_SIZES)["gemm_size"]
-    gemm = None
-    if gemm_size:
-        gemm = gemm_rate(device, gemm_dtype(dtype, weights_dtype), gemm_size, seed=seed)
-        say(gemm_line(gemm))
+    gemm = _machine_gemm_rate(device, dtype, weights_dtype, gemm_size, seed, say)
     workloads = build_workloads(seed, lengths, num_queries, query_batch, num_docs, doc_batch, query_length,
                                 max_length)
     rows = build_rows(bert_config, tite_configs, attn, seed, compile=compile)
@@ -131,6 +121,19 @@ def efficiency_report(
     if plot_path is not None:
         results["plot"] = str(plot(results, plot_path))
     return results
+
+
+def _machine_gemm_rate(device: torch.device, dtype: str, weights_dtype: str, gemm_size: int | None, seed: int,
+                       say) -> dict | None:
+    """:func:`.gemm.gemm_rate` in the dtype the rows compute in, of a ``gemm_size`` square (None: the device's
+    default size; 0: none measured, None returned), its line printed."""
+    if gemm_size is None:
+        gemm_size = (CUDA_SIZES if device.type == "cuda" else DEFAULT_SIZES)["gemm_size"]
+    if not gemm_size:
+        return None
+    gemm = gemm_rate(device, gemm_dtype(dtype, weights_dtype), gemm_size, seed=seed)
+    say(gemm_line(gemm))
+    return gemm
 
 
 def _results(results: dict, workloads: dict, rows: list[Row], timing: dict, bert_config: BertConfig,
