@@ -75,6 +75,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -89,7 +90,14 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
 
 from peers import OURS, SearchData, compare_runs, ratios, say, summarized
 
-from dense_encoders.benchmarking import HEAVY_PRESSURE, SelfTimed, alternating_rounds, cpu_pressure
+from dense_encoders.benchmarking import (
+    HEAVY_PRESSURE,
+    SelfTimed,
+    alternating_rounds,
+    cpu_pressure,
+    cpu_stall,
+    pressure_during,
+)
 from dense_encoders.data.embedding_shards import save_embedding_shards
 
 FAISS = "faiss + a plain TREC writer"
@@ -99,7 +107,8 @@ DTYPES = ("float32", "float16")
 RESULT_BYTES = 100
 DOC_BYTES = 250
 # what the bound does not itemize: the BLAS's packing buffers, the manifest, file and hash buffers, the allocator's
-# rounding (the itemized terms alone came within 3 MB of the measured peak at 100,000-row shards)
+# rounding (the itemized terms alone came within 1 MB of the measured peak: 100,000-row float16 shards, 1,000 queries,
+# k = 1000)
 UNITEMIZED = 16_000_000
 MB = 1e6
 
@@ -297,16 +306,18 @@ def memory_bound(*, baseline: int, queries: int, docs: int, dim: int, k: int, sh
     return terms
 
 
-def measure_baseline(folder: Path, dim: int, env: dict[str, str], calls: int) -> int:
-    """The peak RSS of ``search`` over one document and one query, k = 1 (the largest of ``calls`` runs): the
-    interpreter and the command's imports."""
+def measure_baseline(folder: Path, dim: int, env: dict[str, str]) -> dict[str, float]:
+    """``{"cpu", "wall", "peak_rss"}`` of ``search`` over one document and one query, k = 1, in a fresh process:
+    the command's fixed cost (the interpreter and its imports), the bound's baseline."""
     vectors = np.eye(1, dim, dtype=np.float32)
     corpus, queries = folder / "baseline-corpus", folder / "baseline-queries"
     save_embedding_shards(corpus, vectors, ["d0"])
     save_embedding_shards(queries, vectors, ["q0"], settings={"side": "query"})
     argv = [*command_prefix(), "search", str(corpus), str(queries), "--k", "1", "--output",
             str(folder / "baseline.trec"), "--no-progress"]
-    return max(run_child(argv, env)[2] for _ in range(calls))
+    stall, started = cpu_stall(), time.perf_counter()
+    cpu, wall, peak, _ = run_child(argv, env)
+    return {"cpu": cpu, "wall": wall, "peak_rss": peak, "pressure": pressure_during(stall, started)}
 
 
 # ------------------------------------------------------------------------------------------
@@ -368,15 +379,16 @@ def run(args: argparse.Namespace) -> dict:
         faiss_script = scratch / "faiss_search.py"
         faiss_script.write_text(FAISS_SCRIPT)
         say("baseline: the search command over one document")
-        baseline = measure_baseline(scratch, args.dim, env, calls=1)
+        baseline = measure_baseline(scratch, args.dim, env)
         for docs in args.docs:
             folder = scratch / f"docs-{docs}"
-            rows.append(size_row(args, docs, folder, env, faiss_script, baseline))
+            rows.append(size_row(args, docs, folder, env, faiss_script, baseline["peak_rss"]))
             shutil.rmtree(folder)  # the next size's data in its place
     return {
         "device": device_name(torch.device("cpu")), "threads": threads, "rounds": args.rounds,
         "warmup": args.warmup, "torch": torch.__version__, "cpu_pressure_after": cpu_pressure(),
-        "heavy_pressure": HEAVY_PRESSURE, "allow_load": args.allow_load, "baseline_rss": baseline,
+        "heavy_pressure": HEAVY_PRESSURE, "allow_load": args.allow_load, "baseline": baseline,
+        "baseline_rss": baseline["peak_rss"],
         "command": command_line(), "rows": rows,
     }
 
@@ -421,6 +433,11 @@ def format_report(results: dict) -> str:
         lines.append(f"{first['queries']:,} queries x {first['dim']} dimensions, k={first['k']}, {first['dtype']} "
                      f"shards of {first['shard_rows']:,} rows (the last one smaller), blocks of "
                      f"{first['query_chunk_size']} x {first['document_chunk_size']} scores")
+    fixed = results["baseline"]
+    pressure = "n/a" if fixed["pressure"] is None else f"{fixed['pressure']:.0f} %"
+    lines.append(f"the command's fixed cost, over one document (one query, k = 1): {fixed['cpu']:.2f} s CPU / "
+                 f"{fixed['wall']:.2f} s wall / {fixed['peak_rss'] / MB:,.0f} MB peak RSS (the interpreter and its "
+                 f"imports; CPU pressure {pressure})")
     lines.append(f"our memory bound = baseline {results['baseline_rss'] / MB:,.0f} MB (the command over one "
                  f"document) + queries + unitemized {UNITEMIZED / MB:.0f} + max(search: 2 decoded shards + the next "
                  "one's float16 rows + their ids + a score block + the top-k; ids: "

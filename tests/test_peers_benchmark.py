@@ -258,8 +258,9 @@ def test_the_sweep_has_a_row_per_size_with_both_sides_measured(scaling_run):
 @pytest.mark.slow
 def test_the_sweep_bound_follows_its_formula_and_holds(scaling_run):
     scaling, results, printed = scaling_run
-    baseline = results["baseline_rss"]
-    assert baseline > 0
+    baseline = results["baseline_rss"]  # the command over one document, in a fresh process: its fixed cost
+    assert baseline == results["baseline"]["peak_rss"] > 0 and results["baseline"]["cpu"] > 0
+    assert "the command's fixed cost, over one document" in printed
     for row in results["rows"]:
         docs, bound = row["docs"], row["bound"]
         assert row["query_chunk_size"] == 1024 and row["document_chunk_size"] == 16384  # search_shards' defaults
