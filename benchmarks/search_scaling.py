@@ -60,9 +60,9 @@ Usage (repository root)::
     python benchmarks/search_scaling.py --docs 100000 300000 --rounds 3 --json scaling.json
     python benchmarks/search_scaling.py --docs 2000 5000 --queries 20 --k 10 --shard-size 1000 --warmup 0
 
-CPU only. The defaults take about 10 minutes on 2 idle cores (writing the 1,000,000 vectors' shards and matrix,
-about 2.3 GB on disk in a temporary folder, takes about 2 of them; the parent holds up to about 5 GB while it
-writes them, and frees them before the timed calls).
+CPU only. The defaults took 4.5-6 minutes on 2 cores shared with other jobs (CPU pressure 2-82 %), writing the
+data included: the 1,000,000 vectors' shards and matrix take about 2.3 GB on disk in a temporary folder, and the
+parent holds up to about 5 GB while it writes them (it frees them before the timed calls).
 """
 
 from __future__ import annotations
