@@ -2,10 +2,16 @@
 seconds, and both sides of every row computed the same results (search lists equal to faiss' and plain torch's,
 the search command's run equal to a faiss script's, `encode`'s embeddings equal to sentence-transformers' and
 to the bare forward's, the distillation loss equal to sentence-transformers' on the same batch). No timing is
-asserted; the alternation and summaries of :mod:`dense_encoders.benchmarking.timing` are checked by hand."""
+asserted; the alternation and summaries of :mod:`dense_encoders.benchmarking.timing` are checked by hand.
+
+`benchmarks/search_scaling.py` (the `search` command against faiss at several corpus sizes, each call a fresh
+process) at two tiny sizes: a row per size, both sides measured (seconds and peak RSS, each side's own), the same
+run files, and our memory bound as its formula gives it, above the measured peak."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import subprocess
@@ -214,3 +220,86 @@ def test_peers_withholds_the_ratio_of_a_row_taken_under_load_unless_asked(peers_
     assert row["ratios"]["peer"]["cpu_median"] == pytest.approx(5.0 / 1.5)  # medians 5 s and 1.5 s
     assert row["sides"]["ours"]["rounds_used"] == [0, 1] and row["sides"]["ours"]["pressure_used"] == 80.0
     assert "2 of 2 (max 80 %)" in report and "withheld" not in report
+
+
+# ------------------------------------------------------------------------------------------ search_scaling.py
+
+SWEEP = ["--docs", "2000", "5000", "--queries", "20", "--k", "10", "--dim", "16", "--shard-size", "1000",
+         "--rounds", "1", "--warmup", "0", "--allow-load"]
+
+
+@pytest.fixture(scope="module")
+def scaling_run(tmp_path_factory):
+    """benchmarks/search_scaling.py at two tiny sizes, in this process (each side's calls are fresh processes)."""
+    pytest.importorskip("faiss", reason="the sweep compares with faiss")
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    try:
+        import search_scaling
+    finally:
+        sys.path.remove(str(REPO_ROOT / "benchmarks"))
+    path = tmp_path_factory.mktemp("scaling") / "scaling.json"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        results = search_scaling.main([*SWEEP, "--json", str(path)])
+    assert json.loads(path.read_text()) == json.loads(json.dumps(results))
+    return search_scaling, results, printed.getvalue()
+
+
+@pytest.mark.slow
+def test_the_sweep_has_a_row_per_size_with_both_sides_measured(scaling_run):
+    scaling, results, printed = scaling_run
+    faiss_side = "faiss + a plain TREC writer"
+    assert [row["docs"] for row in results["rows"]] == [2000, 5000]
+    assert [(row["shards"], row["shard_rows"]) for row in results["rows"]] == [(2, 1000), (5, 1000)]
+    for row in results["rows"]:
+        assert list(row["sides"]) == ["ours", faiss_side]
+        for side in row["sides"].values():
+            assert len(side["cpu_rounds"]) == len(side["wall_rounds"]) == len(side["peak_rss_rounds"]) == 1
+            assert side["cpu_rounds"][0] > 0 and side["wall_rounds"][0] > 0 and side["peak_rss"] > 0
+        for clock in ("cpu", "wall"):  # faiss's time / ours
+            assert row["ratios"][faiss_side][f"{clock}_median"] == pytest.approx(
+                row["sides"][faiss_side][clock]["median"] / row["sides"]["ours"][clock]["median"], rel=1e-12)
+        check = row["checks"][faiss_side]  # random unit vectors: the same 10 documents of each of the 20 queries
+        assert check["same"] and check["queries"] == 20 and check["unexplained"] == 0
+        assert set(row["faiss_stages"]) == {"load", "index", "write"}
+        # each side's peak is its own process's: faiss's script (numpy and faiss) stays far below the command,
+        # which imports torch, and far below this process (a launcher, not this process, forks the sides)
+        assert row["sides"][faiss_side]["peak_rss"] < results["baseline_rss"] / 2
+    table = [line for line in printed.splitlines() if line.startswith("| ")]
+    assert [cell.strip() for cell in table[0].strip("|").split("|")][0] == "docs"
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table[1:]]
+    assert [line[0] for line in cells] == ["2,000", "5,000"] and {line[5] for line in cells} == {"yes"}
+    assert [line[4] for line in cells] == [f"{row['bound']['bound'] / 1e6:,.0f}" for row in results["rows"]]
+
+
+@pytest.mark.slow
+def test_the_sweep_bound_follows_its_formula_and_holds(scaling_run):
+    scaling, results, printed = scaling_run
+    baseline = results["baseline_rss"]  # the command over one document, in a fresh process: its fixed cost
+    assert baseline == results["baseline"]["peak_rss"] > 0 and results["baseline"]["cpu"] > 0
+    assert "the command's fixed cost, over one document" in printed
+    for row in results["rows"]:
+        docs, bound = row["docs"], row["bound"]
+        assert row["query_chunk_size"] == 1024 and row["document_chunk_size"] == 16384  # search_shards' defaults
+        ids = 8 + 56 + row["id_length"]  # a list slot and an ASCII str, per id
+        expected = {
+            "baseline": baseline,
+            "queries": 2 * 20 * 16 * 4,
+            "unitemized": 16_000_000,
+            "shards": 1000 * 16 * (4 + 4 + 2) + 1000 * 4,  # two decoded float16 shards, one shard's float16 rows
+            "shard_ids": 2 * 1000 * ids,
+            "score_block": 20 * min(16384, docs) * 4,
+            "top_k": 20 * 10 * 12,
+            "ids": 20 * 10 * 100 + min(200, docs) * (250 + row["id_length"]) + 1000 * ids,
+        }
+        expected["search"] = expected["shards"] + expected["shard_ids"] + expected["score_block"] + expected["top_k"]
+        expected["bound"] = baseline + expected["queries"] + expected["unitemized"] + max(expected["search"],
+                                                                                          expected["ids"])
+        assert bound == expected
+        assert row["within_bound"] and row["sides"]["ours"]["peak_rss"] <= bound["bound"]
+        assert f"{docs:,}: queries" in printed and "within" in printed
+    # float32 shards hold no float16 rows
+    kwargs = dict(baseline=0, queries=1, docs=10, dim=4, k=1, shard_rows=10, query_chunk=1, document_chunk=1,
+                  id_length=2)
+    assert scaling.memory_bound(dtype="float32", **kwargs)["shards"] == 10 * 4 * 8
+    assert scaling.memory_bound(dtype="float16", **kwargs)["shards"] == 10 * 4 * 10 + 10 * 4
