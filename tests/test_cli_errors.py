@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from conftest import REPO_ROOT, cpu_only_env
@@ -290,6 +291,8 @@ def test_no_command_writes_a_nan_vector(nan_model, beir, tmp_path, capsys):
     ('{"_id": "d2", "title": "", "text": "half a pair \\ud800 here"}', "field 'text' holds a lone surrogate"),
     ('{"_id": "d\\udc00", "title": "", "text": "a fine text"}', "field '_id' holds a lone surrogate"),
     ('{"_id": "d2", "title": "\\u200b", "text": "\\u200c\\u200d\\ufeff \\u0007"}', "blank document 'd2'"),
+    # combining accents only (stripped with the accents) and U+FFFD (dropped as an invalid character)
+    ('{"_id": "d2", "title": "\\u0301", "text": "\\u0301\\u0300 \\ufffd"}', "blank document 'd2'"),
 ])
 def test_texts_that_are_no_characters_or_none_a_tokenizer_keeps_are_one_line(line, problem, beir, tmp_path,
                                                                               capsys, tok):
@@ -326,3 +329,23 @@ def test_a_tokenizer_that_names_its_own_code_is_refused_without_consent(beir, tm
                        "tokenization_custom.CustomTokenizer", "pass --trust-remote-code")
     assert not lengths.exists()
     assert type(load_tokenizer(folder, trust_remote_code=True)).__name__ == "CustomTokenizer"
+
+
+def test_search_over_shards_holding_nan_writes_no_run(tmp_path, capsys, monkeypatch):
+    """Shards written before every writer refused NaN vectors (their manifest sound) gave a run with `nan` scores,
+    the NaN document first, and exit 0: one line naming the query and the document, and no run."""
+    from dense_encoders.data import embedding_shards
+
+    documents = np.eye(4, 8, dtype=np.float32)
+    documents[2, 3] = np.nan
+    with monkeypatch.context() as patched:  # as an earlier version wrote them
+        patched.setattr(embedding_shards, "refuse_non_finite_vectors", lambda *args: None)
+        embedding_shards.save_embedding_shards(tmp_path / "corpus", documents, ["a", "b", "c", "d"], shard_size=2)
+    embedding_shards.save_embedding_shards(tmp_path / "queries", np.ones((2, 8), dtype=np.float32), ["q1", "q2"],
+                                           settings={"side": "query"})
+    run = tmp_path / "run.trec"
+    assert cli.main(["search", str(tmp_path / "corpus"), str(tmp_path / "queries"), "--k", "3", "--output", str(run),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "query 'q1' scores document 'c' as nan" in err, err
+    assert not run.exists()

@@ -630,6 +630,12 @@ def test_the_index_record_names_the_backend_that_searches_it(tmp_path, capsys):
         assert search(index, tmp_path / "unknown.trec") == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"its record flat.json names the search backend {damaged!r}, which this" in err[0]
+    # the other fields, damaged by hand (before: TypeError from the shards path or the count)
+    for field, damaged in (("shards", 5), ("count", "x"), ("similarity", None)):
+        record_path.write_text(json.dumps({**record, field: damaged}))
+        assert search(index, tmp_path / "unknown.trec") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"flat.json: its field {field!r} is {damaged!r}, not " in err[0], err
     record_path.write_text(json.dumps({**record, "backend": "exact"}))
     assert search(index, tmp_path / "exact-index.trec") == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -80,7 +80,7 @@ def test_pretrain_refuses_a_used_folder_then_overwrites_it(tmp_path, small_corpu
     err = capsys.readouterr().err
     assert err.count("\n") <= 2 and "Traceback" not in err
     assert f"{output} is not empty" in err and "--overwrite_output_dir" in err
-    assert f"--resume_from_checkpoint {output / 'checkpoint-3'}" in err
+    assert "--resume_from_checkpoint latest to continue that run (from checkpoint-3)" in err
     assert snapshot(output) == before
 
     # --overwrite_output_dir: no stale checkpoint or remote code of the earlier run survives

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import re
 import shlex
@@ -219,12 +220,21 @@ def main(argv: list[str] | None = None) -> int:
     if argv is not None:
         return _run(list(argv))
     try:
-        return _run(sys.argv[1:])
+        code = _run(sys.argv[1:])
     finally:
         # the command is over: a Ctrl-C now could only break the interpreter's exit (atexit callbacks, with
         # "Exception ignored ... KeyboardInterrupt" and a traceback) and change nothing
         with contextlib.suppress(ValueError):  # signals are set from the main thread only
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if code == 130:
+        # interrupted, its folder left resumable and the line printed: end now, not after the interpreter's
+        # teardown of torch and transformers (2-3 s on 2 cores), which would keep the user waiting on a Ctrl-C
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    return code
 
 
 def _run(argv: list[str]) -> int:

@@ -175,10 +175,26 @@ def search(argv: list[str]) -> int:
             raise ValueError("--nprobe / --ef-search apply to a FAISS index, not to exact search over shards")
         scores, indices = search_shards(query_embeddings, documents, options.k, similarity=options.similarity,
                                         device=options.device or "cpu", show_progress_bar=not options.no_progress)
+    _refuse_non_finite_scores(query_ids, documents, scores, indices)
     ranked = ranked_from_topk(query_ids, documents, scores, indices)
     write_ranked_trec_run(ranked, options.output, tag=options.tag)
     print(_written(ranked, options.k, documents.count, options.output), file=sys.stderr)
     return 0
+
+
+def _refuse_non_finite_scores(query_ids: list[str], documents, scores, indices) -> None:
+    """A one-line ``ValueError`` when a score found is NaN or infinite (vectors holding them, which shards written
+    before every writer refused them can hold): no run gets a score that is not a number."""
+    import numpy as np
+
+    scores, indices = np.asarray(scores), np.asarray(indices)
+    bad = np.argwhere((indices >= 0) & ~np.isfinite(scores))
+    if len(bad):
+        row, column = (int(value) for value in bad[0])
+        document = documents.ids_at(np.array([indices[row, column]]))[int(indices[row, column])]
+        raise ValueError(f"query {query_ids[row]!r} scores document {document!r} as {scores[row, column]}: the vectors "
+                         f"of {documents.folder} or of the queries hold NaN or infinite values ({len(bad)} such scores "
+                         "in the top-k); nothing was written: encode them again")
 
 
 def _written(ranked: list, k: int, count: int, output) -> str:

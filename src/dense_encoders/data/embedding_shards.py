@@ -218,7 +218,11 @@ def shard_folder_files(path: str | Path) -> list[Path]:
     # an index is known by the record `dense-encoders index` writes beside it (whatever its suffix)
     if path.suffix == ".faiss" or (isinstance(record, dict) and "shards" in record):
         record = record if record is not None else read_record(record_path)
-        shards = shard_folder_files(record["shards"]) if isinstance(record, dict) and record.get("shards") else []
+        shards = record.get("shards") if isinstance(record, dict) else None
+        if shards is not None and not isinstance(shards, str):
+            raise ValueError(f"{record_path}: its field 'shards' is {shards!r}, not the path of the shards folder: "
+                             "build the index again with `dense-encoders index SHARDS --faiss ...`")
+        shards = shard_folder_files(shards) if shards else []
         return [path, record_path, *shards]
     if not (path / MANIFEST_FILE).is_file():
         return [path]

@@ -36,11 +36,18 @@ class DataFormatError(ValueError):
         self.line_number = line_number
 
 
+# what BERT's tokenizer drops: control and format characters (zero-width spaces and joiners, byte order marks),
+# nonspacing combining marks (stripped with the accents) and the replacement character U+FFFD (removed with invalid
+# characters); an enclosing or spacing mark becomes [UNK], a token
+_DROPPED_CATEGORIES = ("Cc", "Cf", "Mn")
+
+
 def is_blank(text: str) -> bool:
-    """Whether ``text`` holds nothing a tokenizer keeps: whitespace, control and format characters only (zero-width
-    spaces and joiners, byte order marks), which BERT's tokenizer drops, so the text would be encoded as the empty
-    text. Every reader refuses such a text where it refuses a blank one."""
-    return all(character.isspace() or unicodedata.category(character) in ("Cc", "Cf") for character in text)
+    """Whether ``text`` holds nothing a tokenizer keeps: whitespace, control and format characters, nonspacing
+    combining marks and U+FFFD only, which BERT's tokenizer drops, so the text would be encoded as the empty text.
+    Every reader refuses such a text where it refuses a blank one."""
+    return all(character.isspace() or character == "\ufffd" or unicodedata.category(character) in _DROPPED_CATEGORIES
+               for character in text)
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")

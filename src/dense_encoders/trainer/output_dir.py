@@ -208,7 +208,11 @@ def check_output_dir(
     if checkpoint is not None:  # resuming elsewhere's run into a used folder would mix the two
         resume = f", or resume into the checkpoint's own run ({flags.output_dir} {checkpoint.parent})"
     elif flags.resume:
-        resume = f", or {flags.resume} {found[-1] if found else 'CHECKPOINT'} to continue that run"
+        # the newest checkpoint that can be resumed from (one cut off while it was saved, by a full disk or a kill,
+        # cannot): 'latest' when there is one, as it skips the cut-off ones
+        complete, _ = latest_checkpoint(found)
+        resume = (f", or {flags.resume} latest to continue that run (from {complete.name})" if complete is not None
+                  else f", or {flags.resume} CHECKPOINT to continue that run")
     else:
         resume = f", or choose another {flags.output_dir}"
     outside = f" ({flags.resume} {checkpoint} lies outside it)" if checkpoint is not None else ""

@@ -150,10 +150,27 @@ def open_faiss_index(path: str | Path) -> tuple[object, dict, EmbeddingShards]:
     if not path.is_file() or record is None:
         raise FileNotFoundError(f"{path} (with {path.with_suffix('.json').name}) does not exist: build it with "
                                 "`dense-encoders index SHARDS --faiss ...`")
+    _check_record(record, path.with_suffix(".json"))
     documents = EmbeddingShards.open(record["shards"])
     if file_sha256(documents.folder / "manifest.json") != record["manifest_sha256"]:
         raise ValueError(f"{path} was built from other shards than {documents.folder} holds now: build it again")
     return faiss.read_index(str(path)), record, documents
+
+
+# what an index record holds, field by field (build_faiss_index writes it): its type, and what a value must be
+_RECORD_FIELDS = {"factory": (str, "an index_factory string"), "similarity": (str, "cosine or dot"),
+                  "shards": (str, "the path of the shards folder"), "count": (int, "a number of vectors"),
+                  "manifest_sha256": (str, "a SHA-256 in hex")}
+
+
+def _check_record(record: dict, path: Path) -> None:
+    """A one-line ``ValueError`` naming the first field of an index record that is missing or of another type than
+    ``build_faiss_index`` writes (a record edited or damaged by hand)."""
+    for name, (kind, meaning) in _RECORD_FIELDS.items():
+        value = record.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0):
+            raise ValueError(f"{path}: its field {name!r} is {value!r}, not {meaning}: build the index again with "
+                             "`dense-encoders index SHARDS --faiss ...`")
 
 
 def search_faiss_index(index, record: dict, query_embeddings: np.ndarray, k: int, *, nprobe: int | None = None,
