@@ -528,28 +528,38 @@ class EmbeddingShards:
 
     def ids(self) -> Iterator[str]:
         """Every id in row order, each shard's ids checked against the digest its shard's header records."""
+        for index in range(len(self)):
+            yield from self._checked_ids(index)
+
+    def _checked_ids(self, index: int) -> list[str]:
+        """Shard ``index``'s ids, checked against the digest its header records."""
+        path, entry = shard_file(self.folder, index), self.manifest["shards"][index]
+        if not path.is_file() or not ids_file(self.folder, index).is_file():
+            raise FileNotFoundError(f"{path if not path.is_file() else ids_file(self.folder, index)} is "
+                                    f"missing: {self.repair()}")
+        ids, metadata = read_shard_ids(self.folder, index), _header(path)
+        if metadata is None or not _ids_match(metadata, ids, entry["rows"]):
+            raise ValueError(f"{ids_file(self.folder, index)} does not match {path.name}: {self.repair()}")
+        return ids
+
+    def ids_at(self, positions) -> list[str]:
+        """The ids at the given global row positions, in the order given (one pass over the ids files of the
+        shards that hold them, each checked as :meth:`ids` checks it)."""
+        positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if positions.size and not 0 <= positions.min() <= positions.max() < self.count:
+            raise IndexError(f"row positions {positions.min()} to {positions.max()}: {self.folder} holds {self.count}")
+        order = np.argsort(positions, kind="stable")
+        wanted = positions[order]
+        found = np.empty(len(positions), dtype=object)
+        offset = 0
         for index, entry in enumerate(self.manifest["shards"]):
-            path = shard_file(self.folder, index)
-            if not path.is_file() or not ids_file(self.folder, index).is_file():
-                raise FileNotFoundError(f"{path if not path.is_file() else ids_file(self.folder, index)} is "
-                                        f"missing: {self.repair()}")
-            ids, metadata = read_shard_ids(self.folder, index), _header(path)
-            if metadata is None or not _ids_match(metadata, ids, entry["rows"]):
-                raise ValueError(f"{ids_file(self.folder, index)} does not match {path.name}: {self.repair()}")
-            yield from ids
-
-    def ids_at(self, positions) -> dict[int, str]:
-        """The ids at the given global row positions (one pass over the ids files)."""
-        wanted = np.unique(np.asarray(positions, dtype=np.int64)).tolist()
-        found, cursor = {}, 0
-        for offset, identifier in enumerate(self.ids()):
-            while cursor < len(wanted) and wanted[cursor] == offset:
-                found[offset] = identifier
-                cursor += 1
-            if cursor == len(wanted):
-                break
-        return found
-
+            first, last = np.searchsorted(wanted, [offset, offset + entry["rows"]])
+            if first < last:
+                ids = np.empty(entry["rows"], dtype=object)
+                ids[:] = self._checked_ids(index)
+                found[order[first:last]] = ids[wanted[first:last] - offset]
+            offset += entry["rows"]
+        return found.tolist()
 
 __all__ = [
     "DTYPES",
