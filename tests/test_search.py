@@ -465,6 +465,18 @@ def test_scores_are_bounded_by_the_product_of_the_largest_norms():
     assert not scores_are_bounded(unit[:0], unit)
 
 
+def test_largest_row_norm_is_what_bounds_a_search_computed_once_per_block():
+    from dense_encoders.evaluation.backends.core import largest_row_norm, norms_bound_scores
+
+    rows = torch.tensor([[3.0, 4.0], [1.0, 0.0], [-6.0, 8.0]])
+    assert largest_row_norm(rows) == 10.0 and largest_row_norm(rows[:2]) == 5.0
+    assert math.isnan(largest_row_norm(torch.tensor([[1.0, float("nan")]]))) and math.isnan(largest_row_norm(rows[:0]))
+    assert largest_row_norm(torch.tensor([[float("-inf"), 0.0]])) == math.inf
+    assert largest_row_norm(torch.tensor([[3e19, 0.0]])) == math.inf  # its square overflows float32: no bound
+    assert norms_bound_scores(1.0, 1e19) and not norms_bound_scores(2e19, 1e19)
+    assert not norms_bound_scores(math.nan, 1.0) and not norms_bound_scores(math.inf, 0.0)
+
+
 def test_exact_search_selects_the_same_with_and_without_faiss_heaps(monkeypatch):
     # integer vectors: most scores tie, so which of the tied documents at the k-th place are kept, and their order,
     # are checked across query ranges and document blocks; a NaN document moves the heaps' ranges to the tensor

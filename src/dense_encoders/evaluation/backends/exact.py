@@ -22,10 +22,11 @@ from .core import (
     ScoreScratch,
     SearchResult,
     empty_result,
+    largest_row_norm,
+    norms_bound_scores,
     prepare,
     score_block,
     score_threads,
-    scores_are_bounded,
     validate_k,
 )
 
@@ -77,13 +78,17 @@ class ExactSearch(SearchBackend):
 
         best = RunningTopK(k)
         scratch = ScoreScratch(min(query_chunk_size, num_queries), min(document_chunk_size, num_documents), q.device)
+        # the norms that bound each block's scores (scores_are_bounded), each computed once
+        d_norms = [largest_row_norm(d[d_start : d_start + document_chunk_size])
+                   for d_start in range(0, num_documents, document_chunk_size)]
         with score_threads():
             for q_start in query_starts:
                 q_block = q[q_start : q_start + query_chunk_size]
-                for d_start in range(0, num_documents, document_chunk_size):
+                q_norm = largest_row_norm(q_block)
+                for d_start, d_norm in zip(range(0, num_documents, document_chunk_size), d_norms):
                     d_block = d[d_start : d_start + document_chunk_size]
                     scores = score_block(q_block, d_block, out=scratch.block(len(q_block), len(d_block)))
-                    best.add(q_start, scores, d_start, bounded=scores_are_bounded(q_block, d_block))
+                    best.add(q_start, scores, d_start, bounded=norms_bound_scores(q_norm, d_norm))
         return best.result()
 
     def search_shards(self, queries: np.ndarray, documents: EmbeddingShards, k: Any, *,
@@ -103,6 +108,9 @@ class ExactSearch(SearchBackend):
         best = RunningTopK(k)
         scratch = ScoreScratch(min(query_chunk_size, len(queries)), min(document_chunk_size, documents.count),
                                queries.device)
+        # the norms that bound each block's scores (scores_are_bounded), each computed once
+        query_starts = range(0, len(queries), query_chunk_size)
+        query_norms = [largest_row_norm(queries[q_start : q_start + query_chunk_size]) for q_start in query_starts]
         bar = tqdm(total=documents.count, unit="doc", desc="Exact search", disable=not self.show_progress_bar)
         with score_threads():
             for offset, embeddings, _ in documents.shards():
@@ -111,10 +119,11 @@ class ExactSearch(SearchBackend):
                     shard = F.normalize(shard, p=2.0, dim=1, eps=NORMALIZE_EPS)
                 for start in range(0, len(shard), document_chunk_size):
                     block = shard[start : start + document_chunk_size]
-                    for q_start in range(0, len(queries), query_chunk_size):
+                    block_norm = largest_row_norm(block)
+                    for q_start, query_norm in zip(query_starts, query_norms):
                         query_block = queries[q_start : q_start + query_chunk_size]
                         scores = score_block(query_block, block, out=scratch.block(len(query_block), len(block)))
-                        best.add(q_start, scores, offset + start, bounded=scores_are_bounded(query_block, block))
+                        best.add(q_start, scores, offset + start, bounded=norms_bound_scores(query_norm, block_norm))
                 bar.update(len(shard))
         bar.close()
         return best.result()
