@@ -1,6 +1,6 @@
-"""The TREC run writer (data/runs.py): every run we write goes through write_ranked_trec_run, which puts each score's
-text together from tables instead of formatting it. Its bytes must be those of the writer it replaced (an f-string
-per line, Python's ``{:.6f}``), copied here as the reference, on inputs chosen to break it."""
+"""The TREC run writer (data/runs.py): every run we write goes through write_ranked_trec_run, which puts each line
+together from byte tables (a score's text too) instead of formatting it. Its bytes must be those of the writer it
+replaced (an f-string per line, Python's ``{:.6f}``), copied here as the reference, on inputs chosen to break it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from dense_encoders.data.embedding_shards import save_embedding_shards
-from dense_encoders.data.runs import RankedRun, _six_decimals, write_ranked_trec_run, write_trec_run
+from dense_encoders.data.runs import (
+    RankedRun,
+    _six_decimals,
+    _table,
+    _trec_bytes,
+    write_ranked_trec_run,
+    write_trec_run,
+)
 from dense_encoders.evaluation.shard_search import ranked_from_topk
 
 # ------------------------------------------------------------------------------------- the reference writer
@@ -48,8 +55,7 @@ def written(ranked: RankedRun, path, tag="dense-encoders") -> str:
 
 def assert_six_decimals(values) -> None:
     values = np.asarray(values)
-    integer, high, low = _six_decimals(values)
-    got = [a + b + c for a, b, c in zip(integer.tolist(), high.tolist(), low.tolist())]
+    got = _trec_bytes([*_six_decimals(values), (_table(["\n"]), None)]).tobytes().decode().split("\n")[:-1]
     expected = [f"{value:.6f}" for value in values.tolist()]
     mismatches = [(v, g, e) for v, g, e in zip(values.tolist(), got, expected) if g != e]
     assert not mismatches, mismatches[:10]
@@ -139,6 +145,16 @@ def test_a_top_k_is_written_byte_for_byte_as_the_replaced_writer_wrote_it(tmp_pa
     run = {query_id: dict(pairs) for query_id, pairs in reference_ranked(query_ids, doc_ids, scores, indices)}
     assert write_trec_run(run, tmp_path / "run3.trec").read_text(encoding="utf-8") == expected
     assert from_rows.to_run() == run
+
+
+def test_lines_written_in_many_blocks_are_the_same_bytes(tmp_path, monkeypatch):
+    from dense_encoders.data import runs
+
+    query_ids, doc_ids, scores, indices = adversarial_topk(1)
+    expected = reference_text(reference_ranked(query_ids, doc_ids, scores, indices), tag="t")
+    for budget in (1, 100, 1000):  # a line per block, a few lines, parts of queries
+        monkeypatch.setattr(runs, "_BYTES_PER_WRITE", budget)
+        assert written(RankedRun.from_rows(query_ids, doc_ids, indices, scores), tmp_path / "run.trec", "t") == expected
 
 
 def test_a_run_dict_with_float64_scores_is_written_as_before(tmp_path):
