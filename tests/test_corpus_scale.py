@@ -160,6 +160,36 @@ def test_float16_shards_keep_every_magnitude(tmp_path):
     assert np.all(np.abs(stored - rows) <= 2.0**-11 * np.abs(rows))  # float16's relative precision, every row
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_shard_is_read_once_into_the_arrays_safetensors_reads(tmp_path, dtype):
+    """shards() reads each file once, hashes those bytes and views its tensors in them (safetensors_arrays): the
+    same arrays and metadata as safetensors' reader; a header that is not safetensors' is a one-line error."""
+    from safetensors import safe_open
+
+    from dense_encoders.data.embedding_shards import read_file_bytes, read_shard, safetensors_arrays, shard_file
+
+    rows = np.random.default_rng(1).standard_normal((7, 5)).astype(np.float32)
+    shards = save_embedding_shards(tmp_path / "emb", rows, [f"d{i}" for i in range(7)], shard_size=4, dtype=dtype)
+    for index in range(2):
+        path = shard_file(shards.folder, index)
+        metadata, tensors = safetensors_arrays(read_file_bytes(path))
+        with safe_open(str(path), framework="np") as handle:
+            assert metadata == handle.metadata() and sorted(tensors) == sorted(handle.keys())
+            for name, array in tensors.items():
+                expected = handle.get_tensor(name)
+                assert array.dtype == expected.dtype and array.flags.writeable
+                np.testing.assert_array_equal(array, expected)
+    stored, _ = all_embeddings(shards)
+    np.testing.assert_array_equal(stored, rows if dtype == "float32" else eleven_significant_bits(rows))
+    data = read_file_bytes(shard_file(shards.folder, 0))
+    for bad in (data[:5], np.concatenate([np.frombuffer((10**9).to_bytes(8, "little"), np.uint8), data[8:]]),
+                np.concatenate([data[:8], np.frombuffer(b"[]" + b" " * (int(data[:8].view("<u8")[0]) - 2), np.uint8),
+                                data[8 + int(data[:8].view("<u8")[0]):]])):
+        with pytest.raises(ValueError, match=r"shard-00000.safetensors cannot be read \(.*\): run the") as error:
+            read_shard(shards.folder, 0, data=bad)
+        assert "\n" not in str(error.value)
+
+
 def small_vector_model(folder: Path, tok, scale: float) -> Path:
     """:func:`tiny_model` with its last LayerNorm multiplied by ``scale`` (vectors of about ``scale``), scored by
     dot product, without a Normalize module."""

@@ -465,6 +465,18 @@ def test_scores_are_bounded_by_the_product_of_the_largest_norms():
     assert not scores_are_bounded(unit[:0], unit)
 
 
+def test_largest_row_norm_is_what_bounds_a_search_computed_once_per_block():
+    from dense_encoders.evaluation.backends.core import largest_row_norm, norms_bound_scores
+
+    rows = torch.tensor([[3.0, 4.0], [1.0, 0.0], [-6.0, 8.0]])
+    assert largest_row_norm(rows) == 10.0 and largest_row_norm(rows[:2]) == 5.0
+    assert math.isnan(largest_row_norm(torch.tensor([[1.0, float("nan")]]))) and math.isnan(largest_row_norm(rows[:0]))
+    assert largest_row_norm(torch.tensor([[float("-inf"), 0.0]])) == math.inf
+    assert largest_row_norm(torch.tensor([[3e19, 0.0]])) == math.inf  # its square overflows float32: no bound
+    assert norms_bound_scores(1.0, 1e19) and not norms_bound_scores(2e19, 1e19)
+    assert not norms_bound_scores(math.nan, 1.0) and not norms_bound_scores(math.inf, 0.0)
+
+
 def test_exact_search_selects_the_same_with_and_without_faiss_heaps(monkeypatch):
     # integer vectors: most scores tie, so which of the tied documents at the k-th place are kept, and their order,
     # are checked across query ranges and document blocks; a NaN document moves the heaps' ranges to the tensor
@@ -488,6 +500,36 @@ def test_exact_search_selects_the_same_with_and_without_faiss_heaps(monkeypatch)
         if docs is documents:
             assert torch.equal(heaps[1], expected_indices)
             assert torch.equal(heaps[0], expected_scores)
+
+
+def test_block_selection_selects_in_a_helper_thread_what_running_topk_selects_inline():
+    # the blocks come from one buffer pair, each overwritten two blocks later: a selection that read a buffer after
+    # it was handed out again would differ from the inline one
+    from dense_encoders.evaluation.backends.core import BlockSelection
+
+    gen = torch.Generator().manual_seed(7)
+    queries = torch.randint(-2, 3, (40, 8), generator=gen).float()
+    documents = torch.randint(-2, 3, (700, 8), generator=gen).float()
+    documents[500, 3] = float("nan")  # from here on the tensor operations select, not faiss's heaps
+    inline = RunningTopK(30)
+    with BlockSelection(30, 16, 64, torch.device("cpu")) as selection:
+        for q_start in range(0, 40, 16):
+            for d_start in range(0, 700, 64):
+                q_block, d_block = queries[q_start : q_start + 16], documents[d_start : d_start + 64]
+                bounded = not bool(d_block.isnan().any())
+                scores = torch.mm(q_block, d_block.T, out=selection.block(len(q_block), len(d_block)))
+                inline.add(q_start, scores.clone(), d_start, bounded=bounded)
+                selection.add(q_start, scores, d_start, bounded=bounded)
+        got = selection.result()
+    expected = inline.result()
+    assert torch.equal(got[1], expected[1]) and torch.equal(got[0].nan_to_num(), expected[0].nan_to_num())
+    # an error of the selection is raised in the caller, at the next block or at the result
+    with BlockSelection(5, 2, 4, torch.device("cpu")) as selection:
+        selection.add(0, torch.zeros(2, 4), 0)
+        selection.add(0, torch.zeros(3, 4), 4)  # three rows for a range of two
+        with pytest.raises(RuntimeError):
+            selection.block(2, 4)
+            selection.result()
 
 
 # ---- the score product: the same bits from run to run, the ranking of a float64 reference --------------------

@@ -197,14 +197,15 @@ def _refuse_non_finite_scores(query_ids: list[str], documents, scores, indices) 
                          "in the top-k); nothing was written: encode them again")
 
 
-def _written(ranked: list, k: int, count: int, output) -> str:
-    """What ``search`` wrote: the documents per query as they are in the run, and why fewer than ``--k``."""
-    lengths = sorted({len(doc_ids) for _, doc_ids, _ in ranked}) or [0]
+def _written(ranked, k: int, count: int, output) -> str:
+    """What ``search`` wrote (a :class:`~dense_encoders.data.runs.RankedRun`): the documents per query as they are
+    in the run, and why fewer than ``--k``."""
+    lengths = sorted(set(ranked.counts.tolist())) or [0]
     top = str(lengths[0]) if len(lengths) == 1 else f"{lengths[0]} to {lengths[-1]}"
     why = ""
     if lengths[-1] < k:
         why = f" (--k {k}: the corpus holds {count})" if count < k else f" (--k {k}: the index returned fewer)"
-    return f"Wrote the top {top} documents of {len(ranked)} queries over {count} documents to {output}{why}"
+    return f"Wrote the top {top} documents of {len(ranked.query_ids)} queries over {count} documents to {output}{why}"
 
 
 def _queries_for(documents, queries: str, options):

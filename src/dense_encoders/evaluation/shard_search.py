@@ -5,8 +5,9 @@ backend, :mod:`dense_encoders.evaluation.backends.exact`) or through a FAISS ind
 go together, and the run made of a top-k.
 
 Only the queries, one shard and the top-k lists are in memory at a time; the ids of the results are looked
-up in one pass over the shards' ids files at the end (:func:`ranked_from_topk`, :func:`run_from_topk`), as a
-run ``{query id: {doc id: score}}`` that :func:`dense_encoders.data.runs.write_trec_run` writes.
+up in one pass over the shards' ids files at the end, as a :class:`~dense_encoders.data.runs.RankedRun`
+(:func:`ranked_from_topk`) that :func:`dense_encoders.data.runs.write_ranked_trec_run` writes, or a run
+``{query id: {doc id: score}}`` (:func:`run_from_topk`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from ..data.embedding_shards import EmbeddingShards, differing_settings
+from ..data.runs import RankedRun
 from .backends.exact import ExactSearch
 from .backends.faiss import build_faiss_index, open_faiss_index, search_faiss_index, training_sample
 
@@ -69,33 +71,20 @@ def search_shards(
 
 def run_from_topk(query_ids: list[str], documents: EmbeddingShards, scores, indices) -> dict[str, dict[str, float]]:
     """``{query id: {doc id: score}}`` from global row indices (``-1``, FAISS's padding, skipped)."""
-    return {query_id: dict(zip(doc_ids, row_scores))
-            for query_id, doc_ids, row_scores in ranked_from_topk(query_ids, documents, scores, indices)}
+    return ranked_from_topk(query_ids, documents, scores, indices).to_run()
 
 
-def ranked_from_topk(query_ids: list[str], documents: EmbeddingShards, scores, indices
-                     ) -> list[tuple[str, list[str], list[float]]]:
-    """``(query id, doc ids, scores)`` per query from global row indices (``-1``, FAISS's padding, skipped), in the
-    order of every run we write (descending score, ties by doc id), for
-    :func:`dense_encoders.data.runs.write_ranked_trec_run`. A top-k comes best first with ties by row; only rows
-    where two neighbours tie are sorted again."""
+def ranked_from_topk(query_ids: list[str], documents: EmbeddingShards, scores, indices) -> RankedRun:
+    """The run of a top-k of global row indices (``-1``, FAISS's padding, skipped) as a
+    :class:`~dense_encoders.data.runs.RankedRun`, in the order of every run we write (descending score, ties by doc
+    id), for :func:`dense_encoders.data.runs.write_ranked_trec_run`. The ids are looked up once per document found
+    (:meth:`~dense_encoders.data.embedding_shards.EmbeddingShards.ids_at`), not once per result."""
     scores, indices = np.asarray(scores), np.asarray(indices)
     found = indices >= 0
-    positions = np.unique(indices[found])
-    lookup = documents.ids_at(positions)
-    ids = np.empty(len(positions), dtype=object)
-    ids[:] = [lookup[int(position)] for position in positions]
-    # each row's ids through its place among the positions found
-    row_ids = np.full(indices.shape, None, dtype=object)
-    row_ids[found] = ids[np.searchsorted(positions, indices[found])]
-    tied = (scores[:, 1:] == scores[:, :-1]).any(axis=1) if scores.shape[1] > 1 else np.zeros(len(scores), bool)
-    ranked = []
-    for query_id, row_scores, row_doc_ids, row_found, row_tied in zip(query_ids, scores, row_ids, found, tied):
-        pairs = list(zip(row_doc_ids[row_found].tolist(), row_scores[row_found].tolist()))
-        if row_tied:
-            pairs.sort(key=lambda pair: (-pair[1], pair[0]))
-        ranked.append((query_id, [doc_id for doc_id, _ in pairs], [score for _, score in pairs]))
-    return ranked
+    positions, places = np.unique(indices[found], return_inverse=True)
+    rows = np.full(indices.shape, -1, dtype=np.int64)
+    rows[found] = places.reshape(-1)
+    return RankedRun.from_rows(query_ids, documents.ids_at(positions), rows, scores)
 
 
 __all__ = [

@@ -1,6 +1,7 @@
 """The ``exact`` backend: every query scored against every document, block by block.
 
-Never more than one ``query_chunk_size x document_chunk_size`` block of scores exists at a time; a
+Never more than two ``query_chunk_size x document_chunk_size`` blocks of scores exist at a time (on the CPU, one
+is selected while the next is multiplied: :class:`~dense_encoders.evaluation.backends.core.BlockSelection`); a
 :class:`~dense_encoders.evaluation.backends.core.RunningTopK` per query range keeps the best ``k`` so far. Over
 embedding shards, one shard is in memory at a time, and the result is that of the concatenated matrix.
 """
@@ -18,14 +19,14 @@ from ...data.embedding_shards import EmbeddingShards
 from .base import SearchBackend, shards_similarity
 from .core import (
     NORMALIZE_EPS,
-    RunningTopK,
-    ScoreScratch,
+    BlockSelection,
     SearchResult,
     empty_result,
+    largest_row_norm,
+    norms_bound_scores,
     prepare,
     score_block,
     score_threads,
-    scores_are_bounded,
     validate_k,
 )
 
@@ -35,7 +36,8 @@ class ExactSearch(SearchBackend):
     :func:`~dense_encoders.evaluation.backends.core.score_block`.
 
     Args:
-        query_chunk_size / document_chunk_size: block size; peak score memory is their product.
+        query_chunk_size / document_chunk_size: block size; peak score memory is twice their product on the CPU
+            (:class:`~dense_encoders.evaluation.backends.core.BlockSelection`), their product on another device.
         device: where shards are searched (:meth:`search_shards`); a matrix in memory is searched on the
             queries' device.
         show_progress_bar: a tqdm bar over query chunks (in memory) or documents (shards).
@@ -75,16 +77,19 @@ class ExactSearch(SearchBackend):
         if self.show_progress_bar:
             query_starts = tqdm(query_starts, desc="Exact search", unit="chunk")
 
-        best = RunningTopK(k)
-        scratch = ScoreScratch(min(query_chunk_size, num_queries), min(document_chunk_size, num_documents), q.device)
-        with score_threads():
+        # the norms that bound each block's scores (scores_are_bounded), each computed once
+        d_norms = [largest_row_norm(d[d_start : d_start + document_chunk_size])
+                   for d_start in range(0, num_documents, document_chunk_size)]
+        with score_threads(), BlockSelection(k, min(query_chunk_size, num_queries),
+                                             min(document_chunk_size, num_documents), q.device) as best:
             for q_start in query_starts:
                 q_block = q[q_start : q_start + query_chunk_size]
-                for d_start in range(0, num_documents, document_chunk_size):
+                q_norm = largest_row_norm(q_block)
+                for d_start, d_norm in zip(range(0, num_documents, document_chunk_size), d_norms):
                     d_block = d[d_start : d_start + document_chunk_size]
-                    scores = score_block(q_block, d_block, out=scratch.block(len(q_block), len(d_block)))
-                    best.add(q_start, scores, d_start, bounded=scores_are_bounded(q_block, d_block))
-        return best.result()
+                    scores = score_block(q_block, d_block, out=best.block(len(q_block), len(d_block)))
+                    best.add(q_start, scores, d_start, bounded=norms_bound_scores(q_norm, d_norm))
+            return best.result()
 
     def search_shards(self, queries: np.ndarray, documents: EmbeddingShards, k: Any, *,
                       similarity: str | None = None) -> SearchResult:
@@ -100,24 +105,27 @@ class ExactSearch(SearchBackend):
                              f"{documents.dimension}")
         if similarity == "cosine":
             queries = F.normalize(queries, p=2.0, dim=1, eps=NORMALIZE_EPS)
-        best = RunningTopK(k)
-        scratch = ScoreScratch(min(query_chunk_size, len(queries)), min(document_chunk_size, documents.count),
-                               queries.device)
+        # the norms that bound each block's scores (scores_are_bounded), each computed once
+        query_starts = range(0, len(queries), query_chunk_size)
+        query_norms = [largest_row_norm(queries[q_start : q_start + query_chunk_size]) for q_start in query_starts]
         bar = tqdm(total=documents.count, unit="doc", desc="Exact search", disable=not self.show_progress_bar)
-        with score_threads():
+        with score_threads(), BlockSelection(k, min(query_chunk_size, len(queries)),
+                                             min(document_chunk_size, documents.count), queries.device) as best:
             for offset, embeddings, _ in documents.shards():
                 shard = torch.as_tensor(embeddings, device=device)
                 if similarity == "cosine":
                     shard = F.normalize(shard, p=2.0, dim=1, eps=NORMALIZE_EPS)
                 for start in range(0, len(shard), document_chunk_size):
                     block = shard[start : start + document_chunk_size]
-                    for q_start in range(0, len(queries), query_chunk_size):
+                    block_norm = largest_row_norm(block)
+                    for q_start, query_norm in zip(query_starts, query_norms):
                         query_block = queries[q_start : q_start + query_chunk_size]
-                        scores = score_block(query_block, block, out=scratch.block(len(query_block), len(block)))
-                        best.add(q_start, scores, offset + start, bounded=scores_are_bounded(query_block, block))
+                        scores = score_block(query_block, block, out=best.block(len(query_block), len(block)))
+                        best.add(q_start, scores, offset + start, bounded=norms_bound_scores(query_norm, block_norm))
                 bar.update(len(shard))
+            result = best.result()
         bar.close()
-        return best.result()
+        return result
 
 
 __all__ = ["ExactSearch"]
