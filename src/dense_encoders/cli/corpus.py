@@ -191,7 +191,7 @@ def _refuse_non_finite_scores(query_ids: list[str], documents, scores, indices) 
     bad = np.argwhere((indices >= 0) & ~np.isfinite(scores))
     if len(bad):
         row, column = (int(value) for value in bad[0])
-        document = documents.ids_at(np.array([indices[row, column]]))[int(indices[row, column])]
+        (document,) = documents.ids_at([indices[row, column]])
         raise ValueError(f"query {query_ids[row]!r} scores document {document!r} as {scores[row, column]}: the vectors "
                          f"of {documents.folder} or of the queries hold NaN or infinite values ({len(bad)} such scores "
                          "in the top-k); nothing was written: encode them again")
