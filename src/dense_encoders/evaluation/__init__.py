@@ -7,8 +7,9 @@ The data it reads (BEIR folders, pairs files, qrels, TREC runs) is read by :mod:
 (``DataFormatError``); import them from there.
 """
 
-# the search entry points, imported here: the name ``search`` is both a module of this package and its function,
-# which an import of the module must not replace (it needs torch and numpy only)
+# imported here: the names ``search`` and ``rerank`` are both modules of this package and their functions, which a
+# later import of the module would replace (they import torch and numpy, not sentence-transformers)
+from .rerank import rerank
 from .search import exact_search, faiss_search, search, topk_to_run
 
 # every other public name -> the module that defines it, imported on first use (PEP 562): the search and index
@@ -20,7 +21,6 @@ _EXPORTS = {
     "format_summary": "harness", "load_results": "harness", "save_results": "harness",
     "DEFAULT_MEASURES": "metrics", "compute_metrics": "metrics", "holm_bonferroni": "metrics",
     "paired_t_test": "metrics",
-    "rerank": "rerank",
 }
 
 

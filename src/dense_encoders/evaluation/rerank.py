@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from ..checkpoints.loading import load_cross_encoder
 from ..data.retrieval import RetrievalDataset
 from ..data.runs import Run, top_documents
 
@@ -30,6 +29,8 @@ def rerank(
     score so that re-ranking several runs of the same queries scores each pair once. A cross-encoder folder or Hub
     id that runs code of its own is refused unless ``trust_remote_code``.
     """
+    from ..checkpoints.loading import load_cross_encoder  # sentence-transformers: imported when a run is re-ranked
+
     model = load_cross_encoder(cross_encoder, device=device, allow_missing_weights=allow_missing_weights,
                                trust_remote_code=trust_remote_code)
     owners: list[tuple[str, str]] = []
