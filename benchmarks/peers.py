@@ -1111,19 +1111,29 @@ def format_report(results: dict) -> str:
         for text in row["made_of"]:
             lines.append(f"  {text}")
         for side, check in row["checks"].items():
-            shown = ", ".join(f"{key} {value:.3g}" if isinstance(value, float) else f"{key} {value}"
-                              for key, value in check.items() if key not in ("same", "what"))
-            label = "ours" if side == OURS else f"ours vs {side}"
-            lines.append(f"  check {label}, {check['what']}: {'yes' if check['same'] else 'NO'} ({shown})")
+            lines.append(f"  {check_line('ours' if side == OURS else f'ours vs {side}', check)}")
+    lines += pressure_footnote(results, withheld, "row")
+    return "\n".join(lines)
+
+
+def check_line(label: str, check: dict) -> str:
+    """A row's check as the reports print it: what was compared, whether it held, and its figures."""
+    shown = ", ".join(f"{key} {value:.3g}" if isinstance(value, float) else f"{key} {value}"
+                      for key, value in check.items() if key not in ("same", "what"))
+    return f"check {label}, {check['what']}: {'yes' if check['same'] else 'NO'} ({shown})"
+
+
+def pressure_footnote(results: dict, withheld: bool, unit: str) -> list[str]:
+    """The report's last lines: which rounds the figures come from (CPU pressure), what "withheld" means when a
+    ``unit`` (a row, a size) printed it, and the command."""
     used = ("every round (--allow-load)" if results["allow_load"] else
             f"the rounds in which no call ran above {results['heavy_pressure']:.0f} %")
-    lines += ["", "CPU pressure: Linux PSI 'some', the share of a call's wall time in which a runnable task waited for "
-              f"a core (other jobs); ratios and seconds come from {used}."]
+    lines = ["", "CPU pressure: Linux PSI 'some', the share of a call's wall time in which a runnable task waited for "
+             f"a core (other jobs); ratios and seconds come from {used}."]
     if withheld:
-        lines.append("withheld: every round of the row ran under heavy CPU pressure; rerun on an idle machine, or pass "
-                     "--allow-load to draw the ratios from loaded rounds.")
-    lines.append(f"command: {results['command']}")
-    return "\n".join(lines)
+        lines.append(f"withheld: every round of the {unit} ran under heavy CPU pressure; rerun on an idle machine, or "
+                     "pass --allow-load to draw the ratios from loaded rounds.")
+    return [*lines, f"command: {results['command']}"]
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -88,7 +88,7 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import dense_encoders
 
-from peers import OURS, SearchData, compare_runs, ratios, say, summarized
+from peers import OURS, SearchData, check_line, compare_runs, pressure_footnote, ratios, say, summarized
 
 from dense_encoders.benchmarking import (
     HEAVY_PRESSURE,
@@ -453,22 +453,13 @@ def format_report(results: dict) -> str:
         parts = [f"{stage} {np.median(values['cpu']):.2f} s CPU / {np.median(values['wall']):.2f} s wall"
                  for stage, values in row["faiss_stages"].items()]
         check = row["checks"][FAISS]
-        shown = ", ".join(f"{key} {value:.3g}" if isinstance(value, float) else f"{key} {value}"
-                          for key, value in check.items() if key not in ("same", "what"))
         pressure = {name: " / ".join("n/a" if p is None else f"{p:.0f}" for p in side["pressure"])
                     for name, side in row["sides"].items()}
         lines += [f"{row['docs']:,} documents, {row['shards']} shards:",
                   f"  faiss script by stage (medians): {'; '.join(parts)}",
-                  f"  check ours vs {FAISS}, {check['what']}: {'yes' if check['same'] else 'NO'} ({shown})",
+                  f"  {check_line(f'ours vs {FAISS}', check)}",
                   f"  CPU pressure per round (%): ours {pressure[OURS]}; faiss {pressure[FAISS]}"]
-    used = ("every round (--allow-load)" if results["allow_load"] else
-            f"the rounds in which no call ran above {results['heavy_pressure']:.0f} %")
-    lines += ["", "CPU pressure: Linux PSI 'some', the share of a call's wall time in which a runnable task waited for "
-              f"a core (other jobs); seconds and ratios come from {used}."]
-    if withheld:
-        lines.append("withheld: every round of the size ran under heavy CPU pressure; rerun on an idle machine, or "
-                     "pass --allow-load to draw the seconds from loaded rounds.")
-    lines.append(f"command: {results['command']}")
+    lines += pressure_footnote(results, withheld, "size")
     return "\n".join(lines)
 
 
