@@ -30,6 +30,10 @@ def test_quickstart_end_to_end_and_reuse(tmp_path, capsys, monkeypatch):
     assert teacher["ndcg@10"] > 0.8  # all-MiniLM-L6-v2 on the bundled set (an easy one)
     assert teacher["layers"] == 6 and tite["layers"] == 6 and shallow["layers"] == 2
     assert teacher["speedup"] == pytest.approx(1.0)
+    # each student's optimizer steps: 0.1 of an epoch of 200 queries in batches of 8, rounded up (Trainer's rule)
+    assert teacher["training_steps"] is None and tite["training_steps"] == shallow["training_steps"] == 3
+    assert "| 3 | " in printed and "distilled from the teacher's scores for 200 train queries" in printed
+    assert "more steps do not close the students' gap" in printed  # the bundled set's learning curve, documented
     # measured side by side and reported; how large is the benchmarks' business (a busy machine shrinks it)
     assert shallow["speedup"] > 0 and tite["speedup"] > 0
     assert all(f"{model['speedup']:.2f}" in printed for model in (tite, shallow))

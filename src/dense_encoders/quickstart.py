@@ -40,7 +40,7 @@ from .checkpoints.loading import load_tokenizer
 from .data.distillation import run_to_training_file
 from .data.files import write_json
 from .data.retrieval import load_beir
-from .data.run_records import DISTILLATION_SETUP, EVALUATION_FOLDER, read_record
+from .data.run_records import DISTILLATION_SETUP, EVALUATION_FOLDER, TRAINER_STATE, read_record
 from .hub import model_card, push_to_hub
 from .models.tite import TiteModel, tite_preset
 from .settings.quickstart import QuickstartSettings  # re-exported: --help reads it there, without torch
@@ -113,18 +113,14 @@ def _parameters(folder: Path) -> int:
     return total
 
 
-def _distill_student(name: str, student: str, train_file: Path, corpus: Path, output: Path,
-                     settings: QuickstartSettings, **setup_overrides) -> Path:
-    """Train one student unless the same settings already produced it (then reuse it)."""
+def student_training(student: str, train_file: Path, corpus: Path, output: Path, settings: QuickstartSettings, *,
+                     arguments: dict | None = None, **setup_overrides):
+    """The ``(DistillationSetup, DistillationArguments)`` a quickstart student is distilled with: Margin-MSE + KL +
+    InfoNCE at the teacher's temperature, ``settings``' epochs, batch size, learning rate and seed. ``arguments``:
+    further ``TrainingArguments`` fields (``benchmarks/quickstart_curve.py`` saves checkpoints for a learning
+    curve); ``setup_overrides``: the student's own setup fields (similarity, kept layers)."""
     # slow to import (sentence-transformers): the command line imports this module to build its parser
-    from .trainer.distillation import (
-        DistillationArguments,
-        DistillationSetup,
-        distill,
-        requested_setup,
-        teacher_reference,
-    )
-    from .trainer.records import public_record
+    from .trainer.distillation import DistillationArguments, DistillationSetup
 
     setup = DistillationSetup(
         student=student, train_file=str(train_file), corpus=str(corpus), losses="margin_mse+kl+infonce",
@@ -132,6 +128,24 @@ def _distill_student(name: str, student: str, train_file: Path, corpus: Path, ou
         documents_per_query=settings.documents_per_query, query_max_length=32, document_max_length=256,
         **setup_overrides,
     )
+    fields = {  # the folder is the quickstart's: a stale or partial student there is replaced
+        "output_dir": str(output), "overwrite_output_dir": True, "num_train_epochs": settings.epochs,
+        "per_device_train_batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
+        "warmup_steps": 0.1, "logging_steps": 5, "seed": settings.seed, "use_cpu": not torch.cuda.is_available(),
+        "disable_tqdm": False,
+    }
+    args = DistillationArguments(**{**fields, **(arguments or {})})
+    return setup, args
+
+
+def _distill_student(name: str, student: str, train_file: Path, corpus: Path, output: Path,
+                     settings: QuickstartSettings, **setup_overrides) -> Path:
+    """Train one student unless the same settings already produced it (then reuse it)."""
+    # slow to import (sentence-transformers): the command line imports this module to build its parser
+    from .trainer.distillation import distill, requested_setup, teacher_reference
+    from .trainer.records import public_record
+
+    setup, args = student_training(student, train_file, corpus, output, settings, **setup_overrides)
     recorded = read_record(output, DISTILLATION_SETUP)
     asked = requested_setup(json.loads(json.dumps(public_record(setup.__dict__))))
     teacher = (teacher_reference(train_file) or {}).get("name")  # a student of an unrecorded teacher is retrained
@@ -139,12 +153,6 @@ def _distill_student(name: str, student: str, train_file: Path, corpus: Path, ou
             output.glob("*.safetensors")):
         print(f"[quickstart] {name}: reusing {output}")
         return output
-    args = DistillationArguments(  # the folder is the quickstart's: a stale or partial student there is replaced
-        output_dir=str(output), overwrite_output_dir=True, num_train_epochs=settings.epochs,
-        per_device_train_batch_size=settings.batch_size,
-        learning_rate=settings.learning_rate, warmup_steps=0.1, logging_steps=5, seed=settings.seed,
-        use_cpu=not torch.cuda.is_available(), disable_tqdm=False,
-    )
     print(f"[quickstart] {name}: distilling into {output}")
     distill(setup, args)
     return output
@@ -167,6 +175,42 @@ def _encode_speed(models: dict[str, str], texts: list[str], rounds: int = 2) -> 
     return {name: len(texts) / seconds for name, seconds in best.items()}
 
 
+def teacher_training_file(output: Path, settings: QuickstartSettings, teacher: str, train, cache: Path) -> Path:
+    """The students' training file: the teacher's scores of its own top ``candidates`` documents for each train
+    query, recorded as ``score-teacher`` records its scores (the settings file, written last: a training file
+    without one is made again); made once per folder."""
+    from .evaluation import evaluate_retrieval
+    from .trainer.teacher import meta_path, record_teacher_settings
+
+    train_file = output / "teacher-scores.jsonl"
+    if not (train_file.is_file() and meta_path(train_file).is_file()):
+        run_file = output / "teacher.train.run"
+        evaluate_retrieval(teacher, train, k=settings.candidates, cache_dir=cache, run_output=run_file)
+        run_to_training_file(run_file, train_file, queries=train.queries, top_k=settings.candidates)
+        record_teacher_settings(train_file, teacher, run=run_file, top_k=settings.candidates, kind="bi-encoder")
+    return train_file
+
+
+def student_plans(output: Path, settings: QuickstartSettings, teacher: str) -> dict[str, tuple]:
+    """The two students, ``{table label: (name, student to start from, folder, setup overrides)}``: a TITE
+    warm-started from the teacher's weights (made once in ``output/tite-init``) and the teacher's first layers."""
+    from .trainer.records import write_warm_start
+
+    tite_init = output / "tite-init"
+    if not (tite_init / "config.json").is_file():
+        model = from_backbone(TiteModel, teacher, tite_preset(settings.tite_preset))
+        model.save_pretrained(tite_init)
+        load_tokenizer(teacher).save_pretrained(tite_init)
+        write_warm_start(tite_init, teacher, TiteModel, settings.tite_preset)  # the student's card names the teacher
+    layers = settings.student_layers
+    return {
+        f"TITE ({settings.tite_preset}, from the teacher)": (
+            "TITE student", str(tite_init), output / "tite-student", {"similarity": "cosine"}),
+        f"first {layers} teacher layers": (
+            f"{layers}-layer student", teacher, output / f"{layers}-layer-student", {"student_num_layers": layers}),
+    }
+
+
 def run_quickstart(output_dir: str | Path = "quickstart-output", push: str | None = None,
                    overwrite_output_dir: bool = False, **overrides) -> dict:
     """Run the quickstart (module doc); returns the summary (also printed as a table). The run holds the
@@ -181,8 +225,6 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
     """:func:`run_quickstart` itself, run while the folder's lock is held."""
     # slow to import (sentence-transformers): the command line imports this module to build its parser
     from .evaluation import evaluate_retrieval, save_results
-    from .trainer.records import write_warm_start
-    from .trainer.teacher import meta_path, record_teacher_settings
 
     settings = QuickstartSettings(**overrides)
     output = Path(output_dir)
@@ -194,30 +236,9 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
     print(f"[quickstart] data {data.name}: {len(train.queries)} train / {len(test.queries)} test queries, "
           f"{len(test.corpus)} documents; teacher {settings.teacher or DEFAULT_TEACHER}")
 
-    # teacher scores on the train queries: its own ranking of its top documents, recorded as `score-teacher` records
-    # its scores (the settings file, written last: a training file without one is made again)
-    train_file = output / "teacher-scores.jsonl"
-    if not (train_file.is_file() and meta_path(train_file).is_file()):
-        run_file = output / "teacher.train.run"
-        evaluate_retrieval(teacher, train, k=settings.candidates, cache_dir=cache, run_output=run_file)
-        run_to_training_file(run_file, train_file, queries=train.queries, top_k=settings.candidates)
-        record_teacher_settings(train_file, teacher, run=run_file, top_k=settings.candidates, kind="bi-encoder")
-
-    # students
-    tite_init = output / "tite-init"
-    if not (tite_init / "config.json").is_file():
-        model = from_backbone(TiteModel, teacher, tite_preset(settings.tite_preset))
-        model.save_pretrained(tite_init)
-        load_tokenizer(teacher).save_pretrained(tite_init)
-        write_warm_start(tite_init, teacher, TiteModel, settings.tite_preset)  # the student's card names the teacher
-    students = {
-        f"TITE ({settings.tite_preset}, from the teacher)": _distill_student(
-            "TITE student", str(tite_init), train_file, data, output / "tite-student", settings, similarity="cosine"),
-        f"first {settings.student_layers} teacher layers": _distill_student(
-            f"{settings.student_layers}-layer student", teacher, train_file, data,
-            output / f"{settings.student_layers}-layer-student", settings,
-            student_num_layers=settings.student_layers),
-    }
+    train_file = teacher_training_file(output, settings, teacher, train, cache)
+    students = {label: _distill_student(name, student, train_file, data, folder, settings, **fields)
+                for label, (name, student, folder, fields) in student_plans(output, settings, teacher).items()}
 
     # evaluation, speed, cards
     label = DEFAULT_TEACHER.split("/")[-1] if settings.teacher is None else Path(teacher).name
@@ -231,11 +252,13 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
             model_card(path).save(Path(path) / "README.md")
     speed = _encode_speed(models, test.document_texts())
     teacher_name = next(iter(models))
-    summary = {"data": str(data), "settings": asdict(settings), "models": {}}
+    summary = {"data": str(data), "settings": asdict(settings), "train_queries": len(train.queries),
+               "bundled_data": settings.data is None, "models": {}}
     for name, path in models.items():
         config = json.loads((Path(path) / "config.json").read_text())
         summary["models"][name] = {
             "path": path,
+            "training_steps": None if path == teacher else _training_steps(Path(path)),
             "ndcg@10": rows[name].metrics["ndcg@10"],
             "recall@100": rows[name].metrics["recall@100"],
             "documents_per_s": speed[name],
@@ -253,16 +276,32 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
     return summary
 
 
+def _training_steps(folder: Path) -> int | None:
+    """The optimizer steps a student was distilled for (its ``trainer_state.json``), None when not recorded."""
+    try:
+        return int((read_record(folder, TRAINER_STATE) or {})["global_step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def format_summary(summary: dict) -> str:
     lines = [
-        "| model | layers | params (M) | nDCG@10 | Recall@100 | documents/s | speed-up |",
-        "|:--|--:|--:|--:|--:|--:|--:|",
+        "| model | layers | params (M) | training steps | nDCG@10 | Recall@100 | documents/s | speed-up |",
+        "|:--|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for name, row in summary["models"].items():
-        lines.append(f"| {name} | {row['layers']} | {row['parameters_m']:.1f} | {row['ndcg@10']:.4f} | "
-                     f"{row['recall@100']:.4f} | {row['documents_per_s']:.1f} | {row['speedup']:.2f}x |")
-    lines.append(f"\ndata: {summary['data']}; students saved with cards under their paths; "
-                 "rerun to reuse the caches")
+        steps = row.get("training_steps")
+        lines.append(f"| {name} | {row['layers']} | {row['parameters_m']:.1f} | {'-' if steps is None else steps} | "
+                     f"{row['ndcg@10']:.4f} | {row['recall@100']:.4f} | {row['documents_per_s']:.1f} | "
+                     f"{row['speedup']:.2f}x |")
+    queries = summary.get("train_queries")
+    if queries is not None:
+        lines.append(f"\nstudents: distilled from the teacher's scores for {queries} train queries (--epochs "
+                     f"{summary['settings']['epochs']:g})")
+    if summary.get("bundled_data"):
+        lines.append("on this set more steps do not close the students' gap to the teacher: its 200 train queries "
+                     "bound them (learning curves over 8 epochs: docs/distillation.md, the quickstart's students)")
+    lines.append(f"data: {summary['data']}; students saved with cards under their paths; rerun to reuse the caches")
     return "\n".join(lines)
 
 
