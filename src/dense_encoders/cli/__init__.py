@@ -108,12 +108,33 @@ MODEL_FREE_COMMANDS = ("search", "index")
 MULTI_PROCESS_COMMANDS = ("pretrain", "distill", "encode")
 
 
+# (exit stack, --debug) of each command _run is running: what a command that loads a model sets up lasts as long
+# as the command
+_RUNNING: list[tuple[contextlib.ExitStack, bool]] = []
+
+
 def register_model_families() -> None:
     """Our model families registered with transformers' Auto classes, as importing ``dense_encoders`` does
-    elsewhere than in this command (which defers it: ``dense_encoders._is_the_command``)."""
+    elsewhere than in this command (which defers it: ``dense_encoders._is_the_command``); for the rest of the
+    running command, transformers' loading bars hidden unless ``--debug`` (:func:`_model_loading_bars`). A command
+    that loads no model imports neither (transformers alone takes about 0.4 s of CPU to import)."""
     import dense_encoders
 
     dense_encoders._register_auto_classes()
+    if _RUNNING:
+        stack, debug = _RUNNING[-1]
+        stack.enter_context(_model_loading_bars(shown=debug))
+
+
+@contextlib.contextmanager
+def _command_running(debug: bool):
+    """The span of one command: what :func:`register_model_families` set up for it is undone at its end."""
+    with contextlib.ExitStack() as stack:
+        _RUNNING.append((stack, debug))
+        try:
+            yield
+        finally:
+            _RUNNING.pop()
 
 
 def _single_process_refusal(command: str) -> str | None:
@@ -253,10 +274,10 @@ def _run(argv: list[str]) -> int:
     if (refusal := _single_process_refusal(command)) is not None:
         print(f"dense-encoders {command}: error: {refusal}", file=sys.stderr)
         return 2
-    if command not in MODEL_FREE_COMMANDS:
-        register_model_families()
     try:
-        with _model_loading_bars(shown=debug):
+        with _command_running(debug):
+            if command not in MODEL_FREE_COMMANDS:
+                register_model_families()
             return COMMANDS[command](argv[1:])
     except KeyboardInterrupt:
         if debug:
