@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> dict:
     train_file = teacher_training_file(output, settings, teacher, train, output / "embeddings")
     result = {"teacher": evaluate_retrieval(teacher, test, cache_dir=output / "embeddings",
                                             no_progress=True).metrics["ndcg@10"],
-              "epochs": args.epochs, "train_queries": len(train.queries), "students": {}}
+              "epochs": args.epochs, "quickstart_epochs": settings.epochs, "train_queries": len(train.queries),
+              "students": {}}
     long_run = QuickstartSettings(epochs=args.epochs)
     for label, (name, student, folder, fields) in student_plans(output, settings, teacher).items():
         if args.students and name not in args.students:
@@ -95,8 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
         runs = {"start": evaluate_retrieval(start, test, no_progress=True).metrics["ndcg@10"]}
         for run, run_settings, every in (("quickstart", settings, None), ("long", long_run, args.every)):
             run_folder = output / "curve" / f"{folder.name}-{run}"
-            extra = {"save_steps": every, "save_only_model": True, "disable_tqdm": True} if every else {
-                "disable_tqdm": True}
+            extra = {"disable_tqdm": True, **({"save_steps": every, "save_only_model": True} if every else {})}
             setup, training = student_training(student, train_file, data, run_folder, run_settings,
                                                arguments=extra, **fields)
             start = time.perf_counter()
@@ -123,7 +123,7 @@ def render(result: dict) -> str:
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     quick = [f"{runs['quickstart']['final']:.4f} ({runs['quickstart']['steps']} steps, "
              f"{runs['quickstart']['train_seconds']:.0f} s)" for runs in result["students"].values()]
-    lines.append("| quickstart (2 epochs) | " + " | ".join(quick) + " |")
+    lines.append(f"| quickstart ({result['quickstart_epochs']:g} epochs) | " + " | ".join(quick) + " |")
     lines.append(f"\nteacher nDCG@10 {result['teacher']:.4f} (0.9x: {0.9 * result['teacher']:.4f}); "
                  f"{result['train_queries']} train queries; the long run: {result['epochs']:g} epochs, "
                  "learning rate decaying over all of them")

@@ -252,8 +252,7 @@ def _run_quickstart(output_dir: str | Path, push: str | None, overwrite_output_d
             model_card(path).save(Path(path) / "README.md")
     speed = _encode_speed(models, test.document_texts())
     teacher_name = next(iter(models))
-    summary = {"data": str(data), "settings": asdict(settings), "train_queries": len(train.queries),
-               "bundled_data": settings.data is None, "models": {}}
+    summary = {"data": str(data), "settings": asdict(settings), "train_queries": len(train.queries), "models": {}}
     for name, path in models.items():
         config = json.loads((Path(path) / "config.json").read_text())
         summary["models"][name] = {
@@ -298,9 +297,10 @@ def format_summary(summary: dict) -> str:
     if queries is not None:
         lines.append(f"\nstudents: distilled from the teacher's scores for {queries} train queries (--epochs "
                      f"{summary['settings']['epochs']:g})")
-    if summary.get("bundled_data"):
-        lines.append("on this set more steps do not close the students' gap to the teacher: its 200 train queries "
-                     "bound them (learning curves over 8 epochs: docs/distillation.md, the quickstart's students)")
+    if queries is not None and summary["settings"].get("data") is None:  # the bundled set
+        lines.append(f"on this set more steps do not close the students' gap to the teacher: its {queries} train "
+                     "queries bound them (learning curves over 8 epochs: docs/distillation.md, the quickstart's "
+                     "students)")
     lines.append(f"data: {summary['data']}; students saved with cards under their paths; rerun to reuse the caches")
     return "\n".join(lines)
 
