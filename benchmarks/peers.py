@@ -8,15 +8,18 @@ alternating_rounds`). It reports process CPU time (every thread of the process) 
 median over rounds, and the ratio = the other tool's time / ours (higher = ours faster), and checks that
 both sides computed the same results.
 
-CPU pressure
-    Every timed call records the CPU pressure during it: Linux PSI's ``some`` (/proc/pressure/cpu), the share of
-    its wall time in which a runnable task waited for a core, i.e. other jobs took cores from the benchmark
-    (:func:`dense_encoders.benchmarking.pressure_during`). A round in which any side's call ran above 20 %
-    (``HEAVY_PRESSURE``: an idle machine reads 0-5 %, one other busy job on two cores 40-99 %) is taken under
-    heavy pressure: under load the sides' CPU times inflate unevenly (faiss's exact search read 1.12x ours on a
-    loaded machine and 0.76x on an idle one), so ratios and min / median seconds are drawn from the other rounds
-    only, and a row with no such round prints no ratio ("withheld") unless ``--allow-load`` asks for every round.
-    The report shows, per row, the rounds used and their highest pressure, and every call's pressure.
+Other jobs
+    Every timed call records the share of the cores' CPU time that other processes used during it: the cores'
+    busy time in /proc/stat less this process's own and its children's
+    (:func:`dense_encoders.benchmarking.others_load_during`), and Linux PSI's ``some`` pressure beside it (the share
+    of its wall time in which a runnable task waited for a core, which also counts a side's own threads waiting
+    on each other). A round in which any side's call ran beside others using more than 10 % (``OTHERS_LOAD``: an
+    idle machine reads 0-3 %, one other busy job on two cores about 50 %) is taken under load: the sides' CPU
+    times inflate unevenly then (faiss's exact search read 1.12x ours on a loaded machine and 0.76x on an idle
+    one), so ratios and min / median seconds are drawn from the other rounds only, and a row with no such round
+    prints no ratio ("withheld") unless ``--allow-load`` asks for every round. Where /proc/stat is unavailable, a
+    round is judged by PSI's pressure against 20 % (``HEAVY_PRESSURE``). The report shows, per row, the rounds
+    used and the others' highest load in them, and every call's load and pressure.
 
 Rows
     search (float32, float16)
@@ -99,7 +102,7 @@ Usage (repository root)::
     python benchmarks/peers.py --passages msmarco/corpus.jsonl   # encode real MS MARCO passages
     python benchmarks/peers.py --rows search encode --rounds 5 --json peers.json
     python benchmarks/peers.py --docs 20000 --queries 200 --num-passages 200 --distill-steps 3 --rounds 2
-    python benchmarks/peers.py --rows search --allow-load   # ratios even from rounds under heavy CPU pressure
+    python benchmarks/peers.py --rows search --allow-load   # ratios even from rounds beside other jobs
 
 CPU only. The default sizes take about 9 minutes on 2 idle cores.
 """
@@ -130,7 +133,7 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel, PrinterCallback
 
 from dense_encoders.benchmarking import (
-    HEAVY_PRESSURE,
+    OTHERS_LOAD,
     PASSAGE_MEDIAN,
     PASSAGE_MIN,
     PASSAGE_SIGMA,
@@ -142,7 +145,7 @@ from dense_encoders.benchmarking import (
     gemm_rate,
     quiet_rounds,
     rate_text,
-    round_pressure,
+    round_others_load,
     spread,
     timed_call,
     tite_macs,
@@ -183,9 +186,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Side of the square float32 product whose rate (the machine's limit) every GFLOP/s is "
                              "a share of; 0 measures none.")
     parser.add_argument("--allow-load", action="store_true",
-                        help=f"Draw ratios from every round, also those in which a call ran under CPU pressure above "
-                             f"{HEAVY_PRESSURE:.0f} %% (other jobs on the cores); without it they are left out, and "
-                             "a row with no other round prints no ratio.")
+                        help=f"Draw ratios from every round, also those in which a call ran beside other processes "
+                             f"using more than {OTHERS_LOAD:.0f} %% of the cores' CPU time; without it they are left "
+                             "out, and a row with no other round prints no ratio.")
     search = parser.add_argument_group("search")
     search.add_argument("--docs", type=int, default=100_000, help="Corpus vectors.")
     search.add_argument("--queries", type=int, default=1000, help="Query vectors.")
@@ -272,14 +275,16 @@ def ratios(sides: dict[str, dict], ours: str = OURS) -> dict[str, dict[str, floa
 
 def summarized(measured: dict[str, dict], allow_load: bool) -> dict[str, dict]:
     """:func:`alternating_rounds`' per-round seconds as min / median per clock over the rounds a ratio may come from
-    (:func:`quiet_rounds`: no call above ``HEAVY_PRESSURE``; every round with ``allow_load``), None when there is
-    none; every round's seconds and CPU pressure are kept beside them, with the rounds used."""
+    (:func:`quiet_rounds`: no call beside others above ``OTHERS_LOAD``; every round with ``allow_load``), None when
+    there is none; every round's seconds, others' load and CPU pressure are kept beside them, with the rounds used
+    and the others' highest load in them."""
     used = list(range(len(next(iter(measured.values()))["cpu"]))) if allow_load else quiet_rounds(measured)
-    pressure = [round_pressure(measured, index) for index in used]
+    others = [round_others_load(measured, index) for index in used]
     return {name: {"cpu": spread([side["cpu"][i] for i in used]) if used else None,
                    "wall": spread([side["wall"][i] for i in used]) if used else None,
                    "cpu_rounds": side["cpu"], "wall_rounds": side["wall"], "pressure": side["pressure"],
-                   "rounds_used": used, "pressure_used": max([p for p in pressure if p is not None], default=None)}
+                   "others": side.get("others", [None] * len(side["cpu"])), "rounds_used": used,
+                   "others_used": max([load for load in others if load is not None], default=None)}
             for name, side in measured.items()}
 
 
@@ -1057,7 +1062,7 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "device": device_name(torch.device("cpu")), "threads": threads, "rounds": args.rounds,
         "warmup": args.warmup, "torch": torch.__version__, "cpu_pressure_after": cpu_pressure(),
-        "heavy_pressure": HEAVY_PRESSURE, "allow_load": args.allow_load, "gemm": gemm,
+        "others_load": OTHERS_LOAD, "allow_load": args.allow_load, "gemm": gemm,
         "command": command_line(), "rows": rows,
     }
 
@@ -1067,17 +1072,22 @@ def _seconds(side: dict, clock: str) -> str:
 
 
 def _rounds_used(row: dict, threshold: float) -> str:
-    """"2 of 3 (max 4 %)": the rounds a row's ratios come from and the highest CPU pressure among them."""
+    """"2 of 3 (others max 4 %)": the rounds a row's ratios come from and the others' highest load among them."""
     ours = row["sides"][OURS]
     if not ours["rounds_used"]:
-        pressure = f"each above {threshold:.0f} %"
+        load = f"others each above {threshold:.0f} %"
     else:
-        pressure = "pressure n/a" if ours["pressure_used"] is None else f"max {ours['pressure_used']:.0f} %"
-    return f"{len(ours['rounds_used'])} of {len(ours['cpu_rounds'])} ({pressure})"
+        load = "others n/a" if ours["others_used"] is None else f"others max {ours['others_used']:.0f} %"
+    return f"{len(ours['rounds_used'])} of {len(ours['cpu_rounds'])} ({load})"
+
+
+def percents(values: list) -> str:
+    """A side's per-round percentages as the reports print them: "2 / 0 / n/a"."""
+    return " / ".join("n/a" if value is None else f"{value:.0f}" for value in values)
 
 
 def _ratio_table(results: dict) -> tuple[list[str], bool]:
-    """The ratio table's lines, and whether a ratio was withheld (every round of its row under heavy pressure)."""
+    """The ratio table's lines, and whether a ratio was withheld (every round of its row beside other jobs)."""
     header = ["work", "vs", "ratio CPU (median)", "ratio CPU (min)", "ratio wall (median)", "ratio wall (min)",
               "same results", "rounds used"]
     body, withheld = [], False
@@ -1088,7 +1098,7 @@ def _ratio_table(results: dict) -> tuple[list[str], bool]:
             withheld |= ratio is None
             cells = (["withheld"] * 4 if ratio is None else
                      [f"{ratio[key]:.2f}" for key in ("cpu_median", "cpu_min", "wall_median", "wall_min")])
-            body.append([row["work"], name, *cells, same, _rounds_used(row, results["heavy_pressure"])])
+            body.append([row["work"], name, *cells, same, _rounds_used(row, results["others_load"])])
     return render_table(header, body), withheld
 
 
@@ -1099,12 +1109,13 @@ def format_report(results: dict) -> str:
         lines += [gemm_line(results["gemm"]), ""]
     table, withheld = _ratio_table(results)
     lines += ["ratio = their time / ours (higher = ours faster)", *table, ""]
-    header = ["work", "side", "CPU s (min / median)", "wall s (min / median)", "CPU pressure per round (%)"]
+    header = ["work", "side", "CPU s (min / median)", "wall s (min / median)", "others' load per round (%)",
+              "CPU pressure per round (%)"]
     body = []
     for row in results["rows"]:
         for name, side in row["sides"].items():
-            pressure = " / ".join("n/a" if p is None else f"{p:.0f}" for p in side["pressure"])
-            body.append([row["row"], name, _seconds(side, "cpu"), _seconds(side, "wall"), pressure])
+            body.append([row["row"], name, _seconds(side, "cpu"), _seconds(side, "wall"), percents(side["others"]),
+                         percents(side["pressure"])])
     lines += ["seconds per call (distill: per step), over the rounds used", *render_table(header, body), ""]
     for row in results["rows"]:
         lines.append(f"{row['row']}: {row['sizes']}")
@@ -1124,14 +1135,16 @@ def check_line(label: str, check: dict) -> str:
 
 
 def pressure_footnote(results: dict, withheld: bool, unit: str) -> list[str]:
-    """The report's last lines: which rounds the figures come from (CPU pressure), what "withheld" means when a
+    """The report's last lines: which rounds the figures come from (others' load), what "withheld" means when a
     ``unit`` (a row, a size) printed it, and the command."""
     used = ("every round (--allow-load)" if results["allow_load"] else
-            f"the rounds in which no call ran above {results['heavy_pressure']:.0f} %")
-    lines = ["", "CPU pressure: Linux PSI 'some', the share of a call's wall time in which a runnable task waited for "
-             f"a core (other jobs); ratios and seconds come from {used}."]
+            f"the rounds in which no call ran beside others using more than {results['others_load']:.0f} %")
+    lines = ["", "others' load: the share of the cores' CPU time that other processes used during a call (/proc/stat "
+             "less this process and its children); CPU pressure: Linux PSI 'some', the share of a call's wall time "
+             "in which a runnable task waited for a core (its own threads included). Ratios and seconds come from "
+             f"{used}."]
     if withheld:
-        lines.append(f"withheld: every round of the {unit} ran under heavy CPU pressure; rerun on an idle machine, or "
+        lines.append(f"withheld: every round of the {unit} ran beside other jobs; rerun on an idle machine, or "
                      "pass --allow-load to draw the ratios from loaded rounds.")
     return [*lines, f"command: {results['command']}"]
 

@@ -24,9 +24,10 @@ alone. Both children run with
 same number of threads. Checked: the two run files hold the same documents with the same scores per query, up to
 ties within float rounding at the k-th place (peers.py's ``compare_runs``).
 
-CPU pressure
-    As in peers.py: every call records Linux PSI's ``some`` during it; rounds in which a call ran above
-    ``HEAVY_PRESSURE`` (20 %) are left out of the seconds and ratios unless ``--allow-load``; a size with no other
+Other jobs
+    As in peers.py: every call records the share of the cores' CPU time other processes used during it (and
+    Linux PSI's ``some`` pressure beside it); rounds in which a call ran beside others using more than
+    ``OTHERS_LOAD`` (10 %) are left out of the seconds and ratios unless ``--allow-load``; a size with no other
     round prints "withheld". Peak RSS is the largest of every round (memory does not depend on the load).
 
 Our memory bound
@@ -39,18 +40,20 @@ Our memory bound
 
         bound   = baseline + queries + 16 MB + max(search, ids)
         queries = 2 Q d 4                          the query shards' rows and their concatenation
-        search  = S d (4 + 4 + h) + S 4 [float16]  two decoded shards (float32) and the next one's float16 rows
-                  + 2 S (64 + L)                   (h = 2; 0 for float32 shards); those shards' ids lists
-                  + qc dc 4                        the score block
+        search  = S d (4 + h) + S 4 [float16]      one shard: its file's rows (h = 2 for float16, with the scales;
+                                                   0 for float32, whose rows are the file's bytes) decoded to float32
+                  + S (64 + L)                     its ids list
+                  + dc d 4                         one block of it normalized (cosine)
+                  + 2 qc dc 4                      two score blocks (one multiplied while the other is selected)
                   + Q k (4 + 8)                    the top-k (faiss's heaps)
         ids     = Q k R + min(Q k, N) (D + L)      the run being made: R = 100 bytes per result, D = 250 per
                   + S (64 + L)                     distinct document (Python objects); one shard's ids at a time
 
     baseline is measured: the peak RSS of the same command over a one-document corpus, one query, k = 1 (the
     interpreter, torch, numpy, faiss and the command's other imports); 16 MB covers what is not itemized (the
-    BLAS's packing buffers, the manifest, file and hash buffers, the allocator's rounding). Two shards are counted
-    because the loop still references the previous shard's rows while the generator reads the next one. Nothing in
-    the bound grows with N except min(Q k, N), which stops at Q k: it is set by the shard and block sizes and by
+    BLAS's packing buffers, the manifest, file and hash buffers, the allocator's rounding). One shard is counted:
+    the search lets go of a shard before the next is read. Nothing in the bound grows with N except min(Q k, N),
+    which stops at Q k: it is set by the shard and block sizes and by
     Q x k. faiss's peak, by contrast, holds the whole matrix twice (``np.load`` and the index's copy): about
     2 N d 4 bytes above its baseline.
 
@@ -60,7 +63,7 @@ Usage (repository root)::
     python benchmarks/search_scaling.py --docs 100000 300000 --rounds 3 --json scaling.json
     python benchmarks/search_scaling.py --docs 2000 5000 --queries 20 --k 10 --shard-size 1000 --warmup 0
 
-CPU only. The defaults took 4.5-6 minutes on 2 cores shared with other jobs (CPU pressure 2-82 %), writing the
+CPU only. The defaults took 2.7 minutes on 2 idle cores (4.5-6 minutes shared with other jobs), writing the
 data included: the 1,000,000 vectors' shards and matrix take about 2.3 GB on disk in a temporary folder, and the
 parent holds up to about 5 GB while it writes them (it frees them before the timed calls).
 """
@@ -88,14 +91,16 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import dense_encoders
 
-from peers import OURS, SearchData, check_line, compare_runs, pressure_footnote, ratios, say, summarized
+from peers import OURS, SearchData, check_line, compare_runs, percents, pressure_footnote, ratios, say, summarized
 
 from dense_encoders.benchmarking import (
-    HEAVY_PRESSURE,
+    OTHERS_LOAD,
     SelfTimed,
     alternating_rounds,
     cpu_pressure,
     cpu_stall,
+    load_snapshot,
+    others_load_during,
     pressure_during,
 )
 from dense_encoders.data.embedding_shards import save_embedding_shards
@@ -111,6 +116,8 @@ DOC_BYTES = 250
 # k = 1000)
 UNITEMIZED = 16_000_000
 MB = 1e6
+# the terms of memory_bound's search phase, in the order the report lists them
+SEARCH_TERMS = ("shard", "shard_ids", "normalized_block", "score_blocks", "top_k")
 
 # the faiss user's script, run as a file of its own: argv = matrix.npy queries.npy doc_ids.txt query_ids.txt k run
 FAISS_SCRIPT = '''\
@@ -170,8 +177,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="OMP_NUM_THREADS of both sides' processes (default: torch's thread count here).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the vectors.")
     parser.add_argument("--allow-load", action="store_true",
-                        help=f"Draw seconds and ratios from every round, also those in which a call ran under CPU "
-                             f"pressure above {HEAVY_PRESSURE:.0f} %%.")
+                        help=f"Draw seconds and ratios from every round, also those in which a call ran beside "
+                             f"other processes using more than {OTHERS_LOAD:.0f} %% of the cores' CPU time.")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="Also write the results as JSON.")
     args = parser.parse_args(argv)
     for name in ("queries", "dim", "k", "shard_size", "rounds"):
@@ -277,17 +284,18 @@ def block_sizes() -> tuple[int, int]:
 def memory_bound(*, baseline: int, queries: int, docs: int, dim: int, k: int, shard_rows: int, dtype: str,
                  query_chunk: int, document_chunk: int, id_length: int) -> dict[str, int]:
     """Our peak RSS bound in bytes, by term (module docstring): ``baseline + queries + UNITEMIZED + max(search,
-    ids)``, ``search = shards + shard_ids + score_block + top_k``.
+    ids)``, ``search = shard + shard_ids + normalized_block + score_blocks + top_k``.
 
-    shards: two decoded shards (``S d 4`` each: the one searched, still referenced by the loop, and the next one
-    being read) and the next one's float16 rows and scales (``S d 2 + S 4``); shard_ids: those two shards' ids
-    lists (``S (8 + 56 + L)`` each: a list slot and an ASCII str of 49 + L bytes, rounded up to 8); score_block:
-    ``min(qc, Q) min(dc, N) 4``; top_k: the running top-k in faiss's heaps, ``Q k (4 + 8)``. ids: per result of the
-    top-k ``RESULT_BYTES`` (its score and index, 12; the lookup's temporary object and index arrays, about 33; the
-    run's two list slots and its score as a Python float, 40); per distinct document among the results, at most
-    ``min(Q k, N)``, ``DOC_BYTES`` plus its id's length (the id as a Python str, 56 + L; its position as Python
-    ints in a list and in a dict with their slots, about 125; the object array and the sorted positions, 16); one
-    shard's ids list at a time."""
+    shard: the one shard in memory, its file's rows and scales and those rows decoded to float32 (``S d (2 + 4) +
+    S 4`` for float16; ``S d 4`` for float32, whose rows are views of the file's bytes); shard_ids: its ids list
+    (``S (8 + 56 + L)``: a list slot and an ASCII str of 49 + L bytes, rounded up to 8); normalized_block: one
+    block of the shard normalized for cosine similarity, ``min(dc, N) d 4``; score_blocks: the two blocks of
+    scores, ``2 min(qc, Q) min(dc, N) 4`` (one is multiplied while the other is selected); top_k: the running
+    top-k in faiss's heaps, ``Q k (4 + 8)``. ids: per result of the top-k ``RESULT_BYTES`` (its score and index,
+    12; the lookup's temporary object and index arrays, about 33; the run's two list slots and its score as a
+    Python float, 40); per distinct document among the results, at most ``min(Q k, N)``, ``DOC_BYTES`` plus its
+    id's length (the id as a Python str, 56 + L; its position as Python ints in a list and in a dict with their
+    slots, about 125; the object array and the sorted positions, 16); one shard's ids list at a time."""
     k = min(k, docs)
     half = dtype == "float16"
     id_bytes = 8 + 56 + id_length
@@ -295,13 +303,14 @@ def memory_bound(*, baseline: int, queries: int, docs: int, dim: int, k: int, sh
         "baseline": baseline,
         "queries": 2 * queries * dim * 4,
         "unitemized": UNITEMIZED,
-        "shards": shard_rows * dim * (4 + 4 + (2 if half else 0)) + (shard_rows * 4 if half else 0),
-        "shard_ids": 2 * shard_rows * id_bytes,
-        "score_block": min(query_chunk, queries) * min(document_chunk, docs) * 4,
+        "shard": shard_rows * dim * ((2 + 4) if half else 4) + (shard_rows * 4 if half else 0),
+        "shard_ids": shard_rows * id_bytes,
+        "normalized_block": min(document_chunk, docs) * dim * 4,
+        "score_blocks": 2 * min(query_chunk, queries) * min(document_chunk, docs) * 4,
         "top_k": queries * k * (4 + 8),
         "ids": queries * k * RESULT_BYTES + min(queries * k, docs) * (DOC_BYTES + id_length) + shard_rows * id_bytes,
     }
-    terms["search"] = terms["shards"] + terms["shard_ids"] + terms["score_block"] + terms["top_k"]
+    terms["search"] = sum(terms[name] for name in SEARCH_TERMS)
     terms["bound"] = terms["baseline"] + terms["queries"] + terms["unitemized"] + max(terms["search"], terms["ids"])
     return terms
 
@@ -315,9 +324,10 @@ def measure_baseline(folder: Path, dim: int, env: dict[str, str]) -> dict[str, f
     save_embedding_shards(queries, vectors, ["q0"], settings={"side": "query"})
     argv = [*command_prefix(), "search", str(corpus), str(queries), "--k", "1", "--output",
             str(folder / "baseline.trec"), "--no-progress"]
-    stall, started = cpu_stall(), time.perf_counter()
+    stall, started, snapshot = cpu_stall(), time.perf_counter(), load_snapshot()
     cpu, wall, peak, _ = run_child(argv, env)
-    return {"cpu": cpu, "wall": wall, "peak_rss": peak, "pressure": pressure_during(stall, started)}
+    return {"cpu": cpu, "wall": wall, "peak_rss": peak, "pressure": pressure_during(stall, started),
+            "others": others_load_during(snapshot)}
 
 
 # ------------------------------------------------------------------------------------------
@@ -387,7 +397,7 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "device": device_name(torch.device("cpu")), "threads": threads, "rounds": args.rounds,
         "warmup": args.warmup, "torch": torch.__version__, "cpu_pressure_after": cpu_pressure(),
-        "heavy_pressure": HEAVY_PRESSURE, "allow_load": args.allow_load, "baseline": baseline,
+        "others_load": OTHERS_LOAD, "allow_load": args.allow_load, "baseline": baseline,
         "baseline_rss": baseline["peak_rss"],
         "command": command_line(), "rows": rows,
     }
@@ -406,9 +416,9 @@ def _side_cell(side: dict) -> str:
 
 
 def _rounds_used(side: dict) -> str:
-    pressure = ("each above the threshold" if not side["rounds_used"] else
-                "pressure n/a" if side["pressure_used"] is None else f"max {side['pressure_used']:.0f} %")
-    return f"{len(side['rounds_used'])} of {len(side['cpu_rounds'])} ({pressure})"
+    load = ("others each above the threshold" if not side["rounds_used"] else
+            "others n/a" if side["others_used"] is None else f"others max {side['others_used']:.0f} %")
+    return f"{len(side['rounds_used'])} of {len(side['cpu_rounds'])} ({load})"
 
 
 def format_report(results: dict) -> str:
@@ -434,31 +444,31 @@ def format_report(results: dict) -> str:
                      f"shards of {first['shard_rows']:,} rows (the last one smaller), blocks of "
                      f"{first['query_chunk_size']} x {first['document_chunk_size']} scores")
     fixed = results["baseline"]
-    pressure = "n/a" if fixed["pressure"] is None else f"{fixed['pressure']:.0f} %"
     lines.append(f"the command's fixed cost, over one document (one query, k = 1): {fixed['cpu']:.2f} s CPU / "
                  f"{fixed['wall']:.2f} s wall / {fixed['peak_rss'] / MB:,.0f} MB peak RSS (the interpreter and its "
-                 f"imports; CPU pressure {pressure})")
+                 f"imports; others' load {percents([fixed.get('others')])} %, CPU pressure "
+                 f"{percents([fixed['pressure']])} %)")
     lines.append(f"our memory bound = baseline {results['baseline_rss'] / MB:,.0f} MB (the command over one "
-                 f"document) + queries + unitemized {UNITEMIZED / MB:.0f} + max(search: 2 decoded shards + the next "
-                 "one's float16 rows + their ids + a score block + the top-k; ids: "
+                 f"document) + queries + unitemized {UNITEMIZED / MB:.0f} + max(search: one shard's rows, read and "
+                 "decoded, + its ids + a normalized block + two score blocks + the top-k; ids: "
                  f"{RESULT_BYTES} B per result + {DOC_BYTES} B + id length per distinct document + one shard's ids), "
                  "in MB:")
     for row in results["rows"]:
         bound, peak = row["bound"], row["sides"][OURS]["peak_rss"]
         terms = ", ".join(f"{name} {bound[name] / MB:,.1f}" for name in
-                          ("queries", "shards", "shard_ids", "score_block", "top_k", "search", "ids"))
+                          ("queries", *SEARCH_TERMS, "search", "ids"))
         lines.append(f"  {row['docs']:,}: {terms}; bound {bound['bound'] / MB:,.0f}; measured {peak / MB:,.0f} "
                      f"({peak / bound['bound']:.2f} of it): {'within' if row['within_bound'] else 'ABOVE'}")
     for row in results["rows"]:
         parts = [f"{stage} {np.median(values['cpu']):.2f} s CPU / {np.median(values['wall']):.2f} s wall"
                  for stage, values in row["faiss_stages"].items()]
         check = row["checks"][FAISS]
-        pressure = {name: " / ".join("n/a" if p is None else f"{p:.0f}" for p in side["pressure"])
-                    for name, side in row["sides"].items()}
+        ours, faiss = row["sides"][OURS], row["sides"][FAISS]
         lines += [f"{row['docs']:,} documents, {row['shards']} shards:",
                   f"  faiss script by stage (medians): {'; '.join(parts)}",
                   f"  {check_line(f'ours vs {FAISS}', check)}",
-                  f"  CPU pressure per round (%): ours {pressure[OURS]}; faiss {pressure[FAISS]}"]
+                  f"  others' load per round (%): ours {percents(ours['others'])}; faiss {percents(faiss['others'])}; "
+                  f"CPU pressure per round (%): ours {percents(ours['pressure'])}; faiss {percents(faiss['pressure'])}"]
     lines += pressure_footnote(results, withheld, "size")
     return "\n".join(lines)
 

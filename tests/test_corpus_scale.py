@@ -552,6 +552,27 @@ def test_streamed_search_equals_the_in_memory_search(tmp_path, similarity):
         assert torch.equal(streamed[1], reference[1]) and torch.equal(streamed[0], reference[0])
 
 
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_the_streamed_search_holds_one_shard_at_a_time(tmp_path, similarity):
+    """numpy's allocations (tracemalloc) while four float16 shards are searched: one shard's file bytes and
+    decoded rows (6 bytes a value) at a time, not the previous one's beside the next's (12 bytes a value)."""
+    import tracemalloc
+
+    rows, dim = 4096, 256
+    documents = np.random.default_rng(0).normal(size=(4 * rows, dim)).astype(np.float32)
+    shards = save_embedding_shards(tmp_path / "s", documents, [f"d{i}" for i in range(4 * rows)], shard_size=rows,
+                                   dtype="float16", settings={"similarity": similarity})
+    one_shard = rows * dim * (2 + 4)
+    search_shards(documents[:8], shards, 10)  # the imports a first search makes are not its memory
+    tracemalloc.start()
+    try:
+        search_shards(documents[:8], shards, 10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert one_shard < peak < 1.5 * one_shard, (peak, one_shard)
+
+
 @pytest.mark.parametrize("corpus_kind", ["exact", "faiss"])
 def test_the_search_commands_run_file_is_the_run_dict_written_as_every_run_is(tmp_path, corpus_kind):
     # search writes straight from the top-k (ranked_from_topk + write_ranked_trec_run); the bytes must be those of

@@ -39,6 +39,11 @@ from ..models.tite.pooling_tite import DeviceArrays, PoolPlan, pool_planned, tri
 from ..settings.benchmarking import DTYPE_CHOICES, MAX_LENGTH  # noqa: F401 (DTYPE_CHOICES re-exported)
 from .rows import Row
 
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
+
 
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
@@ -105,6 +110,54 @@ def pressure_during(stall_before: float | None, wall_before: float) -> float | N
     if stall is None or stall_before is None or wall <= wall_before:
         return None
     return min(100.0, 100.0 * (stall - stall_before) / (wall - wall_before))
+
+
+# a timed call during which other processes used more than this share (%) of the CPU time of the cores this process
+# may run on (:func:`others_load_during`) ran beside other jobs: they took cores from it, and the sides' CPU times
+# inflate unevenly, so its round gives no ratio (benchmarks/peers.py). Unlike PSI's pressure, it does not count a
+# process's own threads waiting on each other. An idle machine reads 0-3 %; one other busy job on two cores, ~50 %.
+OTHERS_LOAD = 10.0
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds the cores this process may run on spent busy since boot, by any process (user, nice, system,
+    irq, softirq and steal jiffies of their /proc/stat lines), None where /proc/stat is unavailable."""
+    cores = {f"cpu{index}" for index in os.sched_getaffinity(0)} if hasattr(os, "sched_getaffinity") else None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        busy = 0
+        for line in Path("/proc/stat").read_text().splitlines():
+            name, *fields = line.split()
+            if name.startswith("cpu") and name != "cpu" and (cores is None or name in cores):
+                user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+                busy += user + nice + system + irq + softirq + steal
+        return busy / os.sysconf("SC_CLK_TCK") if busy else None
+    return None
+
+
+def _own_cpu_seconds() -> float:
+    """CPU seconds of this process and of its children it has waited for."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN) if resource is not None else None
+    return time.process_time() + (children.ru_utime + children.ru_stime if children is not None else 0.0)
+
+
+def load_snapshot() -> tuple[float | None, float, float]:
+    """What :func:`others_load_during` measures from: ``(busy seconds of the cores, own CPU seconds, wall
+    seconds)`` now."""
+    return _busy_seconds(), _own_cpu_seconds(), time.perf_counter()
+
+
+def others_load_during(before: tuple[float | None, float, float]) -> float | None:
+    """The share (%) of the CPU time of the cores this process may run on that other processes used since
+    ``before`` (:func:`load_snapshot`): the cores' busy time (/proc/stat) less this process's own and its reaped
+    children's; None where /proc/stat is unavailable. /proc/stat counts in clock ticks (10 ms): a call of a second
+    on two cores reads to about 1 %."""
+    busy_before, own_before, wall_before = before
+    busy, own, wall = load_snapshot()
+    if busy is None or busy_before is None or wall <= wall_before:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    others = (busy - busy_before) - (own - own_before)
+    return min(100.0, max(0.0, 100.0 * others / ((wall - wall_before) * cores)))
 
 
 def summarize(times: list[list[float]], texts: int) -> dict:
@@ -394,28 +447,31 @@ def alternating_rounds(sides: Mapping[str, Callable[[], object]], rounds: int, *
     the same side), so load from other jobs falls on all sides alike.
 
     Returns ``{side: {"cpu": [seconds per round], "wall": [...], "value": the last round's result,
-    "pressure": [CPU pressure (%) during the side's call in each round, None without PSI]}}``
-    (:func:`pressure_during`)."""
+    "pressure": [CPU pressure (%) during the side's call in each round, None without PSI], "others": [the share
+    (%) of the cores' CPU time other processes used during it, None without /proc/stat]}}`` (:func:`pressure_during`,
+    :func:`others_load_during`)."""
     if rounds < 1:
         raise ValueError(f"rounds={rounds}: at least one round")
     names = list(sides)
     for _ in range(warmup):
         for name in names:
             timed_call(sides[name])
-    results = {name: {"cpu": [], "wall": [], "value": None, "pressure": []} for name in names}
+    results = {name: {"cpu": [], "wall": [], "value": None, "pressure": [], "others": []} for name in names}
     for round_index in range(rounds):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
-            stall, started = cpu_stall(), time.perf_counter()
+            stall, started, snapshot = cpu_stall(), time.perf_counter(), load_snapshot()
             cpu, wall, value = timed_call(sides[name])
             results[name]["pressure"].append(pressure_during(stall, started))
+            results[name]["others"].append(others_load_during(snapshot))
             results[name]["cpu"].append(cpu)
             results[name]["wall"].append(wall)
             results[name]["value"] = value
         if say is not None:
             say(f"round {round_index + 1}/{rounds}: " + "  ".join(
                 f"{name} {results[name]['cpu'][-1]:.2f}s cpu / {results[name]['wall'][-1]:.2f}s wall "
-                f"[CPU pressure {_percent(results[name]['pressure'][-1])}]" for name in names))
+                f"[CPU pressure {_percent(results[name]['pressure'][-1])}, others "
+                f"{_percent(results[name]['others'][-1])}]" for name in names))
     return results
 
 
@@ -431,13 +487,30 @@ def round_pressure(measured: Mapping[str, Mapping], round_index: int) -> float |
     return max(known) if known else None
 
 
-def quiet_rounds(measured: Mapping[str, Mapping], threshold: float = HEAVY_PRESSURE) -> list[int]:
-    """The rounds of :func:`alternating_rounds`' result in which no side ran under CPU pressure above ``threshold``
-    (%; :data:`HEAVY_PRESSURE`): the rounds a ratio may be drawn from. A round whose pressure is unknown (no PSI)
-    counts as quiet: there is nothing to refuse it on."""
+def round_others_load(measured: Mapping[str, Mapping], round_index: int) -> float | None:
+    """The highest share (%) of the cores' CPU time other processes used during any side's call in round
+    ``round_index`` of :func:`alternating_rounds`' result, None when no side's is known."""
+    known = [side["others"][round_index] for side in measured.values()
+             if side.get("others") and side["others"][round_index] is not None]
+    return max(known) if known else None
+
+
+def quiet_rounds(measured: Mapping[str, Mapping], threshold: float = OTHERS_LOAD) -> list[int]:
+    """The rounds of :func:`alternating_rounds`' result in which no side's call ran beside other processes using
+    more than ``threshold`` (%; :data:`OTHERS_LOAD`) of the cores' CPU time (:func:`round_others_load`): the rounds
+    a ratio may be drawn from. A round whose others' load is unknown (no /proc/stat) is judged by PSI's pressure
+    against :data:`HEAVY_PRESSURE` instead, and one whose pressure is unknown too counts as quiet: there is
+    nothing to refuse it on."""
     rounds = len(next(iter(measured.values()))["cpu"])
-    return [index for index in range(rounds)
-            if (pressure := round_pressure(measured, index)) is None or pressure <= threshold]
+    quiet = []
+    for index in range(rounds):
+        others = round_others_load(measured, index)
+        if others is not None:
+            if others <= threshold:
+                quiet.append(index)
+        elif (pressure := round_pressure(measured, index)) is None or pressure <= HEAVY_PRESSURE:
+            quiet.append(index)
+    return quiet
 
 
 def spread(seconds: Sequence[float]) -> dict[str, float]:

@@ -568,7 +568,8 @@ class EmbeddingShards:
     def shards(self) -> Iterator[tuple[int, np.ndarray, list[str]]]:
         """``(offset of the shard's first row, embeddings as float32, ids)`` of every shard in order, each one
         verified against the manifest (size, sha256, ids) before it is used. Each shard file is read once: its
-        bytes are hashed, then its arrays are views of them (a float32 shard is not copied)."""
+        bytes are hashed, then its arrays are views of them (a float32 shard is not copied). The generator lets go
+        of a shard before it reads the next: a caller that does too holds one shard at a time."""
         offset = 0
         for index in range(len(self)):
             path = shard_file(self.folder, index)
@@ -579,6 +580,7 @@ class EmbeddingShards:
             embeddings, ids = read_shard(self.folder, index, data=data)
             yield offset, embeddings, ids
             offset += len(ids)
+            del data, embeddings, ids  # the next shard is read into memory this one's arrays held
 
     def ids(self) -> Iterator[str]:
         """Every id in row order, each shard's ids checked against the digest its shard's header records."""

@@ -94,7 +94,8 @@ class ExactSearch(SearchBackend):
     def search_shards(self, queries: np.ndarray, documents: EmbeddingShards, k: Any, *,
                       similarity: str | None = None) -> SearchResult:
         """Shard by shard, each block of a shard against every query range; float16 shards are read as the
-        float32 rows they store."""
+        float32 rows they store. One shard is in memory at a time (the previous one is let go before the next is
+        read), and for cosine similarity one normalized block of it."""
         k = min(validate_k(k), documents.count)
         similarity = shards_similarity(documents, similarity)
         self._check_block_sizes()
@@ -111,18 +112,20 @@ class ExactSearch(SearchBackend):
         bar = tqdm(total=documents.count, unit="doc", desc="Exact search", disable=not self.show_progress_bar)
         with score_threads(), BlockSelection(k, min(query_chunk_size, len(queries)),
                                              min(document_chunk_size, documents.count), queries.device) as best:
-            for offset, embeddings, _ in documents.shards():
+            for offset, embeddings, ids in documents.shards():
                 shard = torch.as_tensor(embeddings, device=device)
-                if similarity == "cosine":
-                    shard = F.normalize(shard, p=2.0, dim=1, eps=NORMALIZE_EPS)
                 for start in range(0, len(shard), document_chunk_size):
                     block = shard[start : start + document_chunk_size]
+                    if similarity == "cosine":  # row by row: the bits of the whole shard's, a block's memory
+                        block = F.normalize(block, p=2.0, dim=1, eps=NORMALIZE_EPS)
                     block_norm = largest_row_norm(block)
                     for q_start, query_norm in zip(query_starts, query_norms):
                         query_block = queries[q_start : q_start + query_chunk_size]
                         scores = score_block(query_block, block, out=best.block(len(query_block), len(block)))
                         best.add(q_start, scores, offset + start, bounded=norms_bound_scores(query_norm, block_norm))
                 bar.update(len(shard))
+                del embeddings, ids, shard  # one shard in memory: the generator reads the next one
+                block = None
             result = best.result()
         bar.close()
         return result
