@@ -40,6 +40,7 @@ from dense_encoders.checkpoints.loading import (
     load_cross_encoder,
     load_sentence_transformer,
     model_and_tokenizer,
+    model_fingerprint,
 )
 from dense_encoders.checkpoints.trust import UntrustedCodeError, checkpoint_code
 from dense_encoders.checkpoints.weights import CheckpointWeightsError, PickledObjectsError
@@ -410,6 +411,35 @@ def test_a_bert_without_pooler_evaluates_and_distills_without_a_load_report(tmp_
     captured = capfd.readouterr()
     everything = captured.out + captured.err + log.getvalue()
     assert not any(word in everything for word in REPORT_WORDS), everything
+
+
+def test_a_bert_without_pooler_is_the_same_model_at_every_load(tmp_path, tok, beir):
+    """transformers initialises the pooler an MLM checkpoint lacks at random; no encoder reads it, and the loader
+    zeroes it, so the folder is one model (one fingerprint) from load to load: its corpus and queries encoded in
+    two commands are searched together. A pooler the checkpoint holds is kept as saved."""
+    torch.manual_seed(0)
+    folder = tmp_path / "mlm"
+    BertForMaskedLM(tiny_bert_config(tok)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    first, second = (load_sentence_transformer(folder, pooling="cls") for _ in range(2))
+    assert model_fingerprint(first) == model_fingerprint(second)
+    pooler = first[0].auto_model.pooler.dense
+    assert not pooler.weight.any() and not pooler.bias.any()
+    bare = BertModel.from_pretrained(folder).eval()  # a random pooler: the embeddings never read it
+    features = tok(["dense retrieval with one vector", "rivers"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = bare(**features).last_hidden_state[:, 0]
+        assert torch.equal(first(dict(features))["sentence_embedding"], expected)
+    for side in ([], ["--queries"]):
+        assert run_main(["encode", str(folder), str(beir), *side, "--pooling", "cls", "--output",
+                         str(tmp_path / ("queries" if side else "corpus")), "--no-progress"]) == 0
+    assert run_main(["search", str(tmp_path / "corpus"), str(tmp_path / "queries"), "--k", "2", "--output",
+                     str(tmp_path / "run.trec"), "--no-progress"]) == 0
+    with_pooler = tmp_path / "bert"
+    BertModel(tiny_bert_config(tok)).save_pretrained(with_pooler)
+    tok.save_pretrained(with_pooler)
+    saved = BertModel.from_pretrained(with_pooler).pooler.dense.weight
+    assert torch.equal(load_sentence_transformer(with_pooler, pooling="cls")[0].auto_model.pooler.dense.weight, saved)
 
 
 def test_unexpected_differences_are_still_refused(tmp_path, tok):

@@ -302,9 +302,9 @@ def load_sentence_transformer(
     model_kwargs = {"trust_remote_code": trust_remote_code, **from_pretrained_kwargs(report, allow_missing_weights)}
     if pooling is None and has_sentence_transformers_files(name_or_path):
         with _differences_named_once():
-            return SentenceTransformer(
+            return _unused_weights_zeroed(SentenceTransformer(
                 name_or_path, device=device, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs
-            )
+            ), report)
     config = load_config(name_or_path, trust_remote_code=trust_remote_code)
     native_pooling, similarity = native_pipeline(config) if is_ours(config) else (None, None)
     refuse_mean_pooling_of_tite(config.model_type, pooling, "pooling='cls' (or leave it unset)")
@@ -320,7 +320,26 @@ def load_sentence_transformer(
         transformer = Transformer(name_or_path, model_kwargs=model_kwargs, config_kwargs=remote,
                                   processor_kwargs=remote)
     modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
-    return SentenceTransformer(modules=modules, device=device, similarity_fn_name=similarity)
+    return _unused_weights_zeroed(SentenceTransformer(modules=modules, device=device, similarity_fn_name=similarity),
+                                  report)
+
+
+def _unused_weights_zeroed(model: SentenceTransformer, report: dict | None) -> SentenceTransformer:
+    """``model`` with the tensors its checkpoint lacks but no encoder uses (``report["unused_missing_keys"]`` of
+    :func:`~.weights.check_checkpoint_weights`: a BERT ``pooler``, absent from e.g. every ``BertForMaskedLM``
+    checkpoint) set to zeros. transformers initialises them at random, so every load of the folder would be another
+    model to :func:`model_fingerprint`: shards of its corpus and of its queries encoded apart would refuse to be
+    searched together, an encode could not be continued, a runtime's cached export would be made again each time,
+    and ``push`` would refuse the folder's own results. Zeros make every load the same model; its embeddings never
+    read these tensors (only ``pooler_output`` does, which reads as zeros instead of noise)."""
+    unused = (report or {}).get("unused_missing_keys") or ()
+    transformer = getattr(model[0], "auto_model", None) if len(model) else None
+    if unused and transformer is not None:
+        with torch.no_grad():
+            for key in unused:
+                with contextlib.suppress(AttributeError):  # a class that holds no such tensor: nothing to zero
+                    transformer.get_parameter(key).zero_()
+    return model
 
 
 def model_fingerprint(model) -> str:

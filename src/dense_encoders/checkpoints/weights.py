@@ -258,11 +258,14 @@ def refuse_loaded_differences(model, loading_info: dict, files: list[str], *, al
     output_loading_info=True)`` (``loading_info``), the differences being :func:`loading_differences`; tensors whose
     shape in the file is not the model's (:func:`refuse_other_shapes`) are refused first, whatever
     ``allow_missing_weights`` says. Returns the report (``files``, ``model_class``, ``ours``, ``missing_keys``,
-    ``unexpected_keys``)."""
+    ``unexpected_keys``, ``unused_missing_keys``: the tensors of a BERT ``pooler`` the checkpoint lacks, which the
+    policy lets transformers initialise at random since no encoder uses them)."""
     refuse_other_shapes(type(model).__name__, loading_info, files)
     missing, unexpected = loading_differences(model, loading_info)
+    tolerated = set(loading_info.get("missing_keys", ())) - set(missing)
+    unused = sorted(key for key in tolerated if key.startswith("pooler."))
     report = {"files": list(files), "model_class": type(model).__name__, "ours": is_ours(model.config),
-              "missing_keys": missing, "unexpected_keys": unexpected}
+              "missing_keys": missing, "unexpected_keys": unexpected, "unused_missing_keys": unused}
     return refuse_differences(report, allow_missing_weights=allow_missing_weights)
 
 
