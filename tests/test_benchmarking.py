@@ -237,7 +237,10 @@ def _check_gemm_shares(results: dict, printed: str, size: int) -> None:
     assert gemm["gflops"] == max(library["gflops"] for library in gemm["libraries"].values())
     assert gemm["gflops"] == gemm["libraries"][gemm["library"]]["gflops"]
     assert "torch.mm" in gemm["libraries"]
-    assert set(gemm["libraries"]) | set(gemm["skipped"]) == {"torch.mm", "numpy.matmul"}
+    assert set(gemm["libraries"]) | set(gemm["skipped"]) == {"torch.mm", "numpy.matmul", "openvino", "onnxruntime"}
+    # every library computed the product: float32 sums of size products of N(0, 1) entries, about sqrt(size) large
+    for name, library in gemm["libraries"].items():
+        assert library["max_difference"] <= 1e-5 * size, name
     gemm_lines = [line for line in printed.splitlines() if line.startswith("GEMM rate: ")]
     assert len(gemm_lines) == 1 and gemm_lines[0].startswith(f"GEMM rate: {gemm['gflops']:.0f} GFLOP/s, "
                                                              f"{gemm['library']} (")

@@ -4,8 +4,15 @@
 every library present that runs it: on the CPU torch's BLAS (``torch.mm``) and, in float32, numpy's BLAS
 (``numpy.matmul``, e.g. OpenBLAS in numpy's wheels) at torch's thread count (threadpoolctl fixes numpy's threads,
 as the exact search does: ``evaluation.backends.core.score_threads``; without threadpoolctl numpy is left out,
-its thread count being unknown). On CUDA ``torch.mm`` in the dtype the rows compute in (bf16 / fp16 / fp32, with
-torch's TF32 setting as the rows have it), synchronized, several products per timed call. Each library multiplies
+its thread count being unknown), and the runtimes ``encode --runtime`` runs, when installed: a ``MatMul`` graph in
+OpenVINO (oneDNN) and in ONNX Runtime (MLAS), compiled as their encoding runs are
+(``evaluation.runtimes.openvino_compiled`` / ``onnxruntime_session``). The runtimes count: on a CPU with AVX-512
+their kernels can reach far past numpy's and torch's BLAS (an AMD EPYC of Zen 5, 2 threads: OpenVINO 418 and ONNX
+Runtime 411 GFLOP/s against OpenBLAS's 245, whose kernels there are AVX2's), and a forward in them is measured
+against what the machine does, not against a slower library. Every CPU library's product is compared with
+torch's (``max_difference``), so that a library that computed something else is seen. On CUDA ``torch.mm`` in
+the dtype the rows compute in (bf16 / fp16 / fp32, with torch's TF32 setting as the rows have it), synchronized,
+several products per timed call. Each library multiplies
 into a buffer made beforehand; after ``warmup`` untimed products each, ``repeats`` timed ones, the libraries
 alternated; the rate is the BEST product's: the fastest the machine multiplies, what a forward of large matrix
 products could approach. Used by ``dense-encoders bench`` (every row's GFLOP/s as a share of it) and
@@ -40,7 +47,8 @@ def gemm_rate(device: str | torch.device = "cpu", dtype: str = "fp32", size: int
 
     Returns a JSON-ready dict: ``device``, ``dtype``, ``size``, ``threads`` (torch's, and numpy's BLAS's while it
     runs), ``repeats``, ``warmup``, ``products_per_call``, ``gflop`` (``2 size^3 / 1e9``, one product),
-    ``libraries`` (``{name: {"blas", "seconds": [per product, each timed call], "gflops": the best}}``), ``skipped``
+    ``libraries`` (``{name: {"blas", "seconds": [per product, each timed call], "gflops": the best,
+    "max_difference": the largest difference of its product from torch's (0 for torch's own)}}``), ``skipped``
     (``{name: why}``), the fastest: ``library`` and ``gflops``, and ``cpu_pressure``: the CPU pressure (%) during the
     measurement (Linux PSI, :func:`.timing.pressure_during`; None without it): other jobs on the cores lower the
     rate."""
@@ -78,17 +86,75 @@ def gemm_rate(device: str | torch.device = "cpu", dtype: str = "fp32", size: int
         products["numpy.matmul"] = lambda: np.matmul(a_np, b_np, out=out_np)
         blas["numpy.matmul"] = numpy_blas()
         limits = threadpool_limits(limits=threads, user_api="blas")
+    results = {"torch.mm": out, "numpy.matmul": out_np} if "numpy.matmul" in products else {"torch.mm": out}
+    if device.type == "cpu" and dtype == "fp32":
+        _runtime_products(left.numpy(), right.numpy(), threads, products, blas, results, skipped)
+    else:
+        skipped.update({name: "CPU float32 only" for name in RUNTIME_LIBRARIES})
     with limits, _torch_threads(threads):
         stall, started = cpu_stall(), time.perf_counter()
         seconds = _alternated(products, device, repeats, warmup)
         pressure = pressure_during(stall, started)
+    reference = out.float().cpu().numpy()
     libraries = {name: {"blas": blas[name], "seconds": [value / per_call for value in times],
-                        "gflops": 2 * size ** 3 * per_call / min(times) / 1e9}
+                        "gflops": 2 * size ** 3 * per_call / min(times) / 1e9,
+                        "max_difference": float(np.abs(_as_numpy(results[name]) - reference).max())}
                  for name, times in seconds.items()}
     fastest = max(libraries, key=lambda name: libraries[name]["gflops"])
     return {"device": str(device), "dtype": dtype, "size": size, "threads": threads, "repeats": repeats,
             "warmup": warmup, "products_per_call": per_call, "gflop": 2 * size ** 3 / 1e9, "libraries": libraries,
             "skipped": skipped, "library": fastest, "gflops": libraries[fastest]["gflops"], "cpu_pressure": pressure}
+
+
+# the runtimes whose product counts (gemm_rate): the names ``encode --runtime`` takes
+RUNTIME_LIBRARIES = ("openvino", "onnxruntime")
+
+
+def _as_numpy(result) -> np.ndarray:
+    """A product's output as a float32 numpy matrix on the host (a torch tensor, an array, or a callable giving
+    one)."""
+    result = result() if callable(result) else result
+    return result.float().cpu().numpy() if isinstance(result, torch.Tensor) else np.asarray(result)
+
+
+def _runtime_products(left: np.ndarray, right: np.ndarray, threads: int, products: dict, blas: dict, results: dict,
+                      skipped: dict) -> None:
+    """Add the square product in each installed runtime of :data:`RUNTIME_LIBRARIES` to ``products`` (its output
+    in ``results``, its library in ``blas``), or say in ``skipped`` why not: a ``MatMul`` of the two matrices as
+    graph inputs, its output written into a buffer made beforehand (ONNX Runtime's through an I/O binding)."""
+    from ..evaluation.runtimes import onnxruntime_session, openvino_compiled, runtime_version
+
+    n = left.shape[0]
+    if importlib.util.find_spec("openvino") is None:
+        skipped["openvino"] = "not installed"
+    else:
+        import openvino
+        from openvino import opset13
+
+        inputs = [opset13.parameter([n, n], np.float32) for _ in range(2)]
+        request = openvino_compiled(openvino.Model([opset13.matmul(*inputs, False, False)], inputs),
+                                    threads).create_infer_request()
+        for index, matrix in enumerate((left, right)):
+            request.set_input_tensor(index, openvino.Tensor(matrix))
+        products["openvino"], results["openvino"] = request.infer, lambda: request.get_output_tensor(0).data
+        blas["openvino"] = f"oneDNN, OpenVINO {runtime_version('openvino')}"
+    if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None:
+        skipped["onnxruntime"] = "not installed (with onnx, which writes the graph)"
+        return
+    from onnx import TensorProto, helper
+
+    matrices = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [n, n]) for name in ("a", "b", "c")]
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "gemm", matrices[:2], matrices[2:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = min(model.ir_version, 8)  # what every ONNX Runtime >= 1.20 reads
+    session = onnxruntime_session(model.SerializeToString(), threads)
+    out = np.empty((n, n), dtype=np.float32)
+    binding = session.io_binding()
+    for name, matrix in (("a", left), ("b", right), ("c", out)):
+        getattr(binding, "bind_output" if name == "c" else "bind_input")(
+            name, "cpu", 0, np.float32, [n, n], matrix.ctypes.data)
+    products["onnxruntime"] = lambda: session.run_with_iobinding(binding)
+    results["onnxruntime"], blas["onnxruntime"] = out, f"MLAS, ONNX Runtime {runtime_version('onnxruntime')}"
 
 
 def _alternated(products: dict[str, Callable[[], None]], device: torch.device, repeats: int, warmup: int
@@ -177,5 +243,5 @@ def gemm_line(gemm: dict) -> str:
             + ". The machine's limit: every GFLOP/s below is also given as a share of it")
 
 
-__all__ = ["CUDA_PRODUCTS_PER_CALL", "GEMM_DTYPES", "achieved_gflops", "gemm_dtype", "gemm_line", "gemm_rate",
-           "numpy_blas", "rate_text", "share_of_gemm", "torch_blas"]
+__all__ = ["CUDA_PRODUCTS_PER_CALL", "GEMM_DTYPES", "RUNTIME_LIBRARIES", "achieved_gflops", "gemm_dtype", "gemm_line",
+           "gemm_rate", "numpy_blas", "rate_text", "share_of_gemm", "torch_blas"]

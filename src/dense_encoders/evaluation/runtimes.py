@@ -357,6 +357,30 @@ def _write_openvino(module: torch.nn.Module, example: dict[str, torch.Tensor], p
     openvino.save_model(converted, str(path), compress_to_fp16=False)
 
 
+def openvino_compiled(model, threads: int):
+    """An OpenVINO model (an IR file's path, or an ``openvino.Model``) compiled for the CPU as every OpenVINO run here
+    is: in float32 (``INFERENCE_PRECISION_HINT``: it would otherwise pick bfloat16 on CPUs that have it), for
+    latency, on ``threads`` threads."""
+    import openvino
+
+    core = openvino.Core()
+    model = core.read_model(str(model)) if isinstance(model, (str, Path)) else model
+    return core.compile_model(model, "CPU", {
+        "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads})
+
+
+def onnxruntime_session(model, threads: int):
+    """An ONNX Runtime session on the CPU of an ONNX file (its path) or model (its serialized bytes), as every ONNX
+    Runtime run here opens one: ``threads`` intra-op threads, warnings off."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(str(model) if isinstance(model, Path) else model, options,
+                                        providers=["CPUExecutionProvider"])
+
+
 class RuntimeForward:
     """The transformer's ``forward`` through an exported graph: takes the tensors sentence-transformers passes,
     gives the one output field the pipeline reads (``{name: tensor}``)."""
@@ -365,20 +389,10 @@ class RuntimeForward:
         self.graph, self.runtime = graph, runtime
         threads = torch.get_num_threads()
         if runtime == "openvino":
-            import openvino
-
-            core = openvino.Core()
-            compiled = core.compile_model(core.read_model(str(graph.path)), "CPU", {
-                "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads})
-            request = compiled.create_infer_request()
+            request = openvino_compiled(graph.path, threads).create_infer_request()
             self._run = lambda feed: request.infer(feed)[0]
         else:
-            import onnxruntime
-
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.log_severity_level = 3
-            session = onnxruntime.InferenceSession(str(graph.path), options, providers=["CPUExecutionProvider"])
+            session = onnxruntime_session(graph.path, threads)
             self._run = lambda feed: session.run(None, feed)[0]
 
     def __call__(self, *, return_dict: bool = True, output_hidden_states=None, output_attentions=None, **features):
@@ -553,5 +567,5 @@ def _measured_batch(model, rows: int, length: int) -> dict[str, torch.Tensor]:
 
 __all__ = ["NO_EXPORT", "RUNTIME_PACKAGES", "ExportedGraph", "RuntimeChoice", "RuntimeForward", "cache_root",
            "check_runtime", "choose_runtime", "export_is_cached", "export_problem", "exported_graph",
-           "installed_runtimes", "measure_runtimes", "remove_stale_scratch", "runtime_version", "transformer_module",
-           "use_runtime"]
+           "installed_runtimes", "measure_runtimes", "onnxruntime_session", "openvino_compiled", "remove_stale_scratch",
+           "runtime_version", "transformer_module", "use_runtime"]
