@@ -1071,14 +1071,14 @@ def _seconds(side: dict, clock: str) -> str:
     return "withheld" if side[clock] is None else f"{side[clock]['min']:.3f} / {side[clock]['median']:.3f}"
 
 
-def _rounds_used(row: dict, threshold: float) -> str:
-    """"2 of 3 (others max 4 %)": the rounds a row's ratios come from and the others' highest load among them."""
-    ours = row["sides"][OURS]
-    if not ours["rounds_used"]:
+def rounds_used(side: dict, threshold: float) -> str:
+    """"2 of 3 (others max 4 %)": the rounds a side's figures come from (:func:`summarized`) and the others' highest
+    load among them (search_scaling.py's report too)."""
+    if not side["rounds_used"]:
         load = f"others each above {threshold:.0f} %"
     else:
-        load = "others n/a" if ours["others_used"] is None else f"others max {ours['others_used']:.0f} %"
-    return f"{len(ours['rounds_used'])} of {len(ours['cpu_rounds'])} ({load})"
+        load = "others n/a" if side["others_used"] is None else f"others max {side['others_used']:.0f} %"
+    return f"{len(side['rounds_used'])} of {len(side['cpu_rounds'])} ({load})"
 
 
 def percents(values: list) -> str:
@@ -1098,7 +1098,7 @@ def _ratio_table(results: dict) -> tuple[list[str], bool]:
             withheld |= ratio is None
             cells = (["withheld"] * 4 if ratio is None else
                      [f"{ratio[key]:.2f}" for key in ("cpu_median", "cpu_min", "wall_median", "wall_min")])
-            body.append([row["work"], name, *cells, same, _rounds_used(row, results["others_load"])])
+            body.append([row["work"], name, *cells, same, rounds_used(row["sides"][OURS], results["others_load"])])
     return render_table(header, body), withheld
 
 

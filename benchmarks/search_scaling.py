@@ -91,7 +91,18 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import dense_encoders
 
-from peers import OURS, SearchData, check_line, compare_runs, percents, pressure_footnote, ratios, say, summarized
+from peers import (
+    OURS,
+    SearchData,
+    check_line,
+    compare_runs,
+    percents,
+    pressure_footnote,
+    ratios,
+    rounds_used,
+    say,
+    summarized,
+)
 
 from dense_encoders.benchmarking import (
     OTHERS_LOAD,
@@ -415,12 +426,6 @@ def _side_cell(side: dict) -> str:
     return f"{seconds} / {side['peak_rss'] / MB:,.0f}"
 
 
-def _rounds_used(side: dict) -> str:
-    load = ("others each above the threshold" if not side["rounds_used"] else
-            "others n/a" if side["others_used"] is None else f"others max {side['others_used']:.0f} %")
-    return f"{len(side['rounds_used'])} of {len(side['cpu_rounds'])} ({load})"
-
-
 def format_report(results: dict) -> str:
     lines = [f"# How exact search grows with the corpus ({results['device']}, {results['threads']} threads, "
              f"{results['rounds']} rounds after {results['warmup']} warm-up, alternated, each call a fresh process)",
@@ -435,7 +440,7 @@ def format_report(results: dict) -> str:
             f"{row['docs']:,}", _side_cell(row["sides"][OURS]), _side_cell(row["sides"][FAISS]),
             "withheld" if ratio is None else f"{ratio['cpu_median']:.2f} / {ratio['wall_median']:.2f}",
             f"{row['bound']['bound'] / MB:,.0f}", "yes" if row["checks"][FAISS]["same"] else "NO",
-            _rounds_used(row["sides"][OURS])])
+            rounds_used(row["sides"][OURS], results["others_load"])])
     lines += ["seconds: median over the rounds used; peak RSS: the largest of every round; ratio = faiss's time / "
               "ours (higher = ours faster); MB = 10^6 bytes", *render_table(header, body), ""]
     first = results["rows"][0] if results["rows"] else None
